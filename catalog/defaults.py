@@ -1,0 +1,202 @@
+"""The default catalog (decisions.md): providers, models, prices and provider rows.
+
+Prices are list prices in micro-credits (1 USD = 1,000,000): per token for token-priced
+models, per image otherwise.
+"""
+
+PROVIDERS = [
+    ("direct", "openai", "Default direct provider (OpenAI REST API)"),
+    ("aggregator", "openrouter", "Alternative provider, opt-in by header (OpenRouter)"),
+    ("cloud", "bedrock", "Cloud image and embeddings provider (AWS Bedrock Runtime)"),
+    ("multimodal", "gemini", "Second image provider (Google Gemini API)"),
+    ("websearch", "websearch", "Web search API"),
+    ("academic", "academic", "Academic search API"),
+]
+
+TEXT = {"text": True, "image": False}
+EMBEDDING_OUT = {"text": False, "image": False, "embedding": True}
+IMAGE_OUT = {"text": False, "image": True}
+
+
+def _embedding(model_id, owner, prompt, *, dims, accepts_dimensions, rows, native=None):
+    return {
+        "model_id": model_id,
+        "owned_by": owner,
+        "supported_features": ["embeddings"],
+        "input_modality": TEXT,
+        "output_modality": EMBEDDING_OUT,
+        "cost": {"type": "per_token", "prompt": prompt},
+        "options": {
+            "accepts_dimensions": accepts_dimensions,
+            "native_dimension": dims,
+            **({"native_endpoint": native} if native else {}),
+        },
+        "rows": rows,
+    }
+
+
+def _image(model_id, owner, cost, *, watermark, family, rows, max_n, **options):
+    return {
+        "model_id": model_id,
+        "owned_by": owner,
+        "supported_features": ["image_generation"],
+        "input_modality": TEXT,
+        "output_modality": IMAGE_OUT,
+        "cost": cost,
+        "options": {"watermark": watermark, "family": family, "max_n": max_n, **options},
+        "rows": rows,
+    }
+
+
+def _chat(model_id, owner, *, prompt, completion, cached=None, efforts=None, rows, inputs=None):
+    cost = {"type": "per_token", "prompt": prompt, "completion": completion}
+    if cached is not None:
+        cost["cached_prompt"] = cached
+    return {
+        "model_id": model_id,
+        "owned_by": owner,
+        "supported_features": ["chat_completions", "responses"]
+        + (["reasoning"] if efforts else []),
+        "input_modality": inputs or {"text": True, "image": True, "audio": False, "video": False,
+                                     "file": False},
+        "output_modality": {"text": True, "image": False},
+        "cost": cost,
+        "options": {"reasoning_efforts": efforts or []},
+        "rows": rows,
+    }
+
+
+MODELS = [
+    # Embeddings: the spec's rate table (USD per 1M tokens == micro-credits per token).
+    _embedding(
+        "text-embedding-3-small", "direct", 0.02, dims=1536, accepts_dimensions=True,
+        rows=[("direct", "text-embedding-3-small", True),
+              ("aggregator", "openai/text-embedding-3-small", True)],
+    ),
+    _embedding(
+        "text-embedding-3-large", "direct", 0.13, dims=3072, accepts_dimensions=True,
+        rows=[("direct", "text-embedding-3-large", True),
+              ("aggregator", "openai/text-embedding-3-large", True)],
+    ),
+    _embedding(
+        "text-embedding-ada-002", "direct", 0.10, dims=1536, accepts_dimensions=False,
+        rows=[("direct", "text-embedding-ada-002", True),
+              ("aggregator", "openai/text-embedding-ada-002", True)],
+    ),
+    # Native embeddings endpoints.
+    _embedding(
+        "amazon.titan-embed-text-v2:0", "cloud", 0.02, dims=1024, accepts_dimensions=True,
+        native="bedrock_embeddings", rows=[("cloud", "amazon.titan-embed-text-v2:0", True)],
+    ),
+    _embedding(
+        "cohere.embed-english-v3", "cloud", 0.10, dims=1024, accepts_dimensions=False,
+        native="bedrock_embeddings", rows=[("cloud", "cohere.embed-english-v3", True)],
+    ),
+    _embedding(
+        "cohere.embed-multilingual-v3", "cloud", 0.10, dims=1024, accepts_dimensions=False,
+        native="bedrock_embeddings", rows=[("cloud", "cohere.embed-multilingual-v3", True)],
+    ),
+    _embedding(
+        "gemini-embedding-001", "multimodal", 0.15, dims=3072, accepts_dimensions=True,
+        native="gemini_embeddings", rows=[("multimodal", "gemini-embedding-001", True)],
+    ),
+    # Images: direct.
+    _image(
+        "gpt-image-1", "direct", {"type": "per_token", "prompt": 5, "completion": 40},
+        watermark="c2pa", family="gpt-image", max_n=1,
+        rows=[("direct", "gpt-image-1", True)],
+    ),
+    _image(
+        "dall-e-3", "direct",
+        {"type": "per_image_by_size_quality", "qualities": {
+            "standard": {"1024x1024": 40000, "1024x1792": 80000, "1792x1024": 80000},
+            "hd": {"1024x1024": 80000, "1024x1792": 120000, "1792x1024": 120000}}},
+        watermark="none", family="dall-e", max_n=1,
+        rows=[("direct", "dall-e-3", False)],
+    ),
+    _image(
+        "dall-e-2", "direct",
+        {"type": "per_image_by_size", "sizes": {
+            "256x256": 16000, "512x512": 18000, "1024x1024": 20000}},
+        watermark="none", family="dall-e", max_n=10,
+        rows=[("direct", "dall-e-2", False)],
+    ),
+    # Images: cloud (rows inactive until an operator enables them).
+    _image(
+        "amazon.titan-image-generator-v2:0", "cloud",
+        {"type": "per_image_by_size_quality", "qualities": {
+            "standard": {"512x512": 8000, "1024x1024": 10000},
+            "premium": {"512x512": 10000, "1024x1024": 14000}}},
+        watermark="provenance", family="titan", max_n=5,
+        rows=[("cloud", "amazon.titan-image-generator-v2:0", False)],
+    ),
+    _image(
+        "amazon.nova-canvas-v1:0", "cloud",
+        {"type": "per_image_by_size_quality", "qualities": {
+            "standard": {"1024x1024": 40000, "2048x2048": 60000},
+            "premium": {"1024x1024": 60000, "2048x2048": 80000}}},
+        watermark="provenance", family="nova", max_n=5,
+        rows=[("cloud", "amazon.nova-canvas-v1:0", False)],
+    ),
+    _image(
+        "stability.stable-image-core-v1:1", "cloud", {"type": "per_image", "image": 30000},
+        watermark="none", family="stability", max_n=1, region="us-west-2",
+        rows=[("cloud", "stability.stable-image-core-v1:1", False)],
+    ),
+    _image(
+        "stability.stable-image-ultra-v1:1", "cloud", {"type": "per_image", "image": 80000},
+        watermark="none", family="stability", max_n=1, region="us-west-2",
+        rows=[("cloud", "stability.stable-image-ultra-v1:1", False)],
+    ),
+    _image(
+        "stability.sd3-5-large-v1:0", "cloud", {"type": "per_image", "image": 65000},
+        watermark="none", family="stability", max_n=1, region="us-west-2",
+        rows=[("cloud", "stability.sd3-5-large-v1:0", False)],
+    ),
+    # Images: multimodal (rows inactive until an operator enables them).
+    _image(
+        "imagen-4.0-fast-generate-001", "multimodal", {"type": "per_image", "image": 20000},
+        watermark="synthid", family="imagen", max_n=4,
+        rows=[("multimodal", "imagen-4.0-fast-generate-001", False)],
+    ),
+    _image(
+        "imagen-4.0-generate-001", "multimodal", {"type": "per_image", "image": 40000},
+        watermark="synthid", family="imagen", max_n=4,
+        rows=[("multimodal", "imagen-4.0-generate-001", False)],
+    ),
+    _image(
+        "imagen-4.0-ultra-generate-001", "multimodal", {"type": "per_image", "image": 60000},
+        watermark="synthid", family="imagen", max_n=4,
+        rows=[("multimodal", "imagen-4.0-ultra-generate-001", False)],
+    ),
+    _image(
+        "gemini-2.5-flash-image", "multimodal",
+        {"type": "per_token", "prompt": 0.3, "completion": 30},
+        watermark="synthid", family="flash-image", max_n=1,
+        rows=[("multimodal", "gemini-2.5-flash-image", False)],
+    ),
+    # Chat: one or more per chat provider.
+    _chat(
+        "gpt-4o-mini", "direct", prompt=0.15, completion=0.6, cached=0.075,
+        rows=[("direct", "gpt-4o-mini", True), ("aggregator", "openai/gpt-4o-mini", True)],
+    ),
+    _chat(
+        "gpt-4.1", "direct", prompt=2.0, completion=8.0, cached=0.5,
+        rows=[("direct", "gpt-4.1", True), ("aggregator", "openai/gpt-4.1", True)],
+    ),
+    _chat(
+        "o4-mini", "direct", prompt=1.1, completion=4.4, cached=0.275,
+        efforts=["low", "medium", "high"],
+        rows=[("direct", "o4-mini", True), ("aggregator", "openai/o4-mini", True)],
+    ),
+    _chat(
+        "gpt-4o-audio-preview", "direct", prompt=2.5, completion=10.0,
+        inputs={"text": True, "image": False, "audio": True, "video": False, "file": False},
+        rows=[("direct", "gpt-4o-audio-preview", True)],
+    ),
+    _chat(
+        "meta-llama/llama-3.3-70b-instruct", "aggregator", prompt=0.13, completion=0.4,
+        inputs={"text": True, "image": False, "audio": False, "video": False, "file": False},
+        rows=[("aggregator", "meta-llama/llama-3.3-70b-instruct", True)],
+    ),
+]

@@ -1,0 +1,110 @@
+from django.db import models
+
+
+class Provider(models.Model):
+    """A neutral provider slug (`direct`, `cloud`, ...) and the wire protocol behind it."""
+
+    class Kind(models.TextChoices):
+        OPENAI = "openai", "OpenAI REST API"
+        OPENROUTER = "openrouter", "OpenRouter (OpenAI-compatible)"
+        BEDROCK = "bedrock", "AWS Bedrock Runtime"
+        GEMINI = "gemini", "Google Gemini API"
+        WEBSEARCH = "websearch", "Web search API"
+        ACADEMIC = "academic", "Academic search API"
+
+    slug = models.SlugField(max_length=64, unique=True)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self):
+        return self.slug
+
+
+class Connection(models.Model):
+    """Where and how to reach one provider: base URL and credentials (never listed or logged)."""
+
+    provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="connections")
+    name = models.SlugField(max_length=64, default="default")
+    base_url = models.URLField(max_length=500)
+    api_key = models.CharField(max_length=500, blank=True)
+    region = models.CharField(max_length=64, blank=True)
+    aws_access_key_id = models.CharField(max_length=200, blank=True)
+    aws_secret_access_key = models.CharField(max_length=500, blank=True)
+    timeout = models.FloatField(null=True, blank=True, help_text="Seconds; empty = gateway default")
+    active = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["provider__slug", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "name"], name="uniq_connection_name")
+        ]
+
+    def __str__(self):
+        return f"{self.provider.slug}/{self.name}"
+
+    def __repr__(self):
+        # Credentials must never reach logs or tracebacks.
+        return f"<Connection {self.provider_id}/{self.name} {self.base_url}>"
+
+    @property
+    def has_credentials(self) -> bool:
+        return bool(self.api_key or (self.aws_access_key_id and self.aws_secret_access_key))
+
+
+class Model(models.Model):
+    """A catalog entry: what clients see in GET /v1/models, plus what routing and billing need."""
+
+    model_id = models.CharField(max_length=200, unique=True)
+    owned_by = models.ForeignKey(
+        Provider,
+        on_delete=models.PROTECT,
+        related_name="owned_models",
+        help_text="The provider a request for this model goes to when no header pins one.",
+    )
+    supported_features = models.JSONField(default=list, blank=True)
+    input_modality = models.JSONField(default=dict, blank=True)
+    output_modality = models.JSONField(default=dict, blank=True)
+    cost = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Micro-credits. {'type': 'per_token', 'prompt': 0.02, 'completion': ...}, "
+        "{'type': 'per_image', 'image': 30000}, ...",
+    )
+    options = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Behaviour flags not shown to clients, e.g. {'accepts_dimensions': true}.",
+    )
+    listed = models.BooleanField(default=True, help_text="Shown by GET /v1/models")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["model_id"]
+
+    def __str__(self):
+        return self.model_id
+
+
+class ProviderModel(models.Model):
+    """A provider row for a model: the provider can serve it under `upstream_model_id`."""
+
+    model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="provider_rows")
+    provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="model_rows")
+    upstream_model_id = models.CharField(max_length=200)
+    active = models.BooleanField(default=True)
+    priority = models.IntegerField(default=100, help_text="Lower is tried first")
+
+    class Meta:
+        ordering = ["model__model_id", "priority", "provider__slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "provider"], name="uniq_model_provider")
+        ]
+        verbose_name = "provider row"
+
+    def __str__(self):
+        state = "active" if self.active else "inactive"
+        return f"{self.model.model_id} via {self.provider.slug} ({state})"

@@ -1,0 +1,252 @@
+"""Model -> provider rows: which provider and connection serve a request.
+
+The whole catalog is small, so it is read in three queries and cached as one snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway_site.localcache import TTLCache
+from inference.errors import BadRequest
+
+from .models import Connection, Model, Provider, ProviderModel
+
+# Which endpoints each wire protocol can serve (internal endpoint names of the spec).
+KIND_ENDPOINTS = {
+    "openai": {"chat_completions", "responses", "embeddings", "image_generation"},
+    "openrouter": {"chat_completions", "embeddings"},
+    "bedrock": {"image_generation", "bedrock_embeddings"},
+    "gemini": {"image_generation", "gemini_embeddings"},
+    "websearch": {"web_search", "web_fetch"},
+    "academic": {"web_search"},
+}
+# Where a model the catalog does not know is forwarded when no header pins a provider.
+DEFAULT_PROVIDER = {
+    "chat_completions": "direct",
+    "responses": "direct",
+    "embeddings": "direct",
+    "image_generation": "direct",
+    "bedrock_embeddings": "cloud",
+    "gemini_embeddings": "multimodal",
+    "web_search": "websearch",
+    "web_fetch": "websearch",
+}
+# Credentials each protocol needs, and how a missing one is named in the 400.
+IAM_KINDS = {"bedrock"}
+
+
+@dataclass(frozen=True)
+class ConnectionInfo:
+    name: str
+    base_url: str
+    api_key: str
+    region: str
+    aws_access_key_id: str
+    aws_secret_access_key: str
+    timeout: float | None
+    updated_at: float
+
+    def __repr__(self):  # credentials stay out of logs and tracebacks
+        return f"<ConnectionInfo {self.name} {self.base_url}>"
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    slug: str
+    kind: str
+    connections: dict[str, ConnectionInfo]
+
+    def serves(self, endpoint: str) -> bool:
+        return endpoint in KIND_ENDPOINTS.get(self.kind, ())
+
+
+@dataclass(frozen=True)
+class ProviderRow:
+    provider: str
+    upstream_model_id: str
+    active: bool
+    priority: int
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    model_id: str
+    owned_by: str
+    supported_features: tuple[str, ...]
+    input_modality: dict
+    output_modality: dict
+    cost: dict
+    options: dict
+    listed: bool
+    rows: tuple[ProviderRow, ...]
+
+    def client_fields(self) -> dict:
+        return {
+            "id": self.model_id,
+            "object": "model",
+            "created": 0,
+            "owned_by": self.owned_by,
+            "supported_features": list(self.supported_features),
+            "input_modality": self.input_modality,
+            "output_modality": self.output_modality,
+            "cost": self.cost,
+        }
+
+
+@dataclass(frozen=True)
+class Catalog:
+    providers: dict[str, ProviderInfo]
+    models: dict[str, ModelEntry]
+
+
+@dataclass(frozen=True)
+class Route:
+    """The outcome of provider selection."""
+
+    endpoint: str
+    requested_model: str
+    upstream_model: str
+    provider: ProviderInfo
+    connection: ConnectionInfo
+    model: ModelEntry | None  # None: unknown to the catalog, forwarded unchanged
+
+
+@dataclass(frozen=True)
+class ProviderPin:
+    slug: str
+    connection: str | None
+
+
+_catalog_cache = TTLCache("catalog", max_entries=1)
+
+
+def load_catalog_snapshot() -> Catalog:
+    cached = _catalog_cache.get("catalog")
+    if cached is not None:
+        return cached
+    generation = _catalog_cache.generation
+    connections: dict[int, dict[str, ConnectionInfo]] = {}
+    for c in Connection.objects.filter(active=True):
+        connections.setdefault(c.provider_id, {})[c.name] = ConnectionInfo(
+            name=c.name,
+            base_url=c.base_url.rstrip("/"),
+            api_key=c.api_key,
+            region=c.region,
+            aws_access_key_id=c.aws_access_key_id,
+            aws_secret_access_key=c.aws_secret_access_key,
+            timeout=c.timeout,
+            updated_at=c.updated_at.timestamp(),
+        )
+    providers_by_id = {
+        p.pk: ProviderInfo(slug=p.slug, kind=p.kind, connections=connections.get(p.pk, {}))
+        for p in Provider.objects.all()
+    }
+    rows: dict[int, list[ProviderRow]] = {}
+    for r in ProviderModel.objects.all().order_by("priority", "pk"):
+        rows.setdefault(r.model_id, []).append(
+            ProviderRow(
+                provider=providers_by_id[r.provider_id].slug,
+                upstream_model_id=r.upstream_model_id,
+                active=r.active,
+                priority=r.priority,
+            )
+        )
+    models = {
+        m.model_id: ModelEntry(
+            model_id=m.model_id,
+            owned_by=providers_by_id[m.owned_by_id].slug,
+            supported_features=tuple(m.supported_features or ()),
+            input_modality=m.input_modality or {},
+            output_modality=m.output_modality or {},
+            cost=m.cost or {},
+            options=m.options or {},
+            listed=m.listed,
+            rows=tuple(rows.get(m.pk, ())),
+        )
+        for m in Model.objects.all()
+    }
+    catalog = Catalog(providers={p.slug: p for p in providers_by_id.values()}, models=models)
+    _catalog_cache.set("catalog", catalog, generation)
+    return catalog
+
+
+def listed_models(catalog: Catalog) -> list[dict]:
+    """Catalog entries a client can use: listed, with at least one active provider row."""
+    return [
+        entry.client_fields()
+        for entry in catalog.models.values()
+        if entry.listed and any(row.active for row in entry.rows)
+    ]
+
+
+def _no_provider(endpoint: str, pinned: bool) -> BadRequest:
+    if pinned:
+        return BadRequest(f"No provider available for endpoint '{endpoint}' under the current pins")
+    return BadRequest(f"No provider available for endpoint '{endpoint}'")
+
+
+def select_route(
+    catalog: Catalog,
+    *,
+    endpoint: str,
+    model: str,
+    pin: ProviderPin | None,
+    allowed: frozenset[str] | None,
+    output_modality: str | None = None,
+) -> Route:
+    """Choose provider, connection and upstream model id, or raise the spec's 400."""
+    candidates = {
+        slug
+        for slug, provider in catalog.providers.items()
+        if provider.serves(endpoint) and (allowed is None or slug in allowed)
+    }
+    if pin is not None:
+        if pin.slug not in candidates:
+            raise _no_provider(endpoint, pinned=True)
+        candidates = {pin.slug}
+    if not candidates:
+        raise _no_provider(endpoint, pinned=False)
+
+    entry = catalog.models.get(model)
+    if entry is None:
+        default = DEFAULT_PROVIDER.get(endpoint)
+        slug = default if default in candidates else sorted(candidates)[0]
+        upstream = model
+    else:
+        if output_modality and not entry.output_modality.get(output_modality):
+            raise BadRequest(
+                f"No available provider for model '{model}' supports {output_modality} output"
+            )
+        rows = [row for row in entry.rows if row.provider in candidates]
+        if not rows:
+            raise _no_provider(endpoint, pinned=pin is not None)
+        active = [row for row in rows if row.active]
+        if not active:
+            raise BadRequest(f"No active provider for model '{model}'")
+        # The owner first (a model owned by another provider is routed there), then priority.
+        active.sort(key=lambda row: (row.provider != entry.owned_by, row.priority))
+        slug, upstream = active[0].provider, active[0].upstream_model_id
+
+    provider = catalog.providers[slug]
+    connection_name = pin.connection if pin is not None and pin.connection else "default"
+    connection = provider.connections.get(connection_name)
+    if pin is not None and pin.connection and connection is None:
+        raise _no_provider(endpoint, pinned=True)
+    if connection is None or not _has_credentials(provider.kind, connection):
+        what = "IAM credentials" if provider.kind in IAM_KINDS else "'api_key' credential"
+        raise BadRequest(f"Connection '{connection_name}' is misconfigured: missing {what}")
+    return Route(
+        endpoint=endpoint,
+        requested_model=model,
+        upstream_model=upstream,
+        provider=provider,
+        connection=connection,
+        model=entry,
+    )
+
+
+def _has_credentials(kind: str, connection: ConnectionInfo) -> bool:
+    if kind in IAM_KINDS:
+        return bool(connection.aws_access_key_id and connection.aws_secret_access_key)
+    return bool(connection.api_key)

@@ -1,0 +1,12 @@
+"""ASGI entry point: `uvicorn gateway_site.asgi:application`."""
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
+
+from channels.routing import ProtocolTypeRouter  # noqa: E402
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+django_application = get_asgi_application()
+
+application = ProtocolTypeRouter({"http": django_application})

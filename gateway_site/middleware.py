@@ -1,0 +1,125 @@
+"""Outer request handling: request ids, the access log, and the /v1 error envelope.
+
+Only async-native code runs on the /v1 path; the admin's middleware stack (sessions,
+CSRF, auth, messages) is applied to everything else by `AdminStack`.
+"""
+
+import json
+import logging
+import time
+import uuid
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpResponse, JsonResponse
+from django.utils.module_loading import import_string
+
+access_log = logging.getLogger("gateway.access")
+API_PREFIX = "/v1/"
+
+
+def _method_not_allowed(request, response) -> JsonResponse:
+    allowed = [m.strip() for m in response.get("Allow", "").split(",") if m.strip()]
+    body = {
+        "detail": [
+            {
+                "type": "method_not_allowed",
+                "loc": ["request", "method"],
+                "msg": "Method Not Allowed",
+                "input": request.method,
+                "ctx": {"allowed": allowed},
+            }
+        ]
+    }
+    fixed = JsonResponse(body, status=405)
+    if allowed:
+        fixed["Allow"] = ", ".join(allowed)
+    return fixed
+
+
+def _is_html(response) -> bool:
+    return response.get("Content-Type", "").startswith("text/html")
+
+
+def normalize_api_response(request, response):
+    """Give framework-made 404/405/500 pages under /v1/ the contract's shapes."""
+    status = response.status_code
+    if status == 405:
+        return _method_not_allowed(request, response)
+    if status == 404 and _is_html(response):
+        return JsonResponse({"error": {"message": "Not found"}}, status=404)
+    if status == 500 and _is_html(response):
+        return internal_server_error()
+    return response
+
+
+def internal_server_error() -> HttpResponse:
+    return HttpResponse(
+        "Internal Server Error", status=500, content_type="text/plain; charset=utf-8"
+    )
+
+
+class RequestContextMiddleware:
+    """Assigns the request id, writes one access-log line, normalizes /v1 error pages."""
+
+    async_capable = True
+    sync_capable = False
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        markcoroutinefunction(self)
+
+    async def __call__(self, request):
+        started = time.perf_counter()
+        request_id = uuid.uuid4().hex
+        request.request_id = request_id
+        request.started_at = started
+        is_api = request.path.startswith(API_PREFIX)
+        try:
+            response = await self.get_response(request)
+        except Exception:  # pragma: no cover - Django converts exceptions before this
+            logging.getLogger("gateway").exception("unhandled error request_id=%s", request_id)
+            response = internal_server_error()
+        if is_api:
+            response = normalize_api_response(request, response)
+        response["X-Request-Id"] = request_id
+        if access_log.isEnabledFor(logging.INFO):
+            principal = getattr(request, "principal", None)
+            access_log.info(
+                json.dumps(
+                    {
+                        "event": "request",
+                        "request_id": request_id,
+                        "method": request.method,
+                        "path": request.path,
+                        "status": response.status_code,
+                        "latency_ms": round((time.perf_counter() - started) * 1000, 2),
+                        "license": principal.license_name if principal else None,
+                    },
+                    separators=(",", ":"),
+                )
+            )
+        return response
+
+
+class AdminStack:
+    """Runs settings.ADMIN_MIDDLEWARE for everything outside /v1/."""
+
+    async_capable = True
+    sync_capable = False
+
+    def __init__(self, get_response):
+        from django.conf import settings
+
+        self.get_response = get_response
+        handler = get_response
+        for path in reversed(settings.ADMIN_MIDDLEWARE):
+            handler = import_string(path)(handler)
+            if not iscoroutinefunction(handler):  # pragma: no cover - all built-ins adapt
+                raise RuntimeError(f"{path} must support async")
+        self.admin_chain = handler
+        markcoroutinefunction(self)
+
+    async def __call__(self, request):
+        if request.path.startswith(API_PREFIX):
+            return await self.get_response(request)
+        return await self.admin_chain(request)

@@ -1,0 +1,130 @@
+"""Settings come from the environment (see README, "Configuration")."""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+DEBUG = _env_bool("DEBUG", False)
+# A fixed fallback keeps a first run working; production must set SECRET_KEY.
+SECRET_KEY = os.environ.get("SECRET_KEY", "insecure-dev-key-set-SECRET_KEY-in-production")
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h.strip()]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "ninja",
+    "catalog",
+    "licensing",
+    "inference",
+]
+
+# The /v1 API bypasses the session/auth/CSRF stack (see gateway_site.middleware.AdminStack):
+# Django's sync middlewares would cost a thread hop each on every API request.
+MIDDLEWARE = [
+    "gateway_site.middleware.RequestContextMiddleware",
+    "gateway_site.middleware.AdminStack",
+]
+ADMIN_MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "gateway_site.urls"
+ASGI_APPLICATION = "gateway_site.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+        conn_max_age=None,
+        conn_health_checks=True,
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL and a busy timeout let the API's worker threads write concurrently on a first run.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = []
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+# Request bodies: embeddings batches are large, but an unbounded body is a denial of service.
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("GATEWAY_MAX_BODY_BYTES", str(8 * 1024 * 1024)))
+
+REDIS_URL = os.environ.get("REDIS_URL") or None
+
+GATEWAY = {
+    # Seconds an in-process cache entry (keys, licenses, catalog) may live before it is re-read.
+    # Saves in this process invalidate at once; other worker processes see changes within this.
+    "CACHE_TTL": float(os.environ.get("GATEWAY_CACHE_TTL", "5")),
+    # Upstream time-outs in seconds.
+    "UPSTREAM_CONNECT_TIMEOUT": float(os.environ.get("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", "5")),
+    "UPSTREAM_TIMEOUT": float(os.environ.get("GATEWAY_UPSTREAM_TIMEOUT", "120")),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "gateway.access": {
+            "handlers": ["console"],
+            "level": os.environ.get("GATEWAY_ACCESS_LOG_LEVEL", "INFO"),
+            "propagate": False,
+        },
+        "gateway": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
+}
+
+# The admin's middleware is installed, through AdminStack, outside MIDDLEWARE.
+SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410"]
+
+REST_FRAMEWORK = {
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+}

@@ -1,0 +1,165 @@
+"""The /v1 API: django-ninja, bent to the spec's error contract in one place.
+
+- every `GatewayError` renders as `{error: {...}}` with its status;
+- 422 items keep `input` and have `loc` = ["body", <field path>] (no schema parameter name);
+- a body that is not JSON (or not UTF-8) is 422 `json_invalid` at its character offset;
+- anything unexpected is a plain-text 500 `Internal Server Error`, DEBUG or not.
+The 404/405 shapes of paths and methods ninja does not know are fixed in
+gateway_site.middleware.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import orjson
+from django.http import HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import HttpError, ValidationError
+from ninja.parser import Parser
+from ninja.renderers import BaseRenderer
+from ninja.security.http import HttpAuthBase
+
+from gateway_site.middleware import internal_server_error
+from licensing.credentials import authenticate
+
+from .errors import GatewayError
+
+logger = logging.getLogger("gateway")
+
+
+def json_response(body, status: int = 200) -> HttpResponse:
+    return HttpResponse(orjson.dumps(body), status=status, content_type="application/json")
+
+
+class StrictJSONParser(Parser):
+    """JSON bodies as the spec wants them: UTF-8, no NaN/Infinity, offsets in characters."""
+
+    def parse_body(self, request):
+        raw = request.body
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            prefix = raw[: exc.start].decode("utf-8", errors="replace")
+            raise json.JSONDecodeError("Invalid UTF-8", "", len(prefix)) from exc
+
+        def reject_constant(name):
+            raise json.JSONDecodeError(f"Invalid constant {name}", text, text.find(name))
+
+        return json.loads(text, parse_constant=reject_constant)
+
+
+class ORJSONRenderer(BaseRenderer):
+    media_type = "application/json"
+
+    def render(self, request, data, *, response_status):
+        return orjson.dumps(data, default=str)
+
+
+ANONYMOUS = object()  # no Authorization header: decided after body validation (check 3)
+
+
+class BearerAuth(HttpAuthBase):
+    """Check 1 of the order: a present but malformed or unresolvable header is a 401 before
+    the body is validated; a missing header passes here and is refused after validation."""
+
+    openapi_scheme = "bearer"
+    is_async = True
+
+    async def __call__(self, request):
+        header = request.headers.get("Authorization")
+        if header is None or not header.strip():
+            request.principal = None
+            return ANONYMOUS
+        request.principal = await authenticate(header)
+        return request.principal
+
+
+class GatewayAPI(NinjaAPI):
+    def validation_error_from_error_contexts(self, error_contexts) -> ValidationError:
+        errors = []
+        for context in error_contexts:
+            model = context.model
+            source = model.__ninja_param_source__
+            single = getattr(model, "__read_from_single_attr__", None)
+            flatten = model.__ninja_flatten_map_reverse__
+            for error in context.pydantic_validation_error.errors(include_url=False):
+                loc = tuple(error["loc"])
+                if single and loc and loc[0] == single:
+                    loc = loc[1:]
+                else:
+                    loc = flatten.get(loc, loc)
+                item = {
+                    "type": error["type"],
+                    "loc": [source, *loc],
+                    "msg": error["msg"],
+                    "input": _jsonable(error.get("input")),
+                }
+                if "ctx" in error:
+                    item["ctx"] = {k: _jsonable(v) for k, v in error["ctx"].items()}
+                errors.append(item)
+        return ValidationError(errors)
+
+
+def _jsonable(value):
+    if value is None or isinstance(value, str | int | float | bool | list | dict):
+        return value
+    return str(value)
+
+
+api = GatewayAPI(
+    title="Inference Gateway",
+    version="1.1",
+    description="OpenAI-style inference endpoints with license policy, budgets and a ledger.",
+    urls_namespace="v1",
+    parser=StrictJSONParser(),
+    renderer=ORJSONRenderer(),
+    auth=BearerAuth(),
+    docs_url="/docs",
+    openapi_url="/openapi.json",
+)
+
+
+@api.exception_handler(GatewayError)
+def _gateway_error(request, exc: GatewayError):
+    return json_response(exc.body(), status=exc.status)
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request, exc: ValidationError):
+    return json_response({"detail": exc.errors}, status=422)
+
+
+@api.exception_handler(HttpError)
+def _http_error(request, exc: HttpError):
+    cause = exc.__cause__
+    if isinstance(cause, json.JSONDecodeError):
+        item = {
+            "type": "json_invalid",
+            "loc": ["body", cause.pos],
+            "msg": "JSON decode error",
+            "input": {},
+            "ctx": {"error": cause.msg},
+        }
+        return json_response({"detail": [item]}, status=422)
+    return json_response({"error": {"message": str(exc.message)}}, status=exc.status_code)
+
+
+@api.exception_handler(Exception)
+def _unexpected(request, exc: Exception):
+    logger.exception(
+        "unexpected error request_id=%s path=%s", getattr(request, "request_id", "-"), request.path
+    )
+    return internal_server_error()
+
+
+def register_endpoints() -> None:
+    from .endpoints import embeddings, images, info
+
+    api.add_router("", info.router)
+    api.add_router("", embeddings.router)
+    api.add_router("", images.router)
+
+
+register_endpoints()

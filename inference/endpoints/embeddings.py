@@ -1,0 +1,96 @@
+"""POST /v1/embeddings."""
+
+from __future__ import annotations
+
+import logging
+
+from ninja import Router
+
+from catalog.routing import Route
+
+from .. import pipeline
+from ..api import json_response
+from ..billing import Usage, credits_for
+from ..errors import PROVIDER_ERROR, BadRequest
+from ..providers import adapter_for
+from ..providers.base import ProviderFailure
+from ..schemas.common import error_responses
+from ..schemas.embeddings import EmbeddingsRequest, EmbeddingsResponse
+
+router = Router(tags=["embeddings"])
+logger = logging.getLogger("gateway")
+
+
+class Embeddings(pipeline.Operation):
+    endpoint = "embeddings"
+    service = "embeddings"
+
+    def input_texts(self, body: EmbeddingsRequest):
+        return body.texts()
+
+    def prepare(self, route: Route, body: EmbeddingsRequest) -> None:
+        if (
+            body.dimensions is not None
+            and route.model is not None
+            and not route.model.options.get("accepts_dimensions", False)
+        ):
+            raise BadRequest(
+                f"Model '{route.requested_model}' does not support the 'dimensions' parameter"
+            )
+
+    async def call(self, route: Route, body: EmbeddingsRequest, call) -> pipeline.ProviderResult:
+        adapter = adapter_for(route.provider.kind)
+        payload = {"model": route.upstream_model, "input": body.input, "encoding_format": "float"}
+        if body.dimensions is not None:
+            payload["dimensions"] = body.dimensions
+        if body.user is not None:
+            payload["user"] = body.user
+        answer = await adapter.embeddings(route, payload)
+        try:
+            data = sorted(answer["data"], key=lambda item: item["index"])
+            items = [
+                {"object": "embedding", "index": item["index"], "embedding": item["embedding"]}
+                for item in data
+            ]
+            usage = answer.get("usage") or {}
+            prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            model = answer.get("model") or route.upstream_model
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+        if len(items) != len(body.texts()) or any(
+            not isinstance(item["embedding"], list) for item in items
+        ):
+            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+        billed = route.model.model_id if route.model is not None else model
+        cost = route.model.cost if route.model is not None else None
+        if cost is None:
+            logger.warning("model %r is not in the catalog; recorded at zero cost", model)
+        result_usage = Usage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
+        return pipeline.ProviderResult(
+            body={"object": "list", "model": model, "data": items},
+            billed_model=billed,
+            usage=result_usage,
+            credits=credits_for(cost, result_usage) if cost else 0,
+        )
+
+    def render(self, result: pipeline.ProviderResult, remaining: int | None):
+        body = result.body
+        body["usage"] = {
+            "prompt_tokens": result.usage.prompt_tokens,
+            "total_tokens": result.usage.total_tokens,
+            "credits_used": result.credits,
+            "credits_remaining": remaining,
+        }
+        return json_response(body)
+
+
+_operation = Embeddings()
+
+
+@router.post(
+    "/embeddings",
+    response={200: EmbeddingsResponse, **error_responses(400, 401, 403, 404, 422, 500, 503)},
+    summary="Create embeddings",
+)
+async def create_embeddings(request, body: EmbeddingsRequest):
+    return await pipeline.run(request, _operation, body)

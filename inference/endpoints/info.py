@@ -1,0 +1,108 @@
+"""GET /v1/health, /v1/models and /v1/license. Models and license run checks 1, 3 and 4 only."""
+
+from django.db import connection
+from ninja import Router
+from pydantic import BaseModel
+
+from catalog.routing import listed_models
+from gateway_site.db import run_db
+from licensing.budget import budget_usage
+from licensing.policy import SERVICES
+
+from ..api import json_response
+from ..headers import parse_service_headers
+from ..pipeline import _catalog, require_principal
+from ..schemas.common import error_responses
+
+router = Router(tags=["info"])
+
+
+class HealthBody(BaseModel):
+    status: str
+    database: str
+
+
+class ModelEntryOut(BaseModel):
+    id: str
+    object: str
+    created: int
+    owned_by: str
+    supported_features: list[str]
+    input_modality: dict[str, bool]
+    output_modality: dict[str, bool]
+    cost: dict
+
+
+class ModelList(BaseModel):
+    object: str
+    data: list[ModelEntryOut]
+
+
+class BudgetOut(BaseModel):
+    unit: str
+    strategy: str
+    period: str
+    window_start: str | None
+    limit: int | None
+    used: int
+    remaining: int | None
+
+
+class LicenseTypeOut(BaseModel):
+    name: str
+
+
+class LicenseOut(BaseModel):
+    object: str
+    name: str
+    institution: str
+    license_type: LicenseTypeOut
+    services: list[str]
+    budget: BudgetOut
+
+
+def _database_answers() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        return cursor.fetchone() == (1,)
+
+
+@router.get("/health", auth=None, response={200: HealthBody, 503: HealthBody})
+async def health(request):
+    try:
+        ok = await run_db(_database_answers)
+    except Exception:
+        ok = False
+    if ok:
+        return json_response({"status": "ok", "database": "ok"})
+    return json_response({"status": "error", "database": "unreachable"}, status=503)
+
+
+@router.get("/models", response={200: ModelList, **error_responses(400, 401)})
+async def models(request):
+    require_principal(request)
+    parse_service_headers(request)
+    catalog = await _catalog()
+    return json_response({"object": "list", "data": listed_models(catalog)})
+
+
+@router.get("/license", response={200: LicenseOut, **error_responses(400, 401, 500)})
+async def license_info(request):
+    principal = require_principal(request)
+    parse_service_headers(request)
+    license = principal.license
+    policy = license.policy
+    services = [s for s in SERVICES if policy is not None and s in policy.services]
+    budget = await run_db(
+        budget_usage, license_id=license.id, config=license.budget, holder=principal.holder
+    )
+    return json_response(
+        {
+            "object": "license",
+            "name": license.name,
+            "institution": license.institution,
+            "license_type": {"name": license.type_name},
+            "services": services,
+            "budget": budget,
+        }
+    )

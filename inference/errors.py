@@ -1,0 +1,67 @@
+"""The gateway's one application error class and the statuses the contract names.
+
+Everything below the views raises a `GatewayError`; `inference.api` renders it in one place.
+"""
+
+from __future__ import annotations
+
+SERVICE_UNAVAILABLE = "Service temporarily unavailable"
+
+
+class GatewayError(Exception):
+    status = 400
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message}}
+
+
+class BadRequest(GatewayError):
+    status = 400
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+
+
+class PolicyDenied(GatewayError):
+    status = 403
+
+    def __init__(self, message: str, *, param: str | None):
+        super().__init__(message)
+        self.param = param
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "code": "policy_denied", "param": self.param}}
+
+
+class NotFound(GatewayError):
+    status = 404
+
+
+class BudgetConfigurationError(GatewayError):
+    status = 500
+
+    def __init__(self, message: str = "Budget configuration error"):
+        super().__init__(message)
+
+
+class ServiceUnavailable(GatewayError):
+    status = 503
+
+    def __init__(self, message: str = SERVICE_UNAVAILABLE):
+        super().__init__(message)
+
+
+# Messages of the contract, kept together so tests and code cannot drift apart.
+AUTH_REQUIRED = "Authentication required"
+AUTH_BAD_SCHEME = "Authorization header must use the Bearer scheme"
+AUTH_INVALID = "Invalid API key"
+OUT_OF_BUDGET = "Your license is out of budget"
+GUARDRAIL_BLOCKED = "Request blocked by guardrail"
+PROVIDER_ERROR = "An error occurred"

@@ -1,0 +1,185 @@
+"""The order of checks of every provider-backed endpoint, in one place (spec: Errors).
+
+ 1. credentials (malformed header / unknown key: 401)   -- inference.api.BearerAuth
+ 2. body validation (422)                               -- django-ninja, before the view
+ 3. missing Authorization header (401)
+ 4. X-Service-Provider / X-Service-Metadata (400)
+ 5. budget (400 out of budget, 500 misconfigured)
+ 6. policy (403; 503 when the document cannot be evaluated)
+ 7. provider selection (400)
+ 8. input guardrail (400, not charged)
+ 9. provider call (400, 404, 500, 503)
+10. output guardrail (400, charged)
+Every request that reaches step 9 writes one ledger row, charged or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from django.http import HttpResponse
+
+from catalog.routing import Route, load_catalog_snapshot, select_route
+from gateway_site.db import run_db
+from licensing.budget import BudgetState, budget_check
+from licensing.credentials import Principal
+from licensing.ledger import LedgerEntry, transaction_record
+
+from .billing import Usage
+from .errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
+from .headers import parse_service_headers
+
+
+@dataclass
+class ProviderResult:
+    """What an endpoint's provider call produced, before credits are added."""
+
+    body: dict
+    billed_model: str
+    usage: Usage = field(default_factory=Usage)
+    credits: int = 0
+    output_texts: Iterable[str] = ()
+
+
+@dataclass
+class Call:
+    """One request travelling through the pipeline."""
+
+    request: Any
+    request_id: str
+    principal: Principal
+    body: Any
+    body_fields: dict
+    metadata: dict
+    budget: BudgetState | None = None
+    route: Route | None = None
+
+
+class Operation:
+    """An endpoint's part: its names, its texts for guardrails, its provider call, its answer."""
+
+    endpoint: ClassVar[str]  # internal endpoint name (messages, routing)
+    service: ClassVar[str]  # policy service name
+    output_modality: ClassVar[str | None] = None
+
+    def model_of(self, body) -> str:
+        return body.model
+
+    def input_texts(self, body) -> Iterable[str]:
+        return ()
+
+    def prepare(self, route: Route, body) -> None:
+        """Part of step 7: reject what the chosen provider cannot take, before any call."""
+
+    async def call(self, route: Route, body, call: Call) -> ProviderResult:
+        raise NotImplementedError
+
+    def render(self, result: ProviderResult, remaining: int | None) -> HttpResponse:
+        raise NotImplementedError
+
+
+def require_principal(request) -> Principal:
+    """Check 3, for every authenticated endpoint."""
+    principal = getattr(request, "principal", None)
+    if principal is None:
+        raise AuthenticationFailed(AUTH_REQUIRED)
+    return principal
+
+
+async def _catalog():
+    from catalog.routing import _catalog_cache
+
+    cached = _catalog_cache.get("catalog")
+    return cached if cached is not None else await run_db(load_catalog_snapshot)
+
+
+async def run(request, operation: Operation, body) -> HttpResponse:
+    principal = require_principal(request)  # 3
+    pin, metadata = parse_service_headers(request)  # 4
+    license = principal.license
+    call = Call(
+        request=request,
+        request_id=request.request_id,
+        principal=principal,
+        body=body,
+        body_fields=body.model_dump(exclude_unset=True),
+        metadata=metadata,
+    )
+    # 5: an unlimited budget needs no read before the call.
+    if license.budget.limit is None:
+        call.budget = budget_check(
+            license_id=license.id, config=license.budget, holder=principal.holder
+        )
+    else:
+        call.budget = await run_db(
+            budget_check, license_id=license.id, config=license.budget, holder=principal.holder
+        )
+    # 6
+    if license.policy is None:
+        raise ServiceUnavailable()
+    service_policy = license.policy.check_request(operation.service, call.body_fields)
+    # 7
+    catalog = await _catalog()
+    call.route = route = select_route(
+        catalog,
+        endpoint=operation.endpoint,
+        model=operation.model_of(body),
+        pin=pin,
+        allowed=service_policy.providers,
+        output_modality=operation.output_modality,
+    )
+    operation.prepare(route, body)
+    # 8
+    guardrails = license.guardrails
+    if guardrails is None:
+        raise ServiceUnavailable()
+    guardrails.check("input", operation.input_texts(body))
+    # 9
+    try:
+        result = await operation.call(route, body, call)
+    except GatewayError as exc:
+        await _record(call, operation, status=exc.status)
+        raise
+    except asyncio.CancelledError:
+        await _record(call, operation, status=499)  # client went away mid-call
+        raise
+    # 10: a blocked answer is still charged.
+    try:
+        guardrails.check("output", result.output_texts)
+    except GatewayError as exc:
+        await _record(call, operation, status=exc.status, result=result)
+        raise
+    remaining = await _record(call, operation, status=200, result=result)
+    return operation.render(result, remaining)
+
+
+async def _record(
+    call: Call, operation: Operation, *, status: int, result: ProviderResult | None = None
+) -> int | None:
+    route = call.route
+    usage = result.usage if result else Usage()
+    entry = LedgerEntry(
+        request_id=call.request_id,
+        license_id=call.principal.license.id,
+        api_key_id=call.principal.api_key_id,
+        end_user_id=call.principal.end_user_id,
+        service=operation.service,
+        requested_model=operation.model_of(call.body),
+        billed_model=result.billed_model if result else "",
+        provider=route.provider.slug,
+        connection=route.connection.name,
+        status_code=status,
+        credits=result.credits if result else 0,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.total_tokens,
+        images=usage.images,
+        megapixels=usage.megapixels,
+        metadata=call.metadata,
+        latency_ms=int((time.perf_counter() - call.request.started_at) * 1000),
+    )
+    return await run_db(transaction_record, entry=entry, budget=call.budget)

@@ -1,0 +1,180 @@
+"""One `Transport` owns the HTTP side of every provider: pooled clients, time-outs, and the
+spec's mapping of provider statuses. Each wire protocol is a small subclass.
+
+Provider status -> client status:
+    400, 422              -> 400 with the provider's (sanitized) message
+    404                   -> 404 with the provider's (sanitized) message
+    401, 403, 429, 5xx,
+    time-out, no connection -> 503 "Service temporarily unavailable" (retryable)
+    anything else         -> 500 "An error occurred"
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, ClassVar
+
+import httpx
+import orjson
+from django.conf import settings
+
+from catalog.routing import ConnectionInfo, Route
+from inference.errors import (
+    PROVIDER_ERROR,
+    BadRequest,
+    GatewayError,
+    NotFound,
+    ServiceUnavailable,
+)
+
+logger = logging.getLogger("gateway")
+
+_URL = re.compile(r"\b(?:https?|wss?|ftp)://[^\s'\"<>)]+|\bwww\.[^\s'\"<>)]+", re.IGNORECASE)
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_PROVIDER_NAMES = re.compile(
+    r"(?<![\w./-])(?:OpenAI|OpenRouter|Azure|Amazon Bedrock|Amazon|AWS|Bedrock|Google|Gemini|"
+    r"Vertex AI|Vertex|Anthropic|Stability AI|Stability|Cohere|Imagen|Titan|Nova)(?![\w/-])",
+    re.IGNORECASE,
+)
+
+
+def sanitize_message(message: str) -> str:
+    """Provider messages reach clients without URLs, e-mail addresses or provider names."""
+    text = _URL.sub("", message)
+    text = _EMAIL.sub("", text)
+    text = _PROVIDER_NAMES.sub("", text)
+    text = re.sub(r"\(\s*\)|\[\s*\]", "", text)
+    text = re.sub(r"\s{2,}", " ", text).strip()
+    text = re.sub(r"\s+([.,;:])", r"\1", text)
+    return text or PROVIDER_ERROR
+
+
+class ProviderFailure(GatewayError):
+    """A failed provider call, already mapped to the client's status."""
+
+    def __init__(self, message: str, *, status: int, retryable: bool):
+        super().__init__(message, status=status)
+        self.retryable = retryable
+
+
+def unavailable(reason: str) -> ProviderFailure:
+    logger.warning("provider unavailable: %s", reason)
+    return ProviderFailure(ServiceUnavailable().message, status=503, retryable=True)
+
+
+class Transport:
+    """Base class of a provider adapter. Subclasses set `kind` and implement the endpoints."""
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self):
+        self._clients: dict[tuple, httpx.AsyncClient] = {}
+
+    # --- clients: one pooled AsyncClient per connection, rebuilt only when it changes -------
+
+    def client(self, connection: ConnectionInfo) -> httpx.AsyncClient:
+        key = (connection.name, connection.base_url, connection.updated_at)
+        client = self._clients.get(key)
+        if client is None:
+            gateway = settings.GATEWAY
+            timeout = httpx.Timeout(
+                connection.timeout or gateway["UPSTREAM_TIMEOUT"],
+                connect=gateway["UPSTREAM_CONNECT_TIMEOUT"],
+            )
+            client = httpx.AsyncClient(
+                timeout=timeout,
+                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+                follow_redirects=False,
+                trust_env=False,
+            )
+            stale = [k for k in self._clients if k[0] == connection.name and k != key]
+            for k in stale:
+                self._clients.pop(k)  # closed by garbage collection once idle
+            self._clients[key] = client
+        return client
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def auth_headers(self, route: Route, method: str, url: str, body: bytes) -> dict[str, str]:
+        return {}
+
+    async def request(
+        self,
+        route: Route,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict | None = None,
+    ) -> httpx.Response:
+        url = route.connection.base_url + path
+        content = orjson.dumps(json) if json is not None else b""
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        headers.update(self.auth_headers(route, method, url, content))
+        try:
+            response = await self.client(route.connection).request(
+                method, url, content=content or None, headers=headers, params=params
+            )
+        except httpx.TimeoutException as exc:
+            raise unavailable(f"{self.kind} timeout: {type(exc).__name__}") from exc
+        except httpx.TransportError as exc:
+            raise unavailable(f"{self.kind} transport error: {type(exc).__name__}") from exc
+        self.raise_for_response(response)
+        return response
+
+    async def post_json(self, route: Route, path: str, body: Any, **kwargs) -> Any:
+        response = await self.request(route, "POST", path, json=body, **kwargs)
+        try:
+            return orjson.loads(response.content)
+        except orjson.JSONDecodeError as exc:
+            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+
+    # --- status mapping ------------------------------------------------------------------------
+
+    def error_message(self, response: httpx.Response) -> str:
+        """The provider's own message from its error body (protocols override)."""
+        try:
+            body = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            return response.text[:500]
+        if isinstance(body, dict):
+            error = body.get("error", body)
+            if isinstance(error, dict) and isinstance(error.get("message"), str):
+                return error["message"]
+            if isinstance(error, str):
+                return error
+            if isinstance(body.get("message"), str):
+                return body["message"]
+        return ""
+
+    def raise_for_response(self, response: httpx.Response) -> None:
+        status = response.status_code
+        if status < 300:
+            return
+        if status in (400, 422):
+            raise ProviderFailure(
+                sanitize_message(self.error_message(response)), status=400, retryable=False
+            )
+        if status == 404:
+            raise ProviderFailure(
+                sanitize_message(self.error_message(response)), status=404, retryable=False
+            )
+        if status in (401, 403, 429) or status >= 500:
+            raise unavailable(f"{self.kind} answered {status}")
+        raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+
+
+__all__ = [
+    "BadRequest",
+    "NotFound",
+    "ProviderFailure",
+    "Transport",
+    "sanitize_message",
+    "unavailable",
+]

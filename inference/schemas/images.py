@@ -1,0 +1,50 @@
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from .common import StrictBody
+
+
+class ImageGenerationRequest(StrictBody):
+    model: str = Field(min_length=1)
+    prompt: str = Field(min_length=1)
+    n: int = Field(default=1, ge=1, le=10, description="Per-model maximums apply upstream")
+    size: str = Field(
+        default="1024x1024",
+        pattern=r"^(auto|[1-9][0-9]{1,4}x[1-9][0-9]{1,4})$",
+        description="`WxH` or `auto`; normalized per provider to the nearest aspect ratio",
+    )
+    quality: Literal["standard", "hd", "low", "medium", "high", "auto"] | None = None
+    style: Literal["vivid", "natural"] | None = None
+    background: Literal["transparent", "opaque", "auto"] | None = None
+    output_format: Literal["png", "jpeg", "webp"] | None = None
+    output_compression: int | None = Field(default=None, ge=0, le=100)
+    moderation: Literal["auto", "low"] | None = None
+    seed: int | None = Field(default=None, ge=0, le=4294967295)
+    negative_prompt: str | None = None
+    user: str | None = None
+
+
+class ImageItem(BaseModel):
+    b64_json: str
+    revised_prompt: str | None
+    seed: int | None
+    watermark: Literal["c2pa", "provenance", "synthid", "none"]
+    flagged: bool
+
+
+class ImageUsage(BaseModel):
+    images: int
+    input_tokens: int | None
+    output_tokens: int | None
+    total_tokens: int | None
+    megapixels: float | None
+    credits_used: int
+    credits_remaining: int | None
+
+
+class ImageGenerationResponse(BaseModel):
+    created: int
+    model: str
+    data: list[ImageItem]
+    usage: ImageUsage

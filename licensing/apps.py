@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class LicensingConfig(AppConfig):
+    name = "licensing"
+    verbose_name = "Licensing and ledger"
+
+    def ready(self):
+        from . import signals  # noqa: F401

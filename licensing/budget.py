@@ -1,0 +1,192 @@
+"""Budgets: which wallet a request spends from, whether it may, and the atomic charge.
+
+A license's budget has a unit (`micro_credits`), a strategy (`pooled`: one wallet for the
+license; `per_user`: one per end user or API key), a period (`daily`, `weekly`, `monthly`,
+`lifetime`; calendar windows in UTC) and a limit (None = unlimited).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from gateway_site.localcache import TTLCache
+from inference.errors import OUT_OF_BUDGET, BadRequest, BudgetConfigurationError
+
+from .models import Wallet
+
+UNITS = ("micro_credits",)
+STRATEGIES = ("pooled", "per_user")
+PERIODS = ("daily", "weekly", "monthly", "lifetime")
+LIFETIME_START = datetime(1970, 1, 1, tzinfo=UTC)
+
+_wallet_ids = TTLCache("wallet-ids", max_entries=50_000)
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    unit: str
+    strategy: str
+    period: str
+    limit: int | None
+
+    def validate(self) -> None:
+        if (
+            self.unit not in UNITS
+            or self.strategy not in STRATEGIES
+            or self.period not in PERIODS
+            or (self.limit is not None and self.limit < 0)
+        ):
+            raise BudgetConfigurationError()
+
+
+def window_start(period: str, now: datetime) -> datetime:
+    now = now.astimezone(UTC)
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "daily":
+        return day
+    if period == "weekly":
+        return day - timedelta(days=day.weekday())
+    if period == "monthly":
+        return day.replace(day=1)
+    if period == "lifetime":
+        return LIFETIME_START
+    raise BudgetConfigurationError()
+
+
+@dataclass(frozen=True)
+class WalletKey:
+    license_id: int
+    holder: str
+    period: str
+    window_start: datetime
+
+
+@dataclass
+class BudgetState:
+    """What the budget step learned, carried to the charge after the provider call."""
+
+    config: BudgetConfig
+    key: WalletKey
+    wallet_id: int | None = None
+    spent: int = 0
+
+    def remaining_after(self, spent: int) -> int | None:
+        if self.config.limit is None:
+            return None
+        return max(0, self.config.limit - spent)
+
+
+def wallet_key(*, license_id: int, config: BudgetConfig, holder: str, now=None) -> WalletKey:
+    config.validate()
+    name = "license" if config.strategy == "pooled" else holder
+    start = window_start(config.period, now or timezone.now())
+    return WalletKey(license_id, name, config.period, start)
+
+
+def _wallet(key: WalletKey, unit: str) -> tuple[int, int]:
+    """(id, spent) of the wallet for this window, opening it if needed."""
+    row = (
+        Wallet.objects.filter(
+            license_id=key.license_id,
+            holder=key.holder,
+            period=key.period,
+            window_start=key.window_start,
+        )
+        .values_list("id", "spent", "unit")
+        .first()
+    )
+    if row is None:
+        try:
+            with transaction.atomic():
+                wallet = Wallet.objects.create(
+                    license_id=key.license_id,
+                    holder=key.holder,
+                    period=key.period,
+                    window_start=key.window_start,
+                    unit=unit,
+                )
+            row = (wallet.pk, 0, unit)
+        except IntegrityError:  # opened concurrently
+            row = (
+                Wallet.objects.filter(
+                    license_id=key.license_id,
+                    holder=key.holder,
+                    period=key.period,
+                    window_start=key.window_start,
+                )
+                .values_list("id", "spent", "unit")
+                .get()
+            )
+    if row[2] != unit:
+        raise BudgetConfigurationError()
+    _wallet_ids.set(key, row[0])
+    return row[0], row[1]
+
+
+def budget_check(*, license_id: int, config: BudgetConfig, holder: str) -> BudgetState:
+    """Refuse (400) when the wallet has nothing left; reads nothing for unlimited licenses."""
+    key = wallet_key(license_id=license_id, config=config, holder=holder)
+    state = BudgetState(config=config, key=key)
+    if config.limit is not None:
+        state.wallet_id, state.spent = _wallet(key, config.unit)
+        if state.spent >= config.limit:
+            raise BadRequest(OUT_OF_BUDGET)
+    return state
+
+
+def wallet_charge(state: BudgetState, credits: int) -> tuple[int | None, int]:
+    """Add `credits` to the wallet in one conditional UPDATE; returns (wallet id, spent after).
+
+    Must run inside the caller's transaction (the ledger row goes in with it).
+    """
+    wallet_id = state.wallet_id or _wallet_ids.get(state.key)
+    if credits == 0:
+        return wallet_id, state.spent
+    for _ in range(2):
+        if wallet_id is None:
+            wallet_id, _spent = _wallet(state.key, state.config.unit)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE licensing_wallet SET spent = spent + %s, updated_at = %s "
+                "WHERE id = %s RETURNING spent, unit",
+                [credits, timezone.now(), wallet_id],
+            )
+            row = cursor.fetchone()
+        if row is not None:
+            if row[1] != state.config.unit:
+                raise BudgetConfigurationError()
+            return wallet_id, row[0]
+        wallet_id = None  # the cached wallet was deleted: open it again
+    raise BudgetConfigurationError()  # pragma: no cover
+
+
+def budget_usage(*, license_id: int, config: BudgetConfig, holder: str) -> dict:
+    """The `budget` object of GET /v1/license for this caller's wallet."""
+    key = wallet_key(license_id=license_id, config=config, holder=holder)
+    row = (
+        Wallet.objects.filter(
+            license_id=key.license_id,
+            holder=key.holder,
+            period=key.period,
+            window_start=key.window_start,
+        )
+        .values_list("spent", "unit")
+        .first()
+    )
+    if row is not None and row[1] != config.unit:
+        raise BudgetConfigurationError()
+    used = row[0] if row else 0
+    remaining = None if config.limit is None else max(0, config.limit - used)
+    return {
+        "unit": config.unit,
+        "strategy": config.strategy,
+        "period": config.period,
+        "window_start": key.window_start.isoformat() if config.period != "lifetime" else None,
+        "limit": config.limit,
+        "used": used,
+        "remaining": remaining,
+    }

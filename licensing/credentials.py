@@ -1,0 +1,339 @@
+"""Who is calling: API keys and JWTs resolved to a `Principal` (license, key or end user).
+
+API keys are `sk-svc-` + 43 URL-safe characters, stored as a lookup prefix and a SHA-256
+digest. JWTs are verified against the institution's registered issuers; the first valid token
+of a `sub` creates its end user under the issuer's license.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import jwt
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from gateway_site.db import run_db
+from gateway_site.localcache import TTLCache
+from inference.errors import AUTH_BAD_SCHEME, AUTH_INVALID, AuthenticationFailed
+
+from .budget import BudgetConfig
+from .guardrails import GuardrailConfigError, Guardrails, compile_guardrails
+from .models import ApiKey, EndUser, JwtIssuer, License
+from .policy import Policy, PolicyDocumentError, compile_policy
+
+KEY_PREFIX = "sk-svc-"
+KEY_RANDOM_CHARS = 43
+LOOKUP_CHARS = 8  # random characters kept in clear, for lookup and display
+MAX_CREDENTIAL_LENGTH = 8192
+ALLOWED_JWT_ALGORITHMS = (
+    "HS256", "HS384", "HS512",
+    "RS256", "RS384", "RS512",
+    "PS256", "PS384", "PS512",
+    "ES256", "ES384", "ES512",
+    "EdDSA",
+)  # fmt: skip
+
+_key_cache = TTLCache("api-keys")
+_license_cache = TTLCache("licenses")
+_issuer_cache = TTLCache("jwt-issuers", max_entries=1000)
+_end_user_cache = TTLCache("end-users")
+_jwks_clients: dict[str, jwt.PyJWKClient] = {}
+
+
+# --- API keys -----------------------------------------------------------------------------
+
+
+def generate_api_key() -> str:
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    assert len(key) == len(KEY_PREFIX) + KEY_RANDOM_CHARS
+    return key
+
+
+def key_digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def key_lookup_prefix(key: str) -> str:
+    return key[: len(KEY_PREFIX) + LOOKUP_CHARS]
+
+
+def api_key_create(*, license: License, name: str = "", expires_at: datetime | None = None):
+    """Create a key; returns (row, full key). The full key is never stored."""
+    key = generate_api_key()
+    row = ApiKey.objects.create(
+        license=license,
+        name=name,
+        prefix=key_lookup_prefix(key),
+        digest=key_digest(key),
+        expires_at=expires_at,
+    )
+    return row, key
+
+
+def api_key_create_for_days(*, license: License, name: str = "", days: int | None = None):
+    expires_at = timezone.now() + timedelta(days=days) if days else None
+    return api_key_create(license=license, name=name, expires_at=expires_at)
+
+
+# --- snapshots held in the caches --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LicenseInfo:
+    id: int
+    name: str
+    institution: str
+    active: bool
+    type_id: int
+    type_name: str
+    type_active: bool
+    policy: Policy | None  # None: the document cannot be evaluated (503 at the policy step)
+    guardrails: Guardrails | None  # None: the settings cannot be evaluated (503)
+    budget: BudgetConfig
+
+    @property
+    def usable(self) -> bool:
+        return self.active and self.type_active
+
+
+@dataclass(frozen=True)
+class Principal:
+    license: LicenseInfo
+    api_key_id: int | None = None
+    end_user_id: int | None = None
+
+    @property
+    def license_name(self) -> str:
+        return self.license.name
+
+    @property
+    def holder(self) -> str:
+        """The budget holder name of this caller under a per-user strategy."""
+        if self.end_user_id is not None:
+            return f"user:{self.end_user_id}"
+        return f"key:{self.api_key_id}"
+
+
+@dataclass(frozen=True)
+class _KeyInfo:
+    id: int
+    digest: str
+    license_id: int
+    active: bool
+    expires_at: datetime | None
+
+
+def _license_info(license_id: int) -> LicenseInfo | None:
+    cached = _license_cache.get(license_id)
+    if cached is not None:
+        return cached
+    generation = _license_cache.generation
+    row = (
+        License.objects.select_related("license_type", "institution")
+        .filter(pk=license_id)
+        .first()
+    )
+    if row is None:
+        return None
+    try:
+        policy = compile_policy(row.license_type.policy)
+    except PolicyDocumentError:
+        policy = None
+    try:
+        guardrails = compile_guardrails(row.license_type.guardrails)
+    except GuardrailConfigError:
+        guardrails = None
+    info = LicenseInfo(
+        id=row.pk,
+        name=row.name,
+        institution=row.institution.name,
+        active=row.active,
+        type_id=row.license_type_id,
+        type_name=row.license_type.name,
+        type_active=row.license_type.active,
+        policy=policy,
+        guardrails=guardrails if guardrails is not None else None,
+        budget=BudgetConfig(
+            unit=row.budget_unit,
+            strategy=row.budget_strategy,
+            period=row.budget_period,
+            limit=row.budget_limit,
+        ),
+    )
+    _license_cache.set(license_id, info, generation)
+    return info
+
+
+def _resolve_api_key(credential: str) -> Principal | None:
+    digest = key_digest(credential)
+    info = _key_cache.get(digest)
+    if info is None:
+        generation = _key_cache.generation
+        rows = ApiKey.objects.filter(prefix=key_lookup_prefix(credential)).values_list(
+            "id", "digest", "license_id", "active", "expires_at"
+        )
+        for row in rows:
+            if hmac.compare_digest(row[1], digest):
+                info = _KeyInfo(*row)
+                break
+        if info is None:
+            return None
+        _key_cache.set(digest, info, generation)
+    if not info.active or (info.expires_at is not None and info.expires_at <= timezone.now()):
+        return None
+    license_info = _license_info(info.license_id)
+    if license_info is None or not license_info.usable:
+        return None
+    return Principal(license=license_info, api_key_id=info.id)
+
+
+# --- JWT -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _IssuerInfo:
+    id: int
+    license_id: int
+    issuer: str
+    audience: str
+    algorithms: tuple[str, ...]
+    jwks_url: str
+    public_keys: tuple[str, ...]
+    hs256_secret: str
+    active: bool
+
+
+def _issuer_info(iss: str) -> _IssuerInfo | None:
+    cached = _issuer_cache.get(iss)
+    if cached is not None:
+        return cached
+    generation = _issuer_cache.generation
+    row = JwtIssuer.objects.filter(issuer=iss).first()
+    if row is None:
+        return None
+    pems = tuple(
+        "-----BEGIN" + block
+        for block in row.public_keys.split("-----BEGIN")
+        if block.strip()
+    )
+    algorithms = row.algorithms if isinstance(row.algorithms, list) else []
+    info = _IssuerInfo(
+        id=row.pk,
+        license_id=row.license_id,
+        issuer=row.issuer,
+        audience=row.audience,
+        algorithms=tuple(a for a in algorithms if a in ALLOWED_JWT_ALGORITHMS),
+        jwks_url=row.jwks_url,
+        public_keys=pems,
+        hs256_secret=row.hs256_secret,
+        active=row.active,
+    )
+    _issuer_cache.set(iss, info, generation)
+    return info
+
+
+def _verification_keys(issuer: _IssuerInfo, token: str, alg: str) -> list:
+    if alg.startswith("HS"):
+        # Never verify an HMAC token with a public key (the classic algorithm confusion).
+        return [issuer.hs256_secret] if issuer.hs256_secret else []
+    keys: list = list(issuer.public_keys)
+    if issuer.jwks_url:
+        client = _jwks_clients.get(issuer.jwks_url)
+        if client is None:
+            client = _jwks_clients[issuer.jwks_url] = jwt.PyJWKClient(
+                issuer.jwks_url, cache_keys=True, lifespan=300, timeout=5
+            )
+        try:
+            keys.append(client.get_signing_key_from_jwt(token).key)
+        except jwt.PyJWKClientError:
+            pass
+    return keys
+
+
+def _resolve_jwt(token: str) -> Principal | None:
+    try:
+        header = jwt.get_unverified_header(token)
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return None
+    iss, alg = claims.get("iss"), header.get("alg")
+    if not isinstance(iss, str) or not isinstance(alg, str):
+        return None
+    issuer = _issuer_info(iss)
+    if issuer is None or not issuer.active or alg not in issuer.algorithms:
+        return None
+    payload = None
+    for key in _verification_keys(issuer, token, alg):
+        try:
+            payload = jwt.decode(
+                token,
+                key,
+                algorithms=[alg],
+                audience=issuer.audience,
+                issuer=issuer.issuer,
+                options={"require": ["exp", "iss", "aud", "sub"]},
+            )
+            break
+        except (jwt.PyJWTError, ValueError, TypeError):
+            continue
+    if payload is None:
+        return None
+    subject = payload.get("sub")
+    if not isinstance(subject, str) or not subject or len(subject) > 500:
+        return None
+    license_info = _license_info(issuer.license_id)
+    if license_info is None or not license_info.usable:
+        return None
+    return Principal(license=license_info, end_user_id=_end_user_id(issuer, subject))
+
+
+def _end_user_id(issuer: _IssuerInfo, subject: str) -> int:
+    cache_key = (issuer.id, subject)
+    cached = _end_user_cache.get(cache_key)
+    if cached is not None:
+        return cached
+    generation = _end_user_cache.generation
+    user = EndUser.objects.filter(issuer_id=issuer.id, subject=subject).first()
+    if user is None:
+        try:
+            with transaction.atomic():
+                user = EndUser.objects.create(
+                    issuer_id=issuer.id, subject=subject, license_id=issuer.license_id
+                )
+        except IntegrityError:  # a concurrent first request created it
+            user = EndUser.objects.get(issuer_id=issuer.id, subject=subject)
+    _end_user_cache.set(cache_key, user.pk, generation)
+    return user.pk
+
+
+# --- the Authorization header --------------------------------------------------------------
+
+
+def resolve_credential(credential: str) -> Principal | None:
+    if not credential or len(credential) > MAX_CREDENTIAL_LENGTH:
+        return None
+    if credential.startswith(KEY_PREFIX):
+        return _resolve_api_key(credential)
+    if credential.count(".") == 2:
+        return _resolve_jwt(credential)
+    return None
+
+
+def parse_authorization(header: str) -> str:
+    """The credential of a `Bearer <credential>` header; 401 for any other scheme."""
+    if not header.startswith("Bearer "):
+        raise AuthenticationFailed(AUTH_BAD_SCHEME)
+    return header[len("Bearer ") :]
+
+
+async def authenticate(header: str) -> Principal:
+    credential = parse_authorization(header)
+    principal = await run_db(resolve_credential, credential)
+    if principal is None:
+        raise AuthenticationFailed(AUTH_INVALID)
+    return principal

@@ -1,0 +1,67 @@
+"""Guardrails per license type: regex block-lists on what goes to and comes from a provider.
+
+    {"input": {"patterns": ["(?i)social security number"]},
+     "output": {"patterns": ["(?i)secret"]}}
+
+Patterns are searched (not full-matched) in every text of the request or answer.
+A moderation call is reserved in the format ("moderation": true) but not yet wired.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from inference.errors import GUARDRAIL_BLOCKED, BadRequest
+
+STAGES = ("input", "output")
+
+
+class GuardrailConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Guardrails:
+    input: tuple[re.Pattern, ...] = ()
+    output: tuple[re.Pattern, ...] = ()
+
+    def check(self, stage: str, texts: Iterable[str]) -> None:
+        patterns = self.input if stage == "input" else self.output
+        if not patterns:
+            return
+        for text in texts:
+            if text and any(p.search(text) for p in patterns):
+                raise BadRequest(GUARDRAIL_BLOCKED)
+
+
+NO_GUARDRAILS = Guardrails()
+
+
+def compile_guardrails(config) -> Guardrails:
+    if not config:
+        return NO_GUARDRAILS
+    if not isinstance(config, dict):
+        raise GuardrailConfigError("Guardrails must be a JSON object")
+    unknown = sorted(set(config) - set(STAGES))
+    if unknown:
+        raise GuardrailConfigError(f"Unknown guardrail stages {unknown}; use {list(STAGES)}")
+    compiled = {}
+    for stage in STAGES:
+        stage_config = config.get(stage) or {}
+        if not isinstance(stage_config, dict):
+            raise GuardrailConfigError(f"{stage}: must be an object")
+        extra = sorted(set(stage_config) - {"patterns", "moderation"})
+        if extra:
+            raise GuardrailConfigError(f"{stage}: unknown keys {extra}")
+        if stage_config.get("moderation"):
+            raise GuardrailConfigError(f"{stage}.moderation: not supported yet")
+        patterns = stage_config.get("patterns", [])
+        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+            raise GuardrailConfigError(f"{stage}.patterns: must be a list of regexes")
+        try:
+            compiled[stage] = tuple(re.compile(p) for p in patterns)
+        except re.error as exc:
+            raise GuardrailConfigError(f"{stage}.patterns: {exc}") from exc
+    return Guardrails(**compiled)

@@ -1,0 +1,222 @@
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils import timezone
+
+
+def default_policy():
+    from .policy import open_policy_document
+
+    return open_policy_document()
+
+
+class Institution(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class LicenseType(models.Model):
+    """What a group of licenses may do: the policy document and guardrail settings."""
+
+    institution = models.ForeignKey(
+        Institution, on_delete=models.CASCADE, related_name="license_types", null=True, blank=True
+    )
+    name = models.CharField(max_length=200)
+    active = models.BooleanField(default=True)
+    policy = models.JSONField(default=default_policy, help_text="Policy document (see docs/policy.md)")
+    guardrails = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='{"input": {"patterns": ["regex", ...]}, "output": {"patterns": [...]}}',
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def clean(self):
+        from .guardrails import GuardrailConfigError, compile_guardrails
+        from .policy import PolicyDocumentError, validate_policy_document
+
+        errors = {}
+        try:
+            validate_policy_document(self.policy)
+        except PolicyDocumentError as exc:
+            errors["policy"] = str(exc)
+        try:
+            compile_guardrails(self.guardrails)
+        except GuardrailConfigError as exc:
+            errors["guardrails"] = str(exc)
+        if errors:
+            raise ValidationError(errors)
+
+
+class License(models.Model):
+    class Strategy(models.TextChoices):
+        POOLED = "pooled", "Pooled: one wallet for the license"
+        PER_USER = "per_user", "Per user: one wallet per end user or API key"
+
+    class Period(models.TextChoices):
+        DAILY = "daily", "Daily"
+        WEEKLY = "weekly", "Weekly"
+        MONTHLY = "monthly", "Monthly"
+        LIFETIME = "lifetime", "Lifetime"
+
+    institution = models.ForeignKey(Institution, on_delete=models.CASCADE, related_name="licenses")
+    license_type = models.ForeignKey(LicenseType, on_delete=models.PROTECT, related_name="licenses")
+    name = models.CharField(max_length=200, unique=True)
+    active = models.BooleanField(default=True)
+    budget_unit = models.CharField(max_length=32, default="micro_credits")
+    budget_strategy = models.CharField(
+        max_length=32, choices=Strategy.choices, default=Strategy.POOLED
+    )
+    budget_period = models.CharField(max_length=32, choices=Period.choices, default=Period.LIFETIME)
+    budget_limit = models.BigIntegerField(
+        null=True, blank=True, help_text="Micro-credits per wallet and period; empty = unlimited"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class ApiKey(models.Model):
+    license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=200, blank=True)
+    prefix = models.CharField(max_length=32, db_index=True, editable=False)
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    active = models.BooleanField(default=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API key"
+
+    def __str__(self):
+        return f"{self.prefix}… ({self.name or self.license.name})"
+
+
+class JwtIssuer(models.Model):
+    """An identity provider whose tokens are accepted; its users land on `license`."""
+
+    institution = models.ForeignKey(Institution, on_delete=models.CASCADE, related_name="jwt_issuers")
+    license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="jwt_issuers")
+    issuer = models.CharField(max_length=500, unique=True, help_text="The `iss` claim")
+    audience = models.CharField(max_length=500, help_text="The required `aud` claim")
+    algorithms = models.JSONField(default=list, help_text='e.g. ["RS256"] or ["HS256"]')
+    jwks_url = models.URLField(max_length=500, blank=True)
+    public_keys = models.TextField(blank=True, help_text="PEM public keys, one or more")
+    hs256_secret = models.CharField(max_length=500, blank=True)
+    active = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["issuer"]
+        verbose_name = "JWT issuer"
+
+    def __str__(self):
+        return self.issuer
+
+    def clean(self):
+        from .credentials import ALLOWED_JWT_ALGORITHMS
+
+        algs = self.algorithms
+        if not isinstance(algs, list) or not algs or not all(isinstance(a, str) for a in algs):
+            raise ValidationError({"algorithms": "A non-empty list of algorithm names."})
+        unknown = [a for a in algs if a not in ALLOWED_JWT_ALGORITHMS]
+        if unknown:
+            raise ValidationError({"algorithms": f"Unsupported algorithms: {unknown}"})
+        if not (self.jwks_url or self.public_keys or self.hs256_secret):
+            raise ValidationError("Give a JWKS URL, public keys or an HS256 secret.")
+
+
+class EndUser(models.Model):
+    """A person known from a JWT `sub`; created on their first valid token."""
+
+    license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="end_users")
+    issuer = models.ForeignKey(JwtIssuer, on_delete=models.CASCADE, related_name="end_users")
+    subject = models.CharField(max_length=500)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="uniq_end_user_subject")
+        ]
+
+    def __str__(self):
+        return self.subject
+
+
+class Wallet(models.Model):
+    """Spend of one budget holder (the license, a key or an end user) in one window."""
+
+    license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="wallets")
+    holder = models.CharField(max_length=100, help_text="license, key:<id> or user:<id>")
+    period = models.CharField(max_length=32)
+    window_start = models.DateTimeField()
+    unit = models.CharField(max_length=32)
+    spent = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-window_start", "license__name", "holder"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["license", "holder", "period", "window_start"], name="uniq_wallet_window"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.license.name} {self.holder} {self.period} {self.window_start:%Y-%m-%d}"
+
+
+class Transaction(models.Model):
+    """One row per request that reached the provider call. Never updated or deleted."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    request_id = models.CharField(max_length=64, db_index=True)
+    license = models.ForeignKey(License, on_delete=models.PROTECT, related_name="transactions")
+    api_key = models.ForeignKey(
+        ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="transactions"
+    )
+    end_user = models.ForeignKey(
+        EndUser, on_delete=models.SET_NULL, null=True, blank=True, related_name="transactions"
+    )
+    wallet = models.ForeignKey(
+        Wallet, on_delete=models.SET_NULL, null=True, blank=True, related_name="transactions"
+    )
+    service = models.CharField(max_length=64, db_index=True)
+    requested_model = models.CharField(max_length=200)
+    billed_model = models.CharField(max_length=200, blank=True)
+    provider = models.CharField(max_length=64)
+    connection = models.CharField(max_length=64, blank=True)
+    status_code = models.PositiveSmallIntegerField()
+    prompt_tokens = models.BigIntegerField(null=True, blank=True)
+    completion_tokens = models.BigIntegerField(null=True, blank=True)
+    total_tokens = models.BigIntegerField(null=True, blank=True)
+    images = models.IntegerField(null=True, blank=True)
+    megapixels = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    credits = models.BigIntegerField(default=0, help_text="Micro-credits charged")
+    metadata = models.JSONField(default=dict, blank=True)
+    latency_ms = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.service} {self.credits}"

@@ -1,0 +1,18 @@
+"""Saved or deleted rows invalidate the in-process caches the API reads on every request."""
+
+from django.db.models.signals import post_delete, post_save
+
+from gateway_site.localcache import clear_all
+
+# Written on the hot path; they are never cached, so their writes must not clear anything.
+_NOT_CACHED = {"wallet", "transaction"}
+
+
+def _invalidate(sender, **kwargs):
+    meta = sender._meta
+    if meta.app_label == "licensing" and meta.model_name not in _NOT_CACHED:
+        clear_all()
+
+
+post_save.connect(_invalidate, dispatch_uid="licensing-invalidate-save")
+post_delete.connect(_invalidate, dispatch_uid="licensing-invalidate-delete")
