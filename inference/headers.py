@@ -30,7 +30,9 @@ def parse_provider_pin(request) -> ProviderPin | None:
     parts = value.split("/")
     if len(parts) > 2 or any(not part.strip() for part in parts):
         raise BadRequest(f"Malformed X-Service-Provider header: '{raw}'")
-    return ProviderPin(slug=parts[0].strip(), connection=parts[1].strip() if len(parts) == 2 else None)
+    return ProviderPin(
+        slug=parts[0].strip(), connection=parts[1].strip() if len(parts) == 2 else None
+    )
 
 
 def _reject_constant(name):

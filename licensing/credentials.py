@@ -134,9 +134,7 @@ def _license_info(license_id: int) -> LicenseInfo | None:
         return cached
     generation = _license_cache.generation
     row = (
-        License.objects.select_related("license_type", "institution")
-        .filter(pk=license_id)
-        .first()
+        License.objects.select_related("license_type", "institution").filter(pk=license_id).first()
     )
     if row is None:
         return None
@@ -217,9 +215,7 @@ def _issuer_info(iss: str) -> _IssuerInfo | None:
     if row is None:
         return None
     pems = tuple(
-        "-----BEGIN" + block
-        for block in row.public_keys.split("-----BEGIN")
-        if block.strip()
+        "-----BEGIN" + block for block in row.public_keys.split("-----BEGIN") if block.strip()
     )
     algorithms = row.algorithms if isinstance(row.algorithms, list) else []
     info = _IssuerInfo(

@@ -28,7 +28,9 @@ class LicenseType(models.Model):
     )
     name = models.CharField(max_length=200)
     active = models.BooleanField(default=True)
-    policy = models.JSONField(default=default_policy, help_text="Policy document (see docs/policy.md)")
+    policy = models.JSONField(
+        default=default_policy, help_text="Policy document (see docs/policy.md)"
+    )
     guardrails = models.JSONField(
         default=dict,
         blank=True,
@@ -113,7 +115,9 @@ class ApiKey(models.Model):
 class JwtIssuer(models.Model):
     """An identity provider whose tokens are accepted; its users land on `license`."""
 
-    institution = models.ForeignKey(Institution, on_delete=models.CASCADE, related_name="jwt_issuers")
+    institution = models.ForeignKey(
+        Institution, on_delete=models.CASCADE, related_name="jwt_issuers"
+    )
     license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="jwt_issuers")
     issuer = models.CharField(max_length=500, unique=True, help_text="The `iss` claim")
     audience = models.CharField(max_length=500, help_text="The required `aud` claim")

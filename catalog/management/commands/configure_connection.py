@@ -9,7 +9,9 @@ class Command(BaseCommand):
     help = "Create or update a provider connection (base URL and credentials)."
 
     def add_arguments(self, parser):
-        parser.add_argument("slug", help="Provider slug: direct, aggregator, cloud, multimodal, ...")
+        parser.add_argument(
+            "slug", help="Provider slug: direct, aggregator, cloud, multimodal, ..."
+        )
         parser.add_argument("--name", default="default", help="Connection name (default: default)")
         parser.add_argument("--base-url", required=True)
         parser.add_argument("--api-key", default=None)
