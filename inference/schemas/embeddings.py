@@ -1,4 +1,4 @@
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
@@ -7,7 +7,7 @@ from .common import StrictBody
 
 class EmbeddingsRequest(StrictBody):
     model: str = Field(min_length=1, description="Model identifier from the catalog")
-    input: str | list[str] = Field(
+    input: str | Annotated[list[str], Field(min_length=1)] = Field(
         description="A string (one vector) or a non-empty list of strings (one vector each)"
     )
     dimensions: int | None = Field(

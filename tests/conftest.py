@@ -1,0 +1,151 @@
+"""Shared fixtures: the gateway served by uvicorn on 127.0.0.1, fake upstreams that speak the
+real wire protocols, and the catalog and licenses the tests act on."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+from django.db import connection
+
+UPSTREAM_KEY = "sk-upstream-test"
+
+
+class LiveGateway:
+    def __init__(self):
+        from gateway_site.asgi import application
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def start(self):
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("gateway did not start")
+            time.sleep(0.01)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def _close_other_connections():
+    """The server's worker threads keep their own connections; the test database cannot be
+    dropped while they are open."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+
+
+@pytest.fixture(scope="session")
+def gateway(django_db_setup, django_db_blocker):
+    live = LiveGateway()
+    live.start()
+    yield live
+    live.stop()
+    with django_db_blocker.unblock():
+        _close_other_connections()
+
+
+@pytest.fixture(scope="session")
+def openai_upstream():
+    from fake_upstreams import OpenAIFake, serve
+
+    with serve(OpenAIFake(api_key=UPSTREAM_KEY)) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def openrouter_upstream():
+    from fake_upstreams import OpenRouterFake, serve
+
+    with serve(OpenRouterFake(api_key=UPSTREAM_KEY)) as fake:
+        yield fake
+
+
+@pytest.fixture
+def upstreams(openai_upstream, openrouter_upstream):
+    for fake in (openai_upstream, openrouter_upstream):
+        fake.clear()
+    yield {"direct": openai_upstream, "aggregator": openrouter_upstream}
+    for fake in (openai_upstream, openrouter_upstream):
+        fake.clear()
+
+
+@pytest.fixture
+def catalog(transactional_db, upstreams):
+    """The default catalog, with `direct` and `aggregator` connected to the fakes."""
+    from catalog.services import catalog_load_defaults, connection_configure
+    from gateway_site.localcache import clear_all
+
+    catalog_load_defaults()
+    connection_configure(
+        provider_slug="direct", base_url=upstreams["direct"].base_url, api_key=UPSTREAM_KEY
+    )
+    connection_configure(
+        provider_slug="aggregator",
+        base_url=upstreams["aggregator"].base_url,
+        api_key=UPSTREAM_KEY,
+    )
+    clear_all()
+    return upstreams
+
+
+@pytest.fixture
+def make_license(transactional_db):
+    from licensing.services import license_create
+
+    def make(name="test-license", **kwargs):
+        return license_create(name=name, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def make_key():
+    from licensing.credentials import api_key_create
+
+    def make(license, **kwargs):
+        return api_key_create(license=license, **kwargs)[1]
+
+    return make
+
+
+@pytest.fixture
+def license(make_license):
+    return make_license()
+
+
+@pytest.fixture
+def api_key(license, make_key):
+    return make_key(license)
+
+
+@pytest.fixture
+def client(gateway):
+    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+        yield http
+
+
+@pytest.fixture
+def auth(api_key):
+    return {"Authorization": f"Bearer {api_key}"}

@@ -1,0 +1,328 @@
+"""The error contract (spec: Errors): 422 and 405 shapes, unknown paths, the plain-text 500,
+service headers, X-Request-Id, the access log and the OpenAPI document."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EMBEDDINGS = "/v1/embeddings"
+IMAGES = "/v1/images/generations"
+
+
+def post(client, path, body, headers=None, raw=None):
+    content = raw if raw is not None else json.dumps(body).encode()
+    return client.post(
+        path, content=content, headers={"Content-Type": "application/json", **(headers or {})}
+    )
+
+
+def detail(response, status=422):
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"detail"} and isinstance(body["detail"], list)
+    for item in body["detail"]:
+        assert {"type", "loc", "msg", "input"} <= set(item), item
+    return body["detail"]
+
+
+def only(items):
+    assert len(items) == 1, items
+    return items[0]
+
+
+# --- 422 on embeddings ------------------------------------------------------------------------
+
+
+def test_missing_required_fields(client, auth):
+    items = detail(post(client, EMBEDDINGS, {}, auth))
+    assert [(i["type"], i["loc"], i["msg"]) for i in items] == [
+        ("missing", ["body", "model"], "Field required"),
+        ("missing", ["body", "input"], "Field required"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("input_type", "query"),
+        ("output_dtype", "float"),
+        ("stream", True),
+        ("task_type", "RETRIEVAL_QUERY"),
+        ("whatever", 1),
+    ],
+)
+def test_undocumented_embeddings_fields(client, auth, field, value):
+    body = {"model": "text-embedding-3-small", "input": "hi", field: value}
+    item = only(detail(post(client, EMBEDDINGS, body, auth)))
+    assert item == {
+        "type": "extra_forbidden",
+        "loc": ["body", field],
+        "msg": "Extra inputs are not permitted",
+        "input": value,
+    }
+
+
+@pytest.mark.parametrize(
+    "value",
+    [[[1, 2, 3]], [1, 2], [{"type": "image_url", "image_url": {"url": "x"}}], 5, [], None],
+    ids=["token-arrays", "tokens", "multimodal", "number", "empty-list", "null"],
+)
+def test_embeddings_input_must_be_text(client, auth, value):
+    items = detail(
+        post(client, EMBEDDINGS, {"model": "text-embedding-3-small", "input": value}, auth)
+    )
+    assert items and all(item["loc"][:2] == ["body", "input"] for item in items)
+
+
+def test_encoding_format_base64_rejected(client, auth):
+    body = {"model": "text-embedding-3-small", "input": "hi", "encoding_format": "base64"}
+    item = only(detail(post(client, EMBEDDINGS, body, auth)))
+    assert item["type"] == "literal_error"
+    assert item["loc"] == ["body", "encoding_format"]
+    assert item["input"] == "base64"
+    assert item["ctx"] == {"expected": "'float'"}
+
+
+def test_dimensions_range_and_type(client, auth):
+    body = {"model": "text-embedding-3-small", "input": "hi", "dimensions": 0}
+    item = only(detail(post(client, EMBEDDINGS, body, auth)))
+    assert (item["type"], item["loc"], item["ctx"]) == (
+        "greater_than_equal",
+        ["body", "dimensions"],
+        {"ge": 1},
+    )
+    body["dimensions"] = "256"  # strict: a string is not an integer
+    assert only(detail(post(client, EMBEDDINGS, body, auth)))["type"] == "int_type"
+
+
+def test_empty_model_is_string_too_short(client, auth):
+    item = only(detail(post(client, EMBEDDINGS, {"model": "", "input": "x"}, auth)))
+    assert (item["type"], item["loc"], item["ctx"]) == (
+        "string_too_short",
+        ["body", "model"],
+        {"min_length": 1},
+    )
+
+
+@pytest.mark.parametrize(
+    "raw,offset",
+    [
+        (b'{"model": "x", "input": ', 24),
+        (b"not json", 0),
+        (b'{"model": "x"} trailing', 15),
+        (b'{"model": "\xc3\xa9\xff"}', 12),  # invalid UTF-8: offset in characters
+        (b'{"model": "x", "input": "y", "dimensions": NaN}', 43),
+    ],
+)
+def test_json_invalid_with_character_offset(client, auth, raw, offset):
+    item = only(detail(post(client, EMBEDDINGS, None, auth, raw=raw)))
+    assert item["type"] == "json_invalid"
+    assert item["loc"] == ["body", offset]
+
+
+def test_body_that_is_not_an_object(client, auth):
+    item = only(detail(post(client, EMBEDDINGS, ["model"], auth)))
+    assert item["type"] == "model_type" and item["loc"] == ["body"]
+
+
+def test_empty_body(client, auth):
+    item = only(detail(post(client, EMBEDDINGS, None, auth, raw=b"")))
+    assert (item["type"], item["loc"], item["msg"]) == ("missing", ["body"], "Field required")
+
+
+# --- 422 on image generation ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field", ["response_format", "stream", "messages", "dimensions", "image", "mask"]
+)
+def test_rejected_image_fields(client, auth, field):
+    body = {"model": "gpt-image-1", "prompt": "a cat", field: "x"}
+    item = only(detail(post(client, IMAGES, body, auth)))
+    assert (item["type"], item["loc"], item["msg"]) == (
+        "extra_forbidden",
+        ["body", field],
+        "Extra inputs are not permitted",
+    )
+
+
+@pytest.mark.parametrize(
+    "field,value,type_,ctx",
+    [
+        ("n", 0, "greater_than_equal", {"ge": 1}),
+        ("n", 11, "less_than_equal", {"le": 10}),
+        ("output_compression", 101, "less_than_equal", {"le": 100}),
+        ("output_compression", -1, "greater_than_equal", {"ge": 0}),
+        ("quality", "ultra", "literal_error", None),
+        ("style", "sketchy", "literal_error", None),
+        ("background", "clear", "literal_error", None),
+        ("output_format", "gif", "literal_error", None),
+        ("moderation", "none", "literal_error", None),
+        ("size", "huge", "string_pattern_mismatch", None),
+        ("n", "2", "int_type", None),
+        ("prompt", "", "string_too_short", {"min_length": 1}),
+    ],
+)
+def test_image_field_rules(client, auth, field, value, type_, ctx):
+    body = {"model": "gpt-image-1", "prompt": "a cat", field: value}
+    item = only(detail(post(client, IMAGES, body, auth)))
+    assert item["type"] == type_ and item["loc"] == ["body", field] and item["input"] == value
+    if ctx is not None:
+        assert item["ctx"] == ctx
+
+
+# --- 405 and unknown paths ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method,path,allowed",
+    [
+        ("GET", EMBEDDINGS, "POST"),
+        ("PUT", IMAGES, "POST"),
+        ("DELETE", EMBEDDINGS, "POST"),
+        ("POST", "/v1/models", "GET"),
+        ("POST", "/v1/license", "GET"),
+        ("PATCH", "/v1/health", "GET"),
+    ],
+)
+def test_wrong_method_is_405_detail(client, method, path, allowed):
+    response = client.request(method, path)
+    item = only(detail(response, status=405))
+    assert item["type"] == "method_not_allowed" and item["input"] == method
+    assert response.headers["Allow"] == allowed
+
+
+@pytest.mark.parametrize("path", ["/v1/images/edits", "/v1/images/variations", "/v1/nothing"])
+def test_unknown_paths_are_json_404(client, auth, path):
+    response = post(client, path, {"model": "gpt-image-1", "prompt": "x"}, auth)
+    assert response.status_code == 404
+    assert response.json() == {"error": {"message": "Not found"}}
+
+
+# --- unexpected failures ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_unexpected_failure_is_plain_text_500(client, auth, monkeypatch, settings, debug):
+    from inference.endpoints import info
+
+    settings.DEBUG = debug
+
+    def boom(catalog):
+        raise RuntimeError("secret internals /home/app/settings.py")
+
+    monkeypatch.setattr(info, "listed_models", boom)
+    response = client.get("/v1/models", headers=auth)
+    assert response.status_code == 500
+    assert response.headers["Content-Type"].startswith("text/plain")
+    assert response.text == "Internal Server Error"
+
+
+# --- service headers (check 4) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value", ["", "/", "direct/", "/default", "a/b/c", "direct//x", "direct/ /x"]
+)
+def test_malformed_provider_header(client, auth, value):
+    response = client.get("/v1/models", headers={**auth, "X-Service-Provider": value})
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {"message": f"Malformed X-Service-Provider header: '{value.strip()}'"}
+    }
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("{not json", "X-Service-Metadata must be a valid JSON object"),
+        ("", "X-Service-Metadata must be a valid JSON object"),
+        ('{"a": NaN}', "X-Service-Metadata must be a valid JSON object"),
+        ("[1, 2]", "X-Service-Metadata must be a JSON object"),
+        ('"text"', "X-Service-Metadata must be a JSON object"),
+        ("42", "X-Service-Metadata must be a JSON object"),
+        (
+            '{"course": "bio", "tags": ["a"]}',
+            "X-Service-Metadata value for 'tags' must be a scalar; "
+            "nested objects/arrays are not allowed",
+        ),
+        (
+            '{"x": {"y": 1}}',
+            "X-Service-Metadata value for 'x' must be a scalar; "
+            "nested objects/arrays are not allowed",
+        ),
+    ],
+)
+def test_malformed_metadata_header(client, auth, value, message):
+    response = client.get("/v1/license", headers={**auth, "X-Service-Metadata": value})
+    assert response.status_code == 400
+    assert response.json() == {"error": {"message": message}}
+
+
+def test_valid_metadata_header(client, auth):
+    value = '{"course": "bio-101", "n": 3, "ok": true, "none": null, "name": "Zoë"}'
+    response = client.get(
+        "/v1/license", headers={**auth, "X-Service-Metadata": value.encode("utf-8")}
+    )
+    assert response.status_code == 200
+
+
+# --- request ids, access log, OpenAPI ---------------------------------------------------------
+
+
+def test_every_response_has_a_request_id(client, auth):
+    ids = set()
+    for response in (
+        client.get("/v1/health"),
+        client.get("/v1/models"),
+        client.get("/v1/models", headers=auth),
+        client.get(EMBEDDINGS),
+        client.get("/v1/nothing"),
+    ):
+        assert len(response.headers["X-Request-Id"]) == 32
+        ids.add(response.headers["X-Request-Id"])
+    assert len(ids) == 5
+
+
+def test_one_structured_log_line_without_secrets(client, auth, api_key, caplog):
+    logger = logging.getLogger("gateway.access")
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="gateway.access"):
+            response = client.get("/v1/license", headers=auth)
+    finally:
+        logger.removeHandler(caplog.handler)
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
+    line = only(lines)
+    assert line["request_id"] == response.headers["X-Request-Id"]
+    assert (line["method"], line["path"], line["status"], line["license"]) == (
+        "GET",
+        "/v1/license",
+        200,
+        "test-license",
+    )
+    assert line["latency_ms"] >= 0
+    assert api_key not in caplog.text
+
+
+def test_openapi_document(client):
+    response = client.get("/v1/openapi.json")
+    assert response.status_code == 200
+    doc = response.json()
+    paths = doc["paths"]
+    assert set(paths["/v1/embeddings"]) == {"post"}
+    assert set(paths["/v1/images/generations"]) == {"post"}
+    assert set(paths["/v1/models"]) == {"get"}
+    assert "/v1/images/edits" not in paths
+    schemas = doc["components"]["schemas"]
+    assert schemas["EmbeddingsRequest"]["additionalProperties"] is False
+    assert set(schemas["EmbeddingsRequest"]["required"]) == {"model", "input"}
+    assert schemas["ImageGenerationRequest"]["properties"]["n"]["maximum"] == 10
+    assert doc["components"]["securitySchemes"]["BearerAuth"]["scheme"] == "bearer"
+    assert "422" in paths["/v1/embeddings"]["post"]["responses"]
+    assert client.get("/v1/docs").status_code == 200
