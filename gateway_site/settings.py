@@ -84,6 +84,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
     }
     # The tests' live server answers from other threads: give them a file, not shared memory.
+    (BASE_DIR / "var").mkdir(exist_ok=True)
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
