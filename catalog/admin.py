@@ -1,0 +1,139 @@
+"""The catalog admin: providers, connections (credentials write-only), models and provider rows.
+
+Connection credentials are never shown: not in list views, not rendered back into the change
+form (see `catalog.forms.ConnectionForm`).
+"""
+
+from django.contrib import admin, messages
+from django.db.models import Count, Q
+
+from gateway_site.localcache import clear_all
+
+from .forms import JSON_FORMFIELD, ConnectionForm
+from .models import Connection, Model, Provider, ProviderModel
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    list_display = ("slug", "kind", "description", "connection_count", "model_count")
+    list_filter = ("kind",)
+    search_fields = ("slug", "description")
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                _connections=Count("connections", distinct=True),
+                _models=Count("model_rows", distinct=True),
+            )
+        )
+
+    @admin.display(description="connections", ordering="_connections")
+    def connection_count(self, obj):
+        return obj._connections
+
+    @admin.display(description="models served", ordering="_models")
+    def model_count(self, obj):
+        return obj._models
+
+
+@admin.register(Connection)
+class ConnectionAdmin(admin.ModelAdmin):
+    form = ConnectionForm
+    list_display = ("provider", "name", "base_url", "region", "active", "credentials_set",
+                    "updated_at")
+    list_display_links = ("provider", "name")
+    list_filter = ("active", "provider")
+    list_select_related = ("provider",)
+    search_fields = ("name", "provider__slug", "base_url")
+    autocomplete_fields = ("provider",)
+    readonly_fields = ("updated_at",)
+
+    def get_fieldsets(self, request, obj=None):
+        api_key = ["api_key"] + (["clear_api_key"] if obj else [])
+        aws = ["region", "aws_access_key_id", "aws_secret_access_key"]
+        if obj:
+            aws.append("clear_aws_secret_access_key")
+        return [
+            (None, {"fields": ["provider", "name", "base_url", "timeout", "active"]
+                    + (["updated_at"] if obj else [])}),
+            ("API key (OpenAI-style providers)", {"fields": api_key}),
+            ("AWS (Bedrock)", {"fields": aws}),
+        ]
+
+    @admin.display(description="credentials set", boolean=True)
+    def credentials_set(self, obj):
+        return obj.has_credentials
+
+
+class ProviderModelInline(admin.TabularInline):
+    model = ProviderModel
+    fields = ("provider", "upstream_model_id", "active", "priority")
+    autocomplete_fields = ("provider",)
+    extra = 0
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("model", "provider")
+
+
+@admin.register(Model)
+class CatalogModelAdmin(admin.ModelAdmin):
+    list_display = ("model_id", "owned_by", "features", "listed", "active_rows", "updated_at")
+    list_filter = ("listed", "owned_by")
+    list_select_related = ("owned_by",)
+    search_fields = ("model_id",)
+    autocomplete_fields = ("owned_by",)
+    readonly_fields = ("updated_at",)
+    formfield_overrides = JSON_FORMFIELD
+    inlines = (ProviderModelInline,)
+    fieldsets = (
+        (None, {"fields": ("model_id", "owned_by", "listed", "updated_at")}),
+        ("Shown to clients", {"fields": ("supported_features", "input_modality",
+                                         "output_modality")}),
+        ("Billing and behaviour", {"fields": ("cost", "options")}),
+    )
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(_active_rows=Count("provider_rows", filter=Q(provider_rows__active=True)))
+        )
+
+    @admin.display(description="features")
+    def features(self, obj):
+        value = obj.supported_features
+        if isinstance(value, list):
+            return ", ".join(str(item) for item in value)
+        return str(value)
+
+    @admin.display(description="active rows", ordering="_active_rows")
+    def active_rows(self, obj):
+        return obj._active_rows
+
+
+@admin.register(ProviderModel)
+class ProviderModelAdmin(admin.ModelAdmin):
+    list_display = ("model", "provider", "upstream_model_id", "active", "priority")
+    list_display_links = ("model", "provider")
+    list_editable = ("active",)
+    list_filter = ("active", "provider", "model__owned_by")
+    list_select_related = ("model", "provider")
+    search_fields = ("model__model_id", "upstream_model_id", "provider__slug")
+    autocomplete_fields = ("model", "provider")
+    actions = ("activate", "deactivate")
+
+    def _set_active(self, request, queryset, active: bool):
+        updated = queryset.update(active=active)
+        clear_all()  # update() sends no post_save: drop the API's cached catalog here
+        state = "activated" if active else "deactivated"
+        self.message_user(request, f"{updated} provider row(s) {state}.", messages.SUCCESS)
+
+    @admin.action(description="Activate selected provider rows", permissions=["change"])
+    def activate(self, request, queryset):
+        self._set_active(request, queryset, True)
+
+    @admin.action(description="Deactivate selected provider rows", permissions=["change"])
+    def deactivate(self, request, queryset):
+        self._set_active(request, queryset, False)

@@ -1,0 +1,100 @@
+"""Admin forms for the catalog, and two helpers the licensing admin shares.
+
+- `PrettyJSONField` / `JSON_FORMFIELD`: JSON columns edited as indented text.
+- `AdminModelFormMixin`: an emptied optional JSON field saves the model default (`{}` / `[]`)
+  instead of a JSON null; secret columns (`secret_fields`) are write-only: a password-style
+  input that never renders the stored value, blank keeps it, a `clear_<name>` checkbox
+  removes it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.db import models
+
+from .models import Connection
+
+
+class PrettyJSONField(forms.JSONField):
+    """A JSON form field that shows the document indented, for editing as text."""
+
+    def prepare_value(self, value):
+        if isinstance(value, forms.fields.InvalidJSONInput):
+            return value
+        return json.dumps(value, ensure_ascii=False, indent=2, cls=self.encoder)
+
+
+JSON_FORMFIELD = {
+    models.JSONField: {
+        "form_class": PrettyJSONField,
+        "widget": forms.Textarea(
+            attrs={"rows": 10, "cols": 90, "class": "vLargeTextField", "spellcheck": "false",
+                   "style": "font-family: monospace"}
+        ),
+    }
+}
+
+
+class AdminModelFormMixin:
+    """Mix into a ModelForm (before `forms.ModelForm`)."""
+
+    secret_fields: tuple[str, ...] = ()
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in self.secret_fields:
+            field = self.fields.get(name)
+            if field is None:
+                continue
+            field.required = False
+            field.widget = forms.PasswordInput(
+                render_value=False, attrs={"autocomplete": "new-password", "class": "vTextField"}
+            )
+            # The stored value never reaches the form's initial data (nor the HTML); a blank
+            # submission is then "unchanged" for the change message.
+            self.initial[name] = ""
+            stored = bool(self.instance.pk and getattr(self.instance, name, ""))
+            state = "A value is stored (not shown)." if stored else "Nothing stored."
+            field.help_text = f"{state} Leave blank to keep the stored value."
+
+    def clean(self):
+        cleaned = super().clean()
+        for name in self.secret_fields:
+            if name not in self.fields or name not in cleaned:
+                continue
+            new_value = cleaned.get(name) or ""
+            clear = cleaned.get(f"clear_{name}", False)
+            if new_value and clear:
+                self.add_error(f"clear_{name}", "Enter a new value or clear it, not both.")
+            elif clear:
+                cleaned[name] = ""
+            elif not new_value:
+                cleaned[name] = getattr(self.instance, name, "") or ""
+        for name, value in list(cleaned.items()):
+            if value is not None:
+                continue
+            try:
+                model_field = self._meta.model._meta.get_field(name)
+            except Exception:  # a form-only field
+                continue
+            if isinstance(model_field, models.JSONField) and not model_field.null:
+                cleaned[name] = model_field.get_default()
+        return cleaned
+
+
+class ConnectionForm(AdminModelFormMixin, forms.ModelForm):
+    secret_fields = ("api_key", "aws_secret_access_key")
+
+    clear_api_key = forms.BooleanField(required=False, label="Clear the stored API key")
+    clear_aws_secret_access_key = forms.BooleanField(
+        required=False, label="Clear the stored AWS secret access key"
+    )
+
+    class Meta:
+        model = Connection
+        fields = ("provider", "name", "base_url", "timeout", "active", "api_key", "region",
+                  "aws_access_key_id", "aws_secret_access_key")
+        labels = {"api_key": "API key", "aws_access_key_id": "AWS access key id",
+                  "aws_secret_access_key": "AWS secret access key"}

@@ -1,0 +1,85 @@
+"""Admin forms for licensing.
+
+LicenseType's policy and guardrails are validated by `LicenseType.clean()`; ModelForm runs it
+and puts its errors on the `policy` / `guardrails` fields, so a bad document is never saved.
+"""
+
+from __future__ import annotations
+
+from django import forms
+
+from catalog.forms import AdminModelFormMixin
+
+from .models import ApiKey, JwtIssuer, License, LicenseType
+
+SUPPORTED_BUDGET_UNITS = ("micro_credits",)
+
+
+class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
+    class Meta:
+        model = LicenseType
+        fields = ("name", "institution", "active", "policy", "guardrails")
+
+
+class LicenseForm(AdminModelFormMixin, forms.ModelForm):
+    class Meta:
+        model = License
+        fields = ("name", "institution", "license_type", "active", "budget_unit",
+                  "budget_strategy", "budget_period", "budget_limit")
+
+    def clean_budget_limit(self):
+        limit = self.cleaned_data.get("budget_limit")
+        if limit is not None and limit < 0:
+            raise forms.ValidationError("The limit must be >= 0 (empty = unlimited).")
+        return limit
+
+    def clean_budget_unit(self):
+        unit = self.cleaned_data.get("budget_unit")
+        if unit not in SUPPORTED_BUDGET_UNITS:
+            raise forms.ValidationError(f"Supported units: {', '.join(SUPPORTED_BUDGET_UNITS)}.")
+        return unit
+
+    def clean(self):
+        cleaned = super().clean()
+        institution = cleaned.get("institution")
+        license_type = cleaned.get("license_type")
+        if (
+            institution is not None
+            and license_type is not None
+            and license_type.institution_id is not None
+            and license_type.institution_id != institution.pk
+        ):
+            self.add_error(
+                "license_type", "This license type belongs to another institution."
+            )
+        return cleaned
+
+
+class ApiKeyForm(forms.ModelForm):
+    """Prefix and digest are not model-editable: the add view creates them through
+    `licensing.credentials.api_key_create`."""
+
+    class Meta:
+        model = ApiKey
+        fields = ("license", "name", "active", "expires_at")
+
+
+class JwtIssuerForm(AdminModelFormMixin, forms.ModelForm):
+    secret_fields = ("hs256_secret",)
+
+    clear_hs256_secret = forms.BooleanField(required=False, label="Clear the stored HS256 secret")
+
+    class Meta:
+        model = JwtIssuer
+        fields = ("issuer", "audience", "institution", "license", "active", "algorithms",
+                  "jwks_url", "public_keys", "hs256_secret")
+        labels = {"hs256_secret": "HS256 secret", "jwks_url": "JWKS URL"}
+
+    def clean(self):
+        cleaned = super().clean()
+        institution = cleaned.get("institution")
+        license = cleaned.get("license")
+        if institution is not None and license is not None:
+            if license.institution_id != institution.pk:
+                self.add_error("license", "This license belongs to another institution.")
+        return cleaned
