@@ -85,7 +85,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # The tests' live server answers from other threads: give them a file, not shared memory.
     (BASE_DIR / "var").mkdir(exist_ok=True)
-    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test.sqlite3")}
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = []

@@ -85,10 +85,8 @@ def openrouter_upstream():
 @pytest.fixture
 def upstreams(openai_upstream, openrouter_upstream):
     for fake in (openai_upstream, openrouter_upstream):
-        fake.clear()
+        fake.reset()
     yield {"direct": openai_upstream, "aggregator": openrouter_upstream}
-    for fake in (openai_upstream, openrouter_upstream):
-        fake.clear()
 
 
 @pytest.fixture
