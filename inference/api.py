@@ -155,11 +155,26 @@ def _unexpected(request, exc: Exception):
 
 
 def register_endpoints() -> None:
-    from .endpoints import embeddings, images, info
+    from .endpoints import (
+        bedrock_embeddings,
+        chat,
+        embeddings,
+        gemini_embeddings,
+        images,
+        info,
+        responses,
+    )
 
-    api.add_router("", info.router)
-    api.add_router("", embeddings.router)
-    api.add_router("", images.router)
+    for module in (
+        info,
+        chat,
+        responses,
+        embeddings,
+        bedrock_embeddings,
+        gemini_embeddings,
+        images,
+    ):
+        api.add_router("", module.router)
 
 
 register_endpoints()

@@ -2,11 +2,18 @@
 
 1 USD of list price = 1,000,000 micro-credits; costs are computed in Decimal and rounded up
 to a whole micro-credit per request (a zero cost stays zero).
+
+Cost structures (catalog `cost`, shown to clients by GET /v1/models):
+    {"type": "per_token", "prompt": p, "completion": c, "cached_prompt": k}   per token
+    {"type": "per_image", "image": n}                                          per image
+    {"type": "per_image_by_size", "sizes": {"1024x1024": n, ...}}
+    {"type": "per_image_by_size_quality", "qualities": {"standard": {"1024x1024": n}, ...}}
+A size missing from a table is billed at the next larger listed size (by pixel count), or the
+largest one; a quality missing from a table at its most expensive quality.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
@@ -19,10 +26,34 @@ class Usage:
     cached_tokens: int | None = None
     images: int | None = None
     megapixels: Decimal | None = None
+    # For per-image tables: the size and quality the images were made at.
+    size: str | None = None
+    quality: str | None = None
 
 
 def _d(value) -> Decimal:
     return Decimal(str(value)) if value is not None else Decimal(0)
+
+
+def _pixels(size: str) -> int:
+    try:
+        width, height = size.lower().split("x")
+        return int(width) * int(height)
+    except ValueError:
+        return 0
+
+
+def _price_for_size(table: dict, size: str | None):
+    if not table:
+        return 0
+    if size in table:
+        return table[size]
+    ordered = sorted(table.items(), key=lambda item: _pixels(item[0]))
+    wanted = _pixels(size or "")
+    for listed, price in ordered:
+        if _pixels(listed) >= wanted:
+            return price
+    return ordered[-1][1]
 
 
 def credits_for(cost: dict, usage: Usage) -> int:
@@ -35,6 +66,16 @@ def credits_for(cost: dict, usage: Usage) -> int:
             + cached * _d(cost.get("cached_prompt"))
             + (usage.completion_tokens or 0) * _d(cost.get("completion"))
         )
+    elif kind == "per_image":
+        total = (usage.images or 0) * _d(cost.get("image"))
+    elif kind == "per_image_by_size":
+        total = (usage.images or 0) * _d(_price_for_size(cost.get("sizes", {}), usage.size))
+    elif kind == "per_image_by_size_quality":
+        qualities = cost.get("qualities", {})
+        table = qualities.get(usage.quality or "")
+        if table is None:
+            table = max(qualities.values(), key=lambda t: max(t.values()), default={})
+        total = (usage.images or 0) * _d(_price_for_size(table, usage.size))
     else:
         raise ValueError(f"unknown cost structure {kind!r}")
     return round_up(total)
@@ -44,6 +85,3 @@ def round_up(amount: Decimal) -> int:
     if amount <= 0:
         return 0
     return int(amount.to_integral_value(rounding=ROUND_CEILING))
-
-
-__all__ = ["Usage", "credits_for", "round_up", "math"]

@@ -1,6 +1,13 @@
-"""POST /v1/images/generations (the only image endpoint; edits and variations do not exist)."""
+"""POST /v1/images/generations (the only image endpoint; edits and variations do not exist).
+
+Each image adapter (`generate_images(route, body) -> GeneratedImages`) only speaks its wire
+protocol; the response shape, watermark, flagged answers and billing are decided here.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
 
 from ninja import Router
 
@@ -8,13 +15,52 @@ from catalog.routing import Route
 
 from .. import pipeline
 from ..api import json_response
+from ..billing import Usage, credits_for
 from ..errors import PROVIDER_ERROR
+from ..imagesizes import megapixels
 from ..providers import adapter_for
 from ..providers.base import ProviderFailure
 from ..schemas.common import error_responses
 from ..schemas.images import ImageGenerationRequest, ImageGenerationResponse
 
 router = Router(tags=["images"])
+
+WATERMARK_BY_FAMILY = {
+    "gpt-image": "c2pa",
+    "titan": "provenance",
+    "nova": "provenance",
+    "imagen": "synthid",
+    "flash-image": "synthid",
+    "dall-e": "none",
+    "stability": "none",
+}
+
+
+@dataclass
+class GeneratedImage:
+    b64_json: str
+    revised_prompt: str | None = None
+    seed: int | None = None
+
+
+@dataclass
+class GeneratedImages:
+    """What an adapter got back from its provider, in neutral terms."""
+
+    images: list[GeneratedImage] = field(default_factory=list)
+    created: int = 0
+    flagged: bool = False  # the provider's moderation blocked the generation
+    input_tokens: int | None = None  # token-priced models only
+    output_tokens: int | None = None
+    size: str | None = None  # the size the images were made at (for per-size prices)
+    quality: str | None = None  # the quality they were made at (for per-quality prices)
+
+
+def watermark_for(route: Route) -> str:
+    if route.model is None:
+        return "none"
+    options = route.model.options
+    return options.get("watermark") or WATERMARK_BY_FAMILY.get(options.get("family"), "none")
 
 
 class ImageGeneration(pipeline.Operation):
@@ -30,7 +76,76 @@ class ImageGeneration(pipeline.Operation):
         generate = getattr(adapter, "generate_images", None)
         if generate is None:
             raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
-        return await generate(route, body)
+        generated: GeneratedImages = await generate(route, body)
+        return self.result(route, body, generated)
+
+    def result(self, route: Route, body, generated: GeneratedImages) -> pipeline.ProviderResult:
+        watermark = watermark_for(route)
+        token_priced = route.model is not None and route.model.cost.get("type") == "per_token"
+        if generated.flagged or not generated.images:
+            data = [
+                {
+                    "b64_json": "",
+                    "revised_prompt": None,
+                    "seed": None,
+                    "watermark": watermark,
+                    "flagged": True,
+                }
+            ]
+            usage = Usage(images=0)
+            body_usage = {
+                "images": 0,
+                "input_tokens": None,
+                "output_tokens": None,
+                "total_tokens": None,
+                "megapixels": None,
+            }
+            credits = 0
+        else:
+            data = [
+                {
+                    "b64_json": image.b64_json,
+                    "revised_prompt": image.revised_prompt,
+                    "seed": image.seed,
+                    "watermark": watermark,
+                    "flagged": False,
+                }
+                for image in generated.images
+            ]
+            count = len(data)
+            has_tokens = token_priced and generated.output_tokens is not None
+            mp = None if has_tokens else megapixels(generated.size or body.size, count)
+            input_tokens = generated.input_tokens if has_tokens else None
+            output_tokens = generated.output_tokens if has_tokens else None
+            usage = Usage(
+                prompt_tokens=input_tokens,
+                completion_tokens=output_tokens,
+                total_tokens=(input_tokens or 0) + (output_tokens or 0) if has_tokens else None,
+                images=count,
+                megapixels=Decimal(str(mp)) if mp is not None else None,
+                size=generated.size or body.size,
+                quality=generated.quality or body.quality,
+            )
+            body_usage = {
+                "images": count,
+                "input_tokens": usage.prompt_tokens,
+                "output_tokens": usage.completion_tokens,
+                "total_tokens": usage.total_tokens,
+                "megapixels": mp,
+            }
+            cost = route.model.cost if route.model is not None else None
+            credits = credits_for(cost, usage) if cost else 0
+        return pipeline.ProviderResult(
+            body={
+                "created": generated.created or 0,
+                "model": body.model,
+                "data": data,
+                "usage": body_usage,
+            },
+            billed_model=route.model.model_id if route.model is not None else body.model,
+            usage=usage,
+            credits=credits,
+        )
 
     def render(self, result: pipeline.ProviderResult, remaining: int | None):
         body = result.body
