@@ -147,3 +147,64 @@ def client(gateway):
 @pytest.fixture
 def auth(api_key):
     return {"Authorization": f"Bearer {api_key}"}
+
+
+# --- image and native-embeddings providers ------------------------------------------------------
+
+AWS_ACCESS_KEY = "AKIDEXAMPLETEST"
+AWS_SECRET_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+AWS_REGION = "us-east-1"
+
+
+@pytest.fixture(scope="session")
+def bedrock_upstream():
+    from fake_upstreams import BedrockFake, serve
+
+    with serve(
+        BedrockFake(access_key=AWS_ACCESS_KEY, secret_key=AWS_SECRET_KEY, region=AWS_REGION)
+    ) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def gemini_upstream():
+    from fake_upstreams import GeminiFake, serve
+
+    with serve(GeminiFake(api_key=UPSTREAM_KEY)) as fake:
+        yield fake
+
+
+@pytest.fixture
+def all_upstreams(catalog, bedrock_upstream, gemini_upstream):
+    """`catalog`, plus `cloud` and `multimodal` connected to their fakes. Their catalog rows
+    stay as the default catalog has them (inactive for images); tests enable what they need."""
+    from catalog.services import connection_configure
+    from gateway_site.localcache import clear_all
+
+    for fake in (bedrock_upstream, gemini_upstream):
+        fake.reset()
+    connection_configure(
+        provider_slug="cloud",
+        base_url=bedrock_upstream.base_url,
+        region=AWS_REGION,
+        aws_access_key_id=AWS_ACCESS_KEY,
+        aws_secret_access_key=AWS_SECRET_KEY,
+    )
+    connection_configure(
+        provider_slug="multimodal", base_url=gemini_upstream.base_url, api_key=UPSTREAM_KEY
+    )
+    clear_all()
+    return {**catalog, "cloud": bedrock_upstream, "multimodal": gemini_upstream}
+
+
+@pytest.fixture
+def activate_rows():
+    """Enable the provider rows of the given models (as an operator would in the admin)."""
+    from catalog.models import ProviderModel
+
+    def activate(*model_ids):
+        for row in ProviderModel.objects.filter(model__model_id__in=model_ids):
+            row.active = True
+            row.save()
+
+    return activate
