@@ -9,7 +9,7 @@ from django.db.models import Count, Q
 
 from gateway_site.localcache import clear_all
 
-from .forms import JSON_FORMFIELD, ConnectionForm
+from .forms import FORMFIELD_OVERRIDES, CatalogModelForm, ConnectionForm
 from .models import Connection, Model, Provider, ProviderModel
 
 
@@ -41,8 +41,16 @@ class ProviderAdmin(admin.ModelAdmin):
 @admin.register(Connection)
 class ConnectionAdmin(admin.ModelAdmin):
     form = ConnectionForm
-    list_display = ("provider", "name", "base_url", "region", "active", "credentials_set",
-                    "updated_at")
+    formfield_overrides = FORMFIELD_OVERRIDES
+    list_display = (
+        "provider",
+        "name",
+        "base_url",
+        "region",
+        "active",
+        "credentials_set",
+        "updated_at",
+    )
     list_display_links = ("provider", "name")
     list_filter = ("active", "provider")
     list_select_related = ("provider",)
@@ -56,8 +64,13 @@ class ConnectionAdmin(admin.ModelAdmin):
         if obj:
             aws.append("clear_aws_secret_access_key")
         return [
-            (None, {"fields": ["provider", "name", "base_url", "timeout", "active"]
-                    + (["updated_at"] if obj else [])}),
+            (
+                None,
+                {
+                    "fields": ["provider", "name", "base_url", "timeout", "active"]
+                    + (["updated_at"] if obj else [])
+                },
+            ),
             ("API key (OpenAI-style providers)", {"fields": api_key}),
             ("AWS (Bedrock)", {"fields": aws}),
         ]
@@ -79,18 +92,21 @@ class ProviderModelInline(admin.TabularInline):
 
 @admin.register(Model)
 class CatalogModelAdmin(admin.ModelAdmin):
+    form = CatalogModelForm
     list_display = ("model_id", "owned_by", "features", "listed", "active_rows", "updated_at")
     list_filter = ("listed", "owned_by")
     list_select_related = ("owned_by",)
     search_fields = ("model_id",)
     autocomplete_fields = ("owned_by",)
     readonly_fields = ("updated_at",)
-    formfield_overrides = JSON_FORMFIELD
+    formfield_overrides = FORMFIELD_OVERRIDES
     inlines = (ProviderModelInline,)
     fieldsets = (
         (None, {"fields": ("model_id", "owned_by", "listed", "updated_at")}),
-        ("Shown to clients", {"fields": ("supported_features", "input_modality",
-                                         "output_modality")}),
+        (
+            "Shown to clients",
+            {"fields": ("supported_features", "input_modality", "output_modality")},
+        ),
         ("Billing and behaviour", {"fields": ("cost", "options")}),
     )
 

@@ -1,6 +1,6 @@
 """Admin forms for the catalog, and two helpers the licensing admin shares.
 
-- `PrettyJSONField` / `JSON_FORMFIELD`: JSON columns edited as indented text.
+- `PrettyJSONField` / `FORMFIELD_OVERRIDES`: JSON columns edited as indented text.
 - `AdminModelFormMixin`: an emptied optional JSON field saves the model default (`{}` / `[]`)
   instead of a JSON null; secret columns (`secret_fields`) are write-only: a password-style
   input that never renders the stored value, blank keeps it, a `clear_<name>` checkbox
@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 
 from django import forms
+from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
-from .models import Connection
+from .models import Connection, Model
 
 
 class PrettyJSONField(forms.JSONField):
@@ -26,15 +27,29 @@ class PrettyJSONField(forms.JSONField):
         return json.dumps(value, ensure_ascii=False, indent=2, cls=self.encoder)
 
 
-JSON_FORMFIELD = {
+FORMFIELD_OVERRIDES = {
+    # Django 6 defaults to https; say so now (and silence the transition warning).
+    models.URLField: {"assume_scheme": "https"},
     models.JSONField: {
         "form_class": PrettyJSONField,
         "widget": forms.Textarea(
-            attrs={"rows": 10, "cols": 90, "class": "vLargeTextField", "spellcheck": "false",
-                   "style": "font-family: monospace"}
+            attrs={
+                "rows": 10,
+                "cols": 90,
+                "class": "vLargeTextField",
+                "spellcheck": "false",
+                "style": "font-family: monospace",
+            }
         ),
-    }
+    },
 }
+
+
+def formfield_callback(db_field, **kwargs):
+    """For ModelForm Meta: URL fields assume https (the admin applies FORMFIELD_OVERRIDES)."""
+    if isinstance(db_field, models.URLField):
+        kwargs.setdefault("assume_scheme", "https")
+    return db_field.formfield(**kwargs)
 
 
 class AdminModelFormMixin:
@@ -77,11 +92,26 @@ class AdminModelFormMixin:
                 continue
             try:
                 model_field = self._meta.model._meta.get_field(name)
-            except Exception:  # a form-only field
+            except FieldDoesNotExist:  # a form-only field (clear_<name>)
                 continue
             if isinstance(model_field, models.JSONField) and not model_field.null:
                 cleaned[name] = model_field.get_default()
         return cleaned
+
+
+class CatalogModelForm(AdminModelFormMixin, forms.ModelForm):
+    class Meta:
+        model = Model
+        fields = (
+            "model_id",
+            "owned_by",
+            "listed",
+            "supported_features",
+            "input_modality",
+            "output_modality",
+            "cost",
+            "options",
+        )
 
 
 class ConnectionForm(AdminModelFormMixin, forms.ModelForm):
@@ -94,7 +124,20 @@ class ConnectionForm(AdminModelFormMixin, forms.ModelForm):
 
     class Meta:
         model = Connection
-        fields = ("provider", "name", "base_url", "timeout", "active", "api_key", "region",
-                  "aws_access_key_id", "aws_secret_access_key")
-        labels = {"api_key": "API key", "aws_access_key_id": "AWS access key id",
-                  "aws_secret_access_key": "AWS secret access key"}
+        formfield_callback = formfield_callback
+        fields = (
+            "provider",
+            "name",
+            "base_url",
+            "timeout",
+            "active",
+            "api_key",
+            "region",
+            "aws_access_key_id",
+            "aws_secret_access_key",
+        )
+        labels = {
+            "api_key": "API key",
+            "aws_access_key_id": "AWS access key id",
+            "aws_secret_access_key": "AWS secret access key",
+        }

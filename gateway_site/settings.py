@@ -125,6 +125,9 @@ LOGGING = {
     },
 }
 
+# The admin shows a new API key once in a message: keep it server-side, not in a cookie.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
+
 # The admin's middleware is installed, through AdminStack, outside MIDDLEWARE.
 SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410"]
 

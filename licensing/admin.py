@@ -3,13 +3,14 @@
 - API keys are created through `licensing.credentials.api_key_create`; the full key is shown
   once (a success message after saving). Prefix and digest are never editable.
 - JWT issuers' HS256 secrets are write-only (see `catalog.forms.AdminModelFormMixin`).
-- End users are read-mostly (view, delete); wallets and the ledger (transactions) read-only.
+- Keys, end users and issuers the ledger points at cannot be deleted (deactivate instead);
+  end users are otherwise view-only; wallets and the ledger (transactions) are read-only.
 """
 
 from django.contrib import admin, messages
 from django.db.models import Count
 
-from catalog.forms import JSON_FORMFIELD
+from catalog.forms import FORMFIELD_OVERRIDES
 from gateway_site.localcache import clear_all
 
 from .credentials import api_key_create
@@ -37,6 +38,25 @@ class ReadOnlyAdminMixin:
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class KeepLedgerIntactMixin:
+    """Deleting a key, an end user or an issuer would null the ledger's references to it
+    (SET_NULL): refuse once ledger rows point at it (deactivate instead). No bulk delete, so
+    every delete goes through this per-object check."""
+
+    def ledger_rows(self, obj):
+        raise NotImplementedError
+
+    def has_delete_permission(self, request, obj=None):
+        if obj is not None and self.ledger_rows(obj).exists():
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
 
 
 @admin.register(Institution)
@@ -72,7 +92,7 @@ class InstitutionAdmin(admin.ModelAdmin):
 @admin.register(LicenseType)
 class LicenseTypeAdmin(admin.ModelAdmin):
     form = LicenseTypeForm
-    formfield_overrides = JSON_FORMFIELD
+    formfield_overrides = FORMFIELD_OVERRIDES
     list_display = ("name", "institution", "active", "services", "license_count", "updated_at")
     list_filter = ("active", "institution")
     list_select_related = ("institution",)
@@ -119,8 +139,17 @@ class ApiKeyInline(admin.TabularInline):
 @admin.register(License)
 class LicenseAdmin(admin.ModelAdmin):
     form = LicenseForm
-    list_display = ("name", "institution", "license_type", "active", "budget_strategy",
-                    "budget_period", "budget_limit_display", "budget_unit", "created_at")
+    list_display = (
+        "name",
+        "institution",
+        "license_type",
+        "active",
+        "budget_strategy",
+        "budget_period",
+        "budget_limit_display",
+        "budget_unit",
+        "created_at",
+    )
     list_filter = ("active", "budget_period", "budget_strategy", "institution", "license_type")
     list_select_related = ("institution", "license_type")
     search_fields = ("name", "institution__name", "license_type__name")
@@ -129,8 +158,7 @@ class LicenseAdmin(admin.ModelAdmin):
     inlines = (ApiKeyInline,)
     fieldsets = (
         (None, {"fields": ("name", "institution", "license_type", "active")}),
-        ("Budget", {"fields": ("budget_unit", "budget_strategy", "budget_period",
-                               "budget_limit")}),
+        ("Budget", {"fields": ("budget_unit", "budget_strategy", "budget_period", "budget_limit")}),
         ("Dates", {"fields": ("created_at", "updated_at")}),
     )
 
@@ -140,7 +168,7 @@ class LicenseAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(KeepLedgerIntactMixin, admin.ModelAdmin):
     form = ApiKeyForm
     list_display = ("key_prefix", "license", "name", "active", "expires_at", "created_at")
     list_filter = ("active", "license__institution", "license")
@@ -153,13 +181,15 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         if obj is None:
             return ("license", "name", "active", "expires_at")
-        return ("key_prefix", "license", "name", "active", "expires_at", "created_at",
-                "updated_at")
+        return ("key_prefix", "license", "name", "active", "expires_at", "created_at", "updated_at")
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
         return ("key_prefix", "license", "created_at", "updated_at")
+
+    def ledger_rows(self, obj):
+        return Transaction.objects.filter(api_key=obj)
 
     @admin.display(description="key", ordering="prefix")
     def key_prefix(self, obj):
@@ -200,11 +230,19 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(JwtIssuer)
-class JwtIssuerAdmin(admin.ModelAdmin):
+class JwtIssuerAdmin(KeepLedgerIntactMixin, admin.ModelAdmin):
     form = JwtIssuerForm
-    formfield_overrides = JSON_FORMFIELD
-    list_display = ("issuer", "institution", "license", "audience", "algorithm_list",
-                    "key_source", "active", "updated_at")
+    formfield_overrides = FORMFIELD_OVERRIDES
+    list_display = (
+        "issuer",
+        "institution",
+        "license",
+        "audience",
+        "algorithm_list",
+        "key_source",
+        "active",
+        "updated_at",
+    )
     list_filter = ("active", "institution")
     list_select_related = ("institution", "license")
     search_fields = ("issuer", "audience", "institution__name", "license__name")
@@ -214,10 +252,18 @@ class JwtIssuerAdmin(admin.ModelAdmin):
     def get_fieldsets(self, request, obj=None):
         secret = ["hs256_secret"] + (["clear_hs256_secret"] if obj else [])
         return [
-            (None, {"fields": ["issuer", "audience", "institution", "license", "active"]
-                    + (["updated_at"] if obj else [])}),
+            (
+                None,
+                {
+                    "fields": ["issuer", "audience", "institution", "license", "active"]
+                    + (["updated_at"] if obj else [])
+                },
+            ),
             ("Verification", {"fields": ["algorithms", "jwks_url", "public_keys", *secret]}),
         ]
+
+    def ledger_rows(self, obj):
+        return Transaction.objects.filter(end_user__issuer=obj)
 
     @admin.display(description="algorithms")
     def algorithm_list(self, obj):
@@ -237,14 +283,17 @@ class JwtIssuerAdmin(admin.ModelAdmin):
 
 
 @admin.register(EndUser)
-class EndUserAdmin(admin.ModelAdmin):
-    """Created by a user's first valid token: view and delete only."""
+class EndUserAdmin(KeepLedgerIntactMixin, admin.ModelAdmin):
+    """Created by a user's first valid token: view only (delete while it has no ledger rows)."""
 
     list_display = ("subject", "issuer", "license", "created_at")
     list_filter = ("issuer", "license")
     list_select_related = ("issuer", "license")
     search_fields = ("subject", "issuer__issuer", "license__name")
     date_hierarchy = "created_at"
+
+    def ledger_rows(self, obj):
+        return Transaction.objects.filter(end_user=obj)
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -255,8 +304,16 @@ class EndUserAdmin(admin.ModelAdmin):
 
 @admin.register(Wallet)
 class WalletAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("license", "holder", "period", "window_start", "unit", "spent_display",
-                    "limit_display", "updated_at")
+    list_display = (
+        "license",
+        "holder",
+        "period",
+        "window_start",
+        "unit",
+        "spent_display",
+        "limit_display",
+        "updated_at",
+    )
     list_filter = ("period", "unit", "license")
     list_select_related = ("license",)
     search_fields = ("holder", "license__name")
@@ -276,8 +333,17 @@ class WalletAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class TransactionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The ledger: rows are never added, changed or deleted here."""
 
-    list_display = ("created_at", "license", "service", "requested_model", "billed_model",
-                    "provider", "status_code", "credits", "request_id")
+    list_display = (
+        "created_at",
+        "license",
+        "service",
+        "requested_model",
+        "billed_model",
+        "provider",
+        "status_code",
+        "credits",
+        "request_id",
+    )
     list_filter = ("service", "provider", "status_code", "license")
     list_select_related = ("license",)
     search_fields = ("=request_id", "requested_model", "billed_model")
@@ -286,9 +352,22 @@ class TransactionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("created_at", "request_id", "status_code", "latency_ms")}),
         ("Caller", {"fields": ("license", "api_key", "end_user", "wallet")}),
-        ("Request", {"fields": ("service", "requested_model", "billed_model", "provider",
-                                "connection")}),
-        ("Usage and charge", {"fields": ("prompt_tokens", "completion_tokens", "total_tokens",
-                                         "images", "megapixels", "credits")}),
+        (
+            "Request",
+            {"fields": ("service", "requested_model", "billed_model", "provider", "connection")},
+        ),
+        (
+            "Usage and charge",
+            {
+                "fields": (
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "total_tokens",
+                    "images",
+                    "megapixels",
+                    "credits",
+                )
+            },
+        ),
         ("Metadata", {"fields": ("metadata",)}),
     )

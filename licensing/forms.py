@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django import forms
 
-from catalog.forms import AdminModelFormMixin
+from catalog.forms import AdminModelFormMixin, formfield_callback
 
 from .models import ApiKey, JwtIssuer, License, LicenseType
 
@@ -24,8 +24,16 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
 class LicenseForm(AdminModelFormMixin, forms.ModelForm):
     class Meta:
         model = License
-        fields = ("name", "institution", "license_type", "active", "budget_unit",
-                  "budget_strategy", "budget_period", "budget_limit")
+        fields = (
+            "name",
+            "institution",
+            "license_type",
+            "active",
+            "budget_unit",
+            "budget_strategy",
+            "budget_period",
+            "budget_limit",
+        )
 
     def clean_budget_limit(self):
         limit = self.cleaned_data.get("budget_limit")
@@ -49,9 +57,7 @@ class LicenseForm(AdminModelFormMixin, forms.ModelForm):
             and license_type.institution_id is not None
             and license_type.institution_id != institution.pk
         ):
-            self.add_error(
-                "license_type", "This license type belongs to another institution."
-            )
+            self.add_error("license_type", "This license type belongs to another institution.")
         return cleaned
 
 
@@ -71,8 +77,18 @@ class JwtIssuerForm(AdminModelFormMixin, forms.ModelForm):
 
     class Meta:
         model = JwtIssuer
-        fields = ("issuer", "audience", "institution", "license", "active", "algorithms",
-                  "jwks_url", "public_keys", "hs256_secret")
+        formfield_callback = formfield_callback
+        fields = (
+            "issuer",
+            "audience",
+            "institution",
+            "license",
+            "active",
+            "algorithms",
+            "jwks_url",
+            "public_keys",
+            "hs256_secret",
+        )
         labels = {"hs256_secret": "HS256 secret", "jwks_url": "JWKS URL"}
 
     def clean(self):
