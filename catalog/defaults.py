@@ -308,11 +308,11 @@ MODELS = [
         rows=[("direct", "gpt-4o-audio-preview", True)],
     ),
     _chat(
-        "meta-llama/llama-3.3-70b-instruct",
+        "meta-llama/llama-3.1-8b-instruct",
         "aggregator",
         prompt=0.13,
         completion=0.4,
         inputs={"text": True, "image": False, "audio": False, "video": False, "file": False},
-        rows=[("aggregator", "meta-llama/llama-3.3-70b-instruct", True)],
+        rows=[("aggregator", "meta-llama/llama-3.1-8b-instruct", True)],
     ),
 ]

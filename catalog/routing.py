@@ -15,7 +15,7 @@ from .models import Connection, Model, Provider, ProviderModel
 # Which endpoints each wire protocol can serve (internal endpoint names of the spec).
 KIND_ENDPOINTS = {
     "openai": {"chat_completions", "responses", "embeddings", "image_generation"},
-    "openrouter": {"chat_completions", "embeddings"},
+    "openrouter": {"chat_completions", "responses", "embeddings"},
     "bedrock": {"image_generation", "bedrock_embeddings"},
     "gemini": {"image_generation", "gemini_embeddings"},
     "websearch": {"web_search", "web_fetch"},

@@ -1,4 +1,5 @@
-"""A fake of OpenRouter's OpenAI-compatible API: embeddings and chat completions.
+"""A fake of OpenRouter's OpenAI-compatible API: embeddings, chat completions and the
+stateless Responses API (beta).
 
 Served under ``<origin>/api/v1`` with bearer auth. Model ids are
 vendor-prefixed (``openai/gpt-4o-mini``). Errors use OpenRouter's shape
@@ -18,11 +19,15 @@ from typing import Any
 from . import synth
 from .openai import (
     EMBEDDING_MODELS,
+    _response_input_texts,
+    _response_object,
+    _response_stream,
     chat_chunks,
     chat_completion,
     chat_turn,
     embedding_vector,
     parse_embedding_input,
+    plan_turn,
 )
 from .server import FakeUpstream, RecordedRequest, Response, json_response, sse_data, sse_response
 
@@ -87,6 +92,7 @@ class OpenRouterFake(FakeUpstream):
     ROUTES = [
         ("POST", r"/api/v1/embeddings", "embeddings"),
         ("POST", r"/api/v1/chat/completions", "chat_completions"),
+        ("POST", r"/api/v1/responses", "responses"),
     ]
     KNOBS = {"reply_text": None, "reverse_embeddings": False}
 
@@ -224,3 +230,24 @@ class OpenRouterFake(FakeUpstream):
         return sse_response(
             events, preamble=b": OPENROUTER PROCESSING\n\n", error_event=error_event
         )
+
+    # -- /api/v1/responses (beta: stateless, nothing is stored) --------------------------
+
+    def responses(self, request: RecordedRequest) -> Response:
+        body = self.body_json(request)
+        model = body.get("model")
+        if model not in self.chat_models:
+            raise self._invalid_model(model)
+        if body.get("previous_response_id"):
+            raise self.fail(400, "previous_response_id is not supported: the API is stateless")
+        texts, last_user = _response_input_texts(body)
+        limit = body.get("max_output_tokens")
+        turn = plan_turn(
+            texts, last_user, self.reply_text, limit if isinstance(limit, int) else None
+        )
+        final = _response_object(
+            body, model, synth.hex_id("resp_", 24), synth.hex_id("msg_", 24), turn
+        )
+        if not body.get("stream"):
+            return json_response(final)
+        return _response_stream(body, final, final["output"][0]["id"], turn)

@@ -207,6 +207,8 @@ class FakeUpstream:
         self._closing = threading.Event()
         self._routes = [(m, re.compile(p), h) for m, p, h in self.ROUTES]
         self.origin: str | None = None
+        # Streams whose client hung up before the last event (the client cancelled).
+        self.streams_abandoned = 0
         self._apply_knob_defaults()
 
     # -- knobs -------------------------------------------------------------------------
@@ -248,6 +250,7 @@ class FakeUpstream:
         with self._lock:
             self._requests.clear()
             self._modes.clear()
+            self.streams_abandoned = 0
 
     def reset(self) -> None:
         """:meth:`clear` and put every knob back to its default (for shared fixtures)."""
@@ -336,7 +339,7 @@ class FakeUpstream:
         else:
             response = self._handle(request)
         response.headers.extend(self.response_headers(request))
-        await self._send(send, response)
+        await self._send(send, response, receive)
 
     async def _read_body(self, receive: Callable) -> bytes:
         chunks = []
@@ -432,7 +435,7 @@ class FakeUpstream:
         await send({"type": "http.response.body", "body": b'{"', "more_body": True})
         raise _DropConnection()
 
-    async def _send(self, send: Callable, response: Response) -> None:
+    async def _send(self, send: Callable, response: Response, receive: Callable) -> None:
         headers = [
             (k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in response.headers
         ]
@@ -447,10 +450,34 @@ class FakeUpstream:
         fail_after, fail_mode = self.stream_fail_after, self.stream_fail_mode
         stall_after, stall_seconds = self.stream_stall_after, self.stream_stall_seconds
         chunk_delay = self.chunk_delay
+        # The request body is read: the next message is the client's disconnect, if it comes.
+        hung_up = asyncio.ensure_future(receive())
+        try:
+            await self._send_events(
+                send,
+                response,
+                headers,
+                hung_up,
+                (fail_after, fail_mode),
+                stall_after,
+                stall_seconds,
+                chunk_delay,
+            )
+        finally:
+            hung_up.cancel()
+
+    async def _send_events(
+        self, send, response, headers, hung_up, failure, stall_after, stall_seconds, chunk_delay
+    ) -> None:
+        fail_after, fail_mode = failure
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         if response.preamble:
             await send({"type": "http.response.body", "body": response.preamble, "more_body": True})
         for index, event in enumerate(response.events or []):
+            if hung_up.done():
+                with self._lock:
+                    self.streams_abandoned += 1
+                return
             if fail_after is not None and index >= fail_after:
                 if fail_mode == "error_event" and response.error_event is not None:
                     await send({"type": "http.response.body", "body": response.error_event(index)})

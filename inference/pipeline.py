@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 
 from catalog.routing import Route, load_catalog_snapshot, select_route
 from gateway_site.db import run_db
@@ -32,6 +32,7 @@ from licensing.ledger import LedgerEntry, transaction_record
 from .billing import Usage
 from .errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
 from .headers import parse_service_headers
+from .streaming import ProviderStream, StreamOutcome, relay
 
 
 @dataclass
@@ -75,7 +76,11 @@ class Operation:
     def prepare(self, route: Route, body) -> None:
         """Part of step 7: reject what the chosen provider cannot take, before any call."""
 
-    async def call(self, route: Route, body, call: Call) -> ProviderResult:
+    async def call(self, route: Route, body, call: Call) -> ProviderResult | ProviderStream:
+        raise NotImplementedError
+
+    def stream_result(self, route: Route, body, usage: Usage) -> ProviderResult:
+        """What a finished stream is billed as."""
         raise NotImplementedError
 
     def render(self, result: ProviderResult, remaining: int | None) -> HttpResponse:
@@ -147,6 +152,8 @@ async def run(request, operation: Operation, body) -> HttpResponse:
     except asyncio.CancelledError:
         await _record(call, operation, status=499)  # client went away mid-call
         raise
+    if isinstance(result, ProviderStream):
+        return _stream_response(call, operation, result)  # output guardrails never block a stream
     # 10: a blocked answer is still charged.
     try:
         guardrails.check("output", result.output_texts)
@@ -155,6 +162,28 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         raise
     remaining = await _record(call, operation, status=200, result=result)
     return operation.render(result, remaining)
+
+
+_background: set[asyncio.Task] = set()
+
+
+def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
+    def finished(outcome: StreamOutcome) -> None:
+        result = None
+        if outcome.status == 200 and outcome.usage is not None:
+            result = operation.stream_result(call.route, call.body, outcome.usage)
+        # Runs from the generator's cleanup, possibly while its task is being cancelled: the
+        # ledger write gets a task of its own.
+        task = asyncio.get_running_loop().create_task(
+            _record(call, operation, status=outcome.status, result=result)
+        )
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+    response = StreamingHttpResponse(relay(stream, finished), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
 
 
 async def _record(

@@ -637,7 +637,19 @@ def test_openrouter_chat_and_errors(orouter):
     }
     anonymous = httpx.post(url, json={**CHAT, "model": "openai/gpt-4o-mini"})
     assert anonymous.status_code == 401 and anonymous.json()["error"]["code"] == 401
-    assert httpx.post(orouter.base_url + "/responses", json={}, headers=headers).status_code == 404
+    # The Responses API (beta) is stateless.
+    stateless = httpx.post(
+        orouter.base_url + "/responses",
+        json={"model": "openai/gpt-4o-mini", "input": "hi", "previous_response_id": "resp_1"},
+        headers=headers,
+    )
+    assert stateless.status_code == 400
+    answer = httpx.post(
+        orouter.base_url + "/responses",
+        json={"model": "openai/gpt-4o-mini", "input": "hi there"},
+        headers=headers,
+    )
+    assert answer.json()["output"][0]["content"][0]["text"] == "Echo: hi there"
 
 
 def test_openrouter_stream_and_embeddings(orouter):

@@ -1,5 +1,126 @@
-"""Placeholder: filled in by the issue that adds this endpoint."""
+"""POST /v1/responses, streamed or not."""
+
+from __future__ import annotations
 
 from ninja import Router
 
-router = Router()
+from catalog.routing import Route
+
+from .. import pipeline
+from ..api import json_response
+from ..billing import Usage
+from ..errors import PROVIDER_ERROR, BadRequest
+from ..providers import adapter_for
+from ..providers.base import ProviderFailure
+from ..schemas.common import error_responses
+from ..schemas.responses import PART_MODALITY, InputSchemaTool, Message, ResponseRequest
+from ..streaming import ProviderStream, ResponsesSSE
+from .chat import TextGeneration, check_model_support
+
+router = Router(tags=["responses"])
+
+STATELESS_MESSAGE = (
+    "previous_response_id is not supported by this provider; send the full conversation in `input`."
+)
+
+
+class Responses(TextGeneration):
+    endpoint = "responses"
+    service = "responses"
+
+    def input_texts(self, body: ResponseRequest):
+        if body.instructions:
+            yield body.instructions
+        if isinstance(body.input, str):
+            yield body.input
+            return
+        for item in body.input:
+            if isinstance(item, Message):
+                if isinstance(item.content, str):
+                    yield item.content
+                else:
+                    for part in item.content:
+                        if part.type in ("input_text", "output_text"):
+                            yield part.text
+            elif item.type == "function_call_output":
+                yield item.output
+
+    def prepare(self, route: Route, body: ResponseRequest) -> None:
+        if body.previous_response_id and not adapter_for(route.provider.kind).stateful_responses:
+            raise BadRequest(STATELESS_MESSAGE)
+        modalities = set()
+        if not isinstance(body.input, str):
+            for item in body.input:
+                if isinstance(item, Message) and not isinstance(item.content, str):
+                    modalities |= {
+                        PART_MODALITY[p.type] for p in item.content if p.type in PART_MODALITY
+                    }
+        check_model_support(route, modalities=modalities, effort=body.effort)
+
+    def payload(self, route: Route, body: ResponseRequest) -> dict:
+        payload = body.model_dump(exclude_unset=True, by_alias=True)
+        payload["model"] = route.upstream_model
+        if body.tools is not None:
+            payload["tools"] = []
+            for tool in body.tools:
+                dumped = tool.model_dump(exclude_unset=True, by_alias=True)
+                if isinstance(tool, InputSchemaTool):
+                    dumped = {
+                        "type": "function",
+                        "name": dumped["name"],
+                        "parameters": dumped["input_schema"],
+                        **({"description": tool.description} if tool.description else {}),
+                    }
+                payload["tools"].append(dumped)
+        return payload
+
+    async def call(self, route: Route, body: ResponseRequest, call):
+        adapter = adapter_for(route.provider.kind)
+        payload = self.payload(route, body)
+        if body.stream:
+            response = await adapter.responses_stream(route, payload)
+            return ProviderStream(response=response, protocol=ResponsesSSE())
+        answer = await adapter.responses(route, payload)
+        try:
+            usage_in = answer.get("usage") or {}
+            details = usage_in.get("input_tokens_details") or {}
+            usage = Usage(
+                prompt_tokens=int(usage_in.get("input_tokens") or 0),
+                completion_tokens=int(usage_in.get("output_tokens") or 0),
+                total_tokens=int(usage_in.get("total_tokens") or 0),
+                cached_tokens=int(details.get("cached_tokens") or 0),
+            )
+            texts = [
+                part.get("text") or ""
+                for item in answer.get("output") or []
+                if item.get("type") == "message"
+                for part in item.get("content") or []
+                if part.get("type") == "output_text"
+            ]
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+        billed_model, credits = self.billed(route, body, usage)
+        return pipeline.ProviderResult(
+            body=answer, billed_model=billed_model, usage=usage, credits=credits, output_texts=texts
+        )
+
+    def render(self, result: pipeline.ProviderResult, remaining: int | None):
+        body = result.body
+        usage = body.get("usage")
+        if not isinstance(usage, dict):
+            usage = body["usage"] = {}
+        usage["credits_used"] = result.credits
+        usage["credits_remaining"] = remaining
+        return json_response(body)
+
+
+_operation = Responses()
+
+
+@router.post(
+    "/responses",
+    response={200: dict, **error_responses(400, 401, 403, 404, 422, 500, 503)},
+    summary="Create a model response (stream: true answers with server-sent events)",
+)
+async def create_response(request, body: ResponseRequest):
+    return await pipeline.run(request, _operation, body)

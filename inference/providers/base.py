@@ -58,6 +58,11 @@ class ProviderFailure(GatewayError):
         self.retryable = retryable
 
 
+class ContentBlocked(ProviderFailure):
+    """A 400 from the provider's own content moderation. Endpoints that do not look for it see
+    an ordinary 400; the image endpoint answers it with a flagged entry."""
+
+
 def unavailable(reason: str) -> ProviderFailure:
     logger.warning("provider unavailable: %s", reason)
     return ProviderFailure(ServiceUnavailable().message, status=503, retryable=True)
@@ -128,6 +133,33 @@ class Transport:
         self.raise_for_response(response)
         return response
 
+    async def open_stream(self, route: Route, path: str, body: Any) -> httpx.Response:
+        """POST and return the response once its headers are in, body unread.
+
+        A failure status is read and mapped here, so that it reaches the client as a normal
+        JSON error before any stream opens."""
+        client = self.client(route.connection)
+        url = route.connection.base_url + path
+        content = orjson.dumps(body)
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        headers.update(self.auth_headers(route, "POST", url, content))
+        request = client.build_request("POST", url, content=content, headers=headers)
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise unavailable(f"{self.kind} timeout: {type(exc).__name__}") from exc
+        except httpx.TransportError as exc:
+            raise unavailable(f"{self.kind} transport error: {type(exc).__name__}") from exc
+        if response.status_code >= 300:
+            try:
+                await response.aread()
+            except httpx.HTTPError as exc:
+                raise unavailable(f"{self.kind} error body unreadable") from exc
+            finally:
+                await response.aclose()
+            self.raise_for_response(response)
+        return response
+
     async def post_json(self, route: Route, path: str, body: Any, **kwargs) -> Any:
         response = await self.request(route, "POST", path, json=body, **kwargs)
         try:
@@ -153,12 +185,17 @@ class Transport:
                 return body["message"]
         return ""
 
+    def content_blocked(self, response: httpx.Response) -> bool:
+        """Whether a 400/422 is the provider's content moderation (protocols override)."""
+        return False
+
     def raise_for_response(self, response: httpx.Response) -> None:
         status = response.status_code
         if status < 300:
             return
         if status in (400, 422):
-            raise ProviderFailure(
+            failure = ContentBlocked if self.content_blocked(response) else ProviderFailure
+            raise failure(
                 sanitize_message(self.error_message(response)), status=400, retryable=False
             )
         if status == 404:
@@ -172,6 +209,7 @@ class Transport:
 
 __all__ = [
     "BadRequest",
+    "ContentBlocked",
     "NotFound",
     "ProviderFailure",
     "Transport",

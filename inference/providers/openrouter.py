@@ -14,12 +14,26 @@ from .openai import OpenAITransport
 class OpenRouterTransport(OpenAITransport):
     kind = "openrouter"
 
-    async def embeddings(self, route: Route, payload: dict) -> dict:
-        body = await self.post_json(route, "/embeddings", payload)
-        # OpenRouter can answer 200 with an error object in place of the result.
-        if isinstance(body, dict) and "error" in body and "data" not in body:
-            error = body["error"] if isinstance(body["error"], dict) else {}
-            status = error.get("code") if isinstance(error.get("code"), int) else 502
-            self.raise_for_response(httpx.Response(status, json=body))
-            raise ProviderFailure("An error occurred", status=500, retryable=False)
-        return body
+    stateful_responses = False  # its Responses API is stateless: no previous_response_id
+
+    async def post_json(self, route: Route, path: str, body, **kwargs):
+        answer = await super().post_json(route, path, body, **kwargs)
+        if isinstance(answer, dict):
+            # OpenRouter can answer 200 with an error object in place of the result.
+            if "error" in answer and not ({"data", "choices", "output"} & set(answer)):
+                error = answer["error"] if isinstance(answer["error"], dict) else {}
+                status = error.get("code") if isinstance(error.get("code"), int) else 502
+                self.raise_for_response(httpx.Response(status, json=answer))
+                raise ProviderFailure("An error occurred", status=500, retryable=False)
+            answer.pop("provider", None)  # the serving vendor's name stays ours to know
+        return answer
+
+    def chat_payload(self, payload: dict) -> dict:
+        """OpenRouter takes `reasoning: {effort, exclude}` natively."""
+        effort = payload.pop("reasoning_effort", None)
+        if effort is not None:
+            payload["reasoning"] = {"effort": effort}
+        return payload
+
+    def responses_payload(self, payload: dict) -> dict:
+        return self.chat_payload(payload)

@@ -1,0 +1,172 @@
+"""POST /v1/responses, strict: the public Responses API request shape, every object closed."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag, model_validator
+
+from .chat import Effort
+from .common import StrictBody
+
+
+class InputText(StrictBody):
+    type: Literal["input_text"]
+    text: str
+
+
+class InputImage(StrictBody):
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class InputFile(StrictBody):
+    type: Literal["input_file"]
+    file_id: str | None = None
+    file_data: str | None = None
+    file_url: str | None = None
+    filename: str | None = None
+
+
+class InputAudio(StrictBody):
+    type: Literal["input_audio"]
+    input_audio: dict[str, str]
+
+
+class OutputText(StrictBody):
+    type: Literal["output_text"]
+    text: str
+    annotations: list[dict[str, Any]] | None = None
+
+
+ContentPart = Annotated[
+    InputText | InputImage | InputFile | InputAudio | OutputText, Field(discriminator="type")
+]
+PART_MODALITY = {"input_image": "image", "input_file": "file", "input_audio": "audio"}
+
+
+class Message(StrictBody):
+    type: Literal["message"] | None = None
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[ContentPart]
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallItem(StrictBody):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputItem(StrictBody):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str
+    id: str | None = None
+    status: str | None = None
+
+
+class ItemReference(StrictBody):
+    type: Literal["item_reference"]
+    id: str
+
+
+def _item_kind(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return value.get("type") or "message"
+    return getattr(value, "type", None) or "message"
+
+
+InputItem = Annotated[
+    Annotated[Message, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ItemReference, Tag("item_reference")],
+    Discriminator(_item_kind),
+]
+
+
+class FunctionTool(StrictBody):
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class InputSchemaTool(StrictBody):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
+    description: str | None = None
+    input_schema: dict[str, Any]
+
+
+class ToolChoiceFunction(StrictBody):
+    type: Literal["function"]
+    name: str
+
+
+class FormatText(StrictBody):
+    type: Literal["text"]
+
+
+class FormatJSONObject(StrictBody):
+    type: Literal["json_object"]
+
+
+class FormatJSONSchema(StrictBody):
+    type: Literal["json_schema"]
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
+    schema_: dict[str, Any] = Field(alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+class TextConfig(StrictBody):
+    format: (
+        Annotated[FormatText | FormatJSONObject | FormatJSONSchema, Field(discriminator="type")]
+        | None
+    ) = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class Reasoning(StrictBody):
+    effort: Effort
+    exclude: bool | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class ResponseRequest(StrictBody):
+    model: str = Field(min_length=1)
+    input: str | Annotated[list[InputItem], Field(min_length=1)]
+    instructions: str | None = None
+    previous_response_id: str | None = Field(default=None, min_length=1)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    stream: bool | None = None
+    store: bool | None = None
+    tools: list[FunctionTool | InputSchemaTool] | None = None
+    tool_choice: Literal["auto", "required", "none"] | ToolChoiceFunction | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    reasoning: Reasoning | None = None
+    reasoning_effort: Effort | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+
+    @model_validator(mode="after")
+    def _exclusive_reasoning(self):
+        if self.reasoning is not None and self.reasoning_effort is not None:
+            raise ValueError("reasoning and reasoning_effort are mutually exclusive; send one")
+        return self
+
+    @property
+    def effort(self) -> str | None:
+        return self.reasoning.effort if self.reasoning is not None else self.reasoning_effort
