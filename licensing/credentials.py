@@ -327,9 +327,21 @@ def parse_authorization(header: str) -> str:
     return header[len("Bearer ") :]
 
 
+def _cached_principal(credential: str) -> Principal | None | bool:
+    """The principal of an API key from the caches alone; False when the database is needed."""
+    if not credential.startswith(KEY_PREFIX) or len(credential) > MAX_CREDENTIAL_LENGTH:
+        return False
+    info = _key_cache.get(key_digest(credential))
+    if info is None or _license_cache.get(info.license_id) is None:
+        return False
+    return _resolve_api_key(credential)  # answered from the caches, no query
+
+
 async def authenticate(header: str) -> Principal:
     credential = parse_authorization(header)
-    principal = await run_db(resolve_credential, credential)
+    principal = _cached_principal(credential)
+    if principal is False:
+        principal = await run_db(resolve_credential, credential)
     if principal is None:
         raise AuthenticationFailed(AUTH_INVALID)
     return principal
