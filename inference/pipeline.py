@@ -152,6 +152,9 @@ async def run(request, operation: Operation, body) -> HttpResponse:
     except asyncio.CancelledError:
         await _record(call, operation, status=499)  # client went away mid-call
         raise
+    except Exception:
+        await _record(call, operation, status=500)
+        raise
     if isinstance(result, ProviderStream):
         return _stream_response(call, operation, result)  # output guardrails never block a stream
     # 10: a blocked answer is still charged.

@@ -12,21 +12,26 @@ SIM_PORT="${SIMULATOR_PORT:-9100}"
 
 python manage.py migrate --verbosity 0
 python manage.py load_catalog
-python manage.py shell -c "
+DJANGO_SETTINGS_MODULE=gateway_site.settings python - <<'PY'
+import secrets
+
+import django
+
+django.setup()
+from django.contrib.auth import get_user_model
+
 from licensing.models import License
 from licensing.services import license_create
-if not License.objects.filter(name='demo').exists():
-    license_create(name='demo', institution='Demo school')
-    print('License \'demo\' created (unlimited budget, every service)')
-"
-ADMIN_PASSWORD="$(python -c 'import secrets; print(secrets.token_urlsafe(12))')"
-python manage.py shell -c "
-from django.contrib.auth import get_user_model
+
+if not License.objects.filter(name="demo").exists():
+    license_create(name="demo", institution="Demo school")
+    print("License 'demo' created (unlimited budget, every service)")
 User = get_user_model()
-if not User.objects.filter(username='admin').exists():
-    User.objects.create_superuser('admin', 'admin@localhost', '$ADMIN_PASSWORD')
-    print('Admin user created: admin / $ADMIN_PASSWORD  (shown once)')
-"
+if not User.objects.filter(username="admin").exists():
+    password = secrets.token_urlsafe(12)
+    User.objects.create_superuser("admin", "admin@localhost", password)
+    print(f"Admin user created: admin / {password}  (shown once)")
+PY
 
 SIM_PID=""
 cleanup() { [ -n "$SIM_PID" ] && kill "$SIM_PID" 2>/dev/null || true; }
@@ -57,4 +62,5 @@ Try it:
   curl -s http://$HOST:$PORT/v1/embeddings -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"model": "text-embedding-3-small", "input": "hello"}'
 
 EOT
-python -m uvicorn gateway_site.asgi:application --host "$HOST" --port "$PORT" --no-access-log
+python -m uvicorn gateway_site.asgi:application --host "$HOST" --port "$PORT" --no-access-log \
+    --lifespan off
