@@ -10,7 +10,12 @@ Routes are ``POST /v1beta/models/{model}:{method}``:
   a few text models (text only);
 - ``:embedContent`` / ``:batchEmbedContents`` for embedding models. Gemini's
   embedding answers carry no token counts at all (no ``usageMetadata``), so
-  a gateway that bills them has to count the input itself.
+  a gateway that bills them has to count the input itself;
+- ``:countTokens`` for the generateContent models and ``gemini-embedding-001``
+  (``{"totalTokens"}``, the fakes' one-token-per-word count of every part).
+
+``gemini-2.5-flash-image`` makes one image per call: ``candidateCount`` other
+than 1 is the real API's 400 "Multiple candidates is not enabled".
 
 A prompt containing the word "forbidden" is blocked:
 
@@ -49,6 +54,8 @@ METHODS = {
     "generateContent": IMAGE_CHAT_MODELS | TEXT_CHAT_MODELS,
     "embedContent": set(EMBED_MODELS),
     "batchEmbedContents": set(EMBED_MODELS),
+    # ListModels shows countTokens on gemini-embedding-001 but not on text-embedding-004.
+    "countTokens": IMAGE_CHAT_MODELS | TEXT_CHAT_MODELS | {"gemini-embedding-001"},
 }
 
 IMAGE_TOKENS = 1290
@@ -195,6 +202,7 @@ class GeminiFake(FakeUpstream):
             "generateContent": self._generate_content,
             "embedContent": self._embed_content,
             "batchEmbedContents": self._batch_embed_contents,
+            "countTokens": self._count_tokens,
         }[method]
         return handler(model, body)
 
@@ -262,6 +270,8 @@ class GeminiFake(FakeUpstream):
         ]
         if "IMAGE" in modalities and not image_model:
             raise self._invalid("Model does not support the requested response modalities: image")
+        if image_model and config.get("candidateCount", 1) != 1:
+            raise self._invalid(f"Multiple candidates is not enabled for models/{model}")
         aspect = (config.get("imageConfig") or {}).get("aspectRatio", "1:1")
         if aspect not in IMAGE_ASPECTS:
             raise self._invalid(f"Unsupported aspect ratio: {aspect}")
@@ -323,6 +333,16 @@ class GeminiFake(FakeUpstream):
             "index": 0,
         }
         return json_response({"candidates": [candidate], "usageMetadata": usage, **envelope})
+
+    # -- :countTokens -----------------------------------------------------------------
+
+    def _count_tokens(self, model: str, body: dict) -> Response:
+        contents = body.get("contents")
+        if not isinstance(contents, list) or not contents:
+            raise self._invalid("* CountTokensRequest.contents: contents is not specified\n")
+        total = sum(synth.count_tokens(_parts_text(c)) for c in contents)
+        details = [{"modality": "TEXT", "tokenCount": total}]
+        return json_response({"totalTokens": total, "promptTokensDetails": details})
 
     # -- :embedContent / :batchEmbedContents -------------------------------------------
 

@@ -69,6 +69,7 @@ def test_sdk_chat_stream_is_billed_like_non_stream(sdk, catalog):
     assert len(usage_chunks) == 1 and usage_chunks[0].usage.prompt_tokens > 0
     sent = catalog["direct"].last.json
     assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    _wait_for_rows(2)  # a stream's row is written as the stream ends
     rows = list(Transaction.objects.order_by("created_at").values_list("credits", "status_code"))
     assert rows[0] == rows[1] and rows[1][1] == 200 and rows[1][0] > 0
 
@@ -84,6 +85,7 @@ def test_stream_with_client_usage_option(client, auth, catalog):
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
     assert response.text.endswith("data: [DONE]\n\n")
+    _wait_for_rows(1)
 
 
 def test_chat_via_aggregator(client, auth, catalog):

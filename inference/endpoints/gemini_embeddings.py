@@ -1,5 +1,81 @@
-"""Placeholder: filled in by the issue that adds this endpoint."""
+"""POST /v1/gemini/embeddings (policy service `gemini_embeddings`): the multimodal provider's
+native embeddings, with its own fields (`task_type`, `output_dimensionality`, `title`).
+
+A string goes to `:embedContent`, a list to `:batchEmbedContents`. The provider's embedding
+answers carry no token counts, so the input is counted with `:countTokens` (in parallel with
+the embedding call) and billed per token at the catalog price.
+"""
+
+from __future__ import annotations
+
+import logging
 
 from ninja import Router
 
-router = Router()
+from catalog.routing import Route
+
+from .. import pipeline
+from ..api import json_response
+from ..billing import Usage, credits_for
+from ..errors import PROVIDER_ERROR
+from ..providers import adapter_for
+from ..providers.base import ProviderFailure
+from ..schemas.common import error_responses
+from ..schemas.gemini import GeminiEmbeddingsRequest, GeminiEmbeddingsResponse
+
+router = Router(tags=["embeddings"])
+logger = logging.getLogger("gateway")
+
+
+class GeminiEmbeddings(pipeline.Operation):
+    endpoint = "gemini_embeddings"
+    service = "gemini_embeddings"
+
+    def input_texts(self, body: GeminiEmbeddingsRequest):
+        return [*body.texts(), body.title or ""]
+
+    async def call(
+        self, route: Route, body: GeminiEmbeddingsRequest, call
+    ) -> pipeline.ProviderResult:
+        adapter = adapter_for(route.provider.kind)
+        embed = getattr(adapter, "embed", None)
+        if embed is None:
+            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+        vectors, tokens = await embed(
+            route, body.texts(), batch=not isinstance(body.input, str), options=body.options()
+        )
+        cost = route.model.cost if route.model is not None else None
+        if cost is None:
+            logger.warning("model %r is not in the catalog; recorded at zero cost", body.model)
+        usage = Usage(prompt_tokens=tokens, total_tokens=tokens)
+        return pipeline.ProviderResult(
+            body={"model": body.model, "embeddings": [{"values": v} for v in vectors]},
+            billed_model=route.model.model_id if route.model is not None else body.model,
+            usage=usage,
+            credits=credits_for(cost, usage) if cost else 0,
+        )
+
+    def render(self, result: pipeline.ProviderResult, remaining: int | None):
+        body = result.body
+        body["usage"] = {
+            "prompt_tokens": result.usage.prompt_tokens,
+            "total_tokens": result.usage.total_tokens,
+            "credits_used": result.credits,
+            "credits_remaining": remaining,
+        }
+        return json_response(body)
+
+
+_operation = GeminiEmbeddings()
+
+
+@router.post(
+    "/gemini/embeddings",
+    response={
+        200: GeminiEmbeddingsResponse,
+        **error_responses(400, 401, 403, 404, 422, 500, 503),
+    },
+    summary="Create embeddings with the multimodal provider's native fields",
+)
+async def create_gemini_embeddings(request, body: GeminiEmbeddingsRequest):
+    return await pipeline.run(request, _operation, body)
