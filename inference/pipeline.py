@@ -73,8 +73,9 @@ class Operation:
     def input_texts(self, body) -> Iterable[str]:
         return ()
 
-    def prepare(self, route: Route, body) -> None:
-        """Part of step 7: reject what the chosen provider cannot take, before any call."""
+    def prepare(self, route: Route, body) -> Route | None:
+        """Part of step 7: reject what the chosen provider cannot take, before any call; may
+        return a refined route (e.g. another connection of the same provider)."""
 
     async def call(self, route: Route, body, call: Call) -> ProviderResult | ProviderStream:
         raise NotImplementedError
@@ -137,7 +138,7 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         allowed=service_policy.providers,
         output_modality=operation.output_modality,
     )
-    operation.prepare(route, body)
+    call.route = route = operation.prepare(route, body) or route
     # 8
     guardrails = license.guardrails
     if guardrails is None:

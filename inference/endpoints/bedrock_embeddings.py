@@ -1,5 +1,85 @@
-"""Placeholder: filled in by the issue that adds this endpoint."""
+"""POST /v1/bedrock/embeddings: the cloud provider's native embeddings bodies.
 
-from ninja import Router
+The body's shape follows the model prefix (`amazon.titan-` or `cohere.`); it is forwarded
+without `model` to the model's `InvokeModel`, and the model's own answer comes back with a
+`usage` object added. Billed per input token like /v1/embeddings.
+"""
 
-router = Router()
+from __future__ import annotations
+
+import logging
+
+from ninja import Body, Router
+
+from catalog.routing import Route
+
+from .. import pipeline
+from ..api import json_response
+from ..billing import Usage, credits_for
+from ..errors import PROVIDER_ERROR
+from ..providers import adapter_for, refined_route
+from ..providers.base import ProviderFailure
+from ..providers.bedrock import BedrockTransport
+from ..schemas.bedrock import (
+    BedrockEmbeddingsRequest,
+    BedrockEmbeddingsResponse,
+    TitanEmbeddingsRequest,
+)
+from ..schemas.common import error_responses
+
+router = Router(tags=["embeddings"])
+logger = logging.getLogger("gateway")
+
+
+class BedrockEmbeddings(pipeline.Operation):
+    endpoint = "bedrock_embeddings"
+    service = "bedrock_embeddings"
+
+    def input_texts(self, body):
+        return [body.inputText] if isinstance(body, TitanEmbeddingsRequest) else list(body.texts)
+
+    def prepare(self, route: Route, body) -> None:
+        refined_route(route)
+
+    async def call(self, route: Route, body, call) -> pipeline.ProviderResult:
+        call.route = route = refined_route(route)
+        adapter = adapter_for(route.provider.kind)
+        if not isinstance(adapter, BedrockTransport):
+            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+        # An explicit null means "the provider's default", which the provider spells by omission.
+        payload = body.model_dump(exclude_unset=True, exclude_none=True, exclude={"model"})
+        answer, prompt_tokens = await adapter.embeddings(route, payload)
+        if route.model is None:
+            logger.warning("model %r is not in the catalog; recorded at zero cost", body.model)
+        usage = Usage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
+        return pipeline.ProviderResult(
+            body=answer,
+            billed_model=route.model.model_id if route.model is not None else body.model,
+            usage=usage,
+            credits=credits_for(route.model.cost, usage) if route.model is not None else 0,
+        )
+
+    def render(self, result: pipeline.ProviderResult, remaining: int | None):
+        body = result.body
+        body["usage"] = {
+            "prompt_tokens": result.usage.prompt_tokens,
+            "total_tokens": result.usage.total_tokens,
+            "credits_used": result.credits,
+            "credits_remaining": remaining,
+        }
+        return json_response(body)
+
+
+_operation = BedrockEmbeddings()
+
+
+@router.post(
+    "/bedrock/embeddings",
+    response={
+        200: BedrockEmbeddingsResponse,
+        **error_responses(400, 401, 403, 404, 422, 500, 503),
+    },
+    summary="Create embeddings with the cloud provider's native bodies",
+)
+async def create_bedrock_embeddings(request, body: BedrockEmbeddingsRequest = Body(...)):
+    return await pipeline.run(request, _operation, body)

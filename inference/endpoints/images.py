@@ -18,7 +18,7 @@ from ..api import json_response
 from ..billing import Usage, credits_for
 from ..errors import PROVIDER_ERROR
 from ..imagesizes import megapixels
-from ..providers import adapter_for
+from ..providers import adapter_for, refined_route
 from ..providers.base import ProviderFailure
 from ..schemas.common import error_responses
 from ..schemas.images import ImageGenerationRequest, ImageGenerationResponse
@@ -70,6 +70,12 @@ class ImageGeneration(pipeline.Operation):
 
     def input_texts(self, body: ImageGenerationRequest):
         return [body.prompt, body.negative_prompt or ""]
+
+    def prepare(self, route: Route, body) -> Route:
+        # A provider-side constraint on the connection (a model served in one cloud region
+        # only) is a step-7 400, before any call or ledger row; the ledger then names the
+        # connection that really served the request.
+        return refined_route(route)
 
     async def call(self, route: Route, body, call) -> pipeline.ProviderResult:
         adapter = adapter_for(route.provider.kind)

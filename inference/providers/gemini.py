@@ -20,7 +20,7 @@ from catalog.routing import Route
 from inference.errors import PROVIDER_ERROR
 from inference.imagesizes import nearest_aspect_ratio, parse_size
 
-from .base import ProviderFailure, Transport, sanitize_message, unavailable
+from .base import ContentBlocked, ProviderFailure, Transport, unavailable
 
 logger = logging.getLogger("gateway")
 
@@ -80,10 +80,6 @@ CREDENTIAL_REASONS = frozenset({"API_KEY_INVALID", "API_KEY_EXPIRED", "API_KEY_S
 RAI_MARKERS = ("Responsible AI", "usage guidelines")
 
 
-class ContentBlocked(ProviderFailure):
-    """A 400 that is really the provider's content filter; image callers turn it into flagged."""
-
-
 def _error_body(response: httpx.Response) -> dict:
     try:
         body = orjson.loads(response.content)
@@ -121,14 +117,13 @@ class GeminiTransport(Transport):
             return error["status"]
         return super().error_message(response)
 
+    def content_blocked(self, response: httpx.Response) -> bool:
+        message = self.error_message(response)
+        return any(marker in message for marker in RAI_MARKERS)
+
     def raise_for_response(self, response: httpx.Response) -> None:
-        if response.status_code == 400:
-            error = _error_body(response)
-            if _reasons(error) & CREDENTIAL_REASONS:
-                raise unavailable("gemini rejected the connection's api key")
-            message = self.error_message(response)
-            if any(marker in message for marker in RAI_MARKERS):
-                raise ContentBlocked(sanitize_message(message), status=400, retryable=False)
+        if response.status_code == 400 and _reasons(_error_body(response)) & CREDENTIAL_REASONS:
+            raise unavailable("gemini rejected the connection's api key")
         super().raise_for_response(response)
 
     def _path(self, model: str, method: str) -> str:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from catalog.routing import Route
+import asyncio
+import base64
 
-from .base import Transport
+import httpx
+import orjson
+
+from catalog.routing import Route
+from inference.errors import PROVIDER_ERROR
+from inference.imagesizes import nearest_size
+
+from .base import ContentBlocked, ProviderFailure, Transport, unavailable
 
 
 class OpenAITransport(Transport):
@@ -15,3 +23,173 @@ class OpenAITransport(Transport):
 
     async def embeddings(self, route: Route, payload: dict) -> dict:
         return await self.post_json(route, "/embeddings", payload)
+
+    # --- images ------------------------------------------------------------------------------
+
+    def content_blocked(self, response: httpx.Response) -> bool:
+        return _error_code(response) in MODERATION_CODES
+
+    async def generate_images(self, route: Route, body):
+        from inference.endpoints.images import GeneratedImage, GeneratedImages
+
+        payload, size, quality = image_payload(route, body)
+        try:
+            answer = await self.post_json(route, "/images/generations", payload)
+        except ContentBlocked:
+            return GeneratedImages(flagged=True)
+        items = answer.get("data") if isinstance(answer, dict) else None
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+        # The retired models answer with short-lived URLs; clients only ever get base64.
+        encoded = await asyncio.gather(*(self._image_b64(route, item) for item in items))
+        images = [
+            GeneratedImage(
+                b64_json=data,
+                revised_prompt=item.get("revised_prompt")
+                if isinstance(item.get("revised_prompt"), str)
+                else None,
+            )
+            for item, data in zip(items, encoded, strict=True)
+        ]
+        usage = answer.get("usage")
+        input_tokens = output_tokens = None
+        if isinstance(usage, dict) and usage.get("output_tokens") is not None:
+            try:
+                input_tokens = int(usage.get("input_tokens") or 0)
+                output_tokens = int(usage["output_tokens"])
+            except (TypeError, ValueError) as exc:
+                raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+        created = answer.get("created")
+        answered_size = answer.get("size")
+        return GeneratedImages(
+            images=images,
+            created=created if isinstance(created, int) and not isinstance(created, bool) else 0,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            size=answered_size if _is_pixel_size(answered_size) else size,
+            quality=answer.get("quality") if isinstance(answer.get("quality"), str) else quality,
+        )
+
+    async def _image_b64(self, route: Route, item: dict) -> str:
+        if isinstance(item.get("b64_json"), str):
+            return item["b64_json"]
+        url = item.get("url")
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+        # Pre-signed: the connection's key is not sent along.
+        try:
+            response = await self.client(route.connection).get(url, follow_redirects=True)
+        except httpx.TimeoutException as exc:
+            raise unavailable(f"{self.kind} image download timed out") from exc
+        except httpx.TransportError as exc:
+            raise unavailable(f"{self.kind} image download failed: {type(exc).__name__}") from exc
+        if response.status_code != 200 or not response.content:
+            raise unavailable(f"{self.kind} image download answered {response.status_code}")
+        return base64.b64encode(response.content).decode("ascii")
+
+    # --- chat completions and responses ---------------------------------------------------
+
+    stateful_responses = True  # `previous_response_id` works: the provider stores responses
+
+    def chat_payload(self, payload: dict) -> dict:
+        """OpenAI's chat API takes the effort as `reasoning_effort` and has no `exclude`."""
+        reasoning = payload.pop("reasoning", None)
+        if reasoning is not None:
+            payload["reasoning_effort"] = reasoning["effort"]
+        return payload
+
+    def responses_payload(self, payload: dict) -> dict:
+        effort = payload.pop("reasoning_effort", None)
+        if effort is not None:
+            payload["reasoning"] = {"effort": effort}
+        if isinstance(payload.get("reasoning"), dict):
+            payload["reasoning"].pop("exclude", None)
+        return payload
+
+    async def chat(self, route: Route, payload: dict) -> dict:
+        return await self.post_json(route, "/chat/completions", self.chat_payload(payload))
+
+    async def chat_stream(self, route: Route, payload: dict) -> httpx.Response:
+        return await self.open_stream(route, "/chat/completions", self.chat_payload(payload))
+
+    async def responses(self, route: Route, payload: dict) -> dict:
+        return await self.post_json(route, "/responses", self.responses_payload(payload))
+
+    async def responses_stream(self, route: Route, payload: dict) -> httpx.Response:
+        return await self.open_stream(route, "/responses", self.responses_payload(payload))
+
+
+# --- images: the request each model family takes -----------------------------------------------
+
+MODERATION_CODES = frozenset({"moderation_blocked", "content_policy_violation"})
+GPT_IMAGE_SIZES = ("1024x1024", "1536x1024", "1024x1536")
+GPT_IMAGE_QUALITY = {"standard": "medium", "hd": "high"}  # low, medium, high, auto as sent
+DALL_E_SIZES = {
+    "dall-e-3": ("1024x1024", "1792x1024", "1024x1792"),
+    "dall-e-2": ("256x256", "512x512", "1024x1024"),
+}
+DALL_E_3_QUALITY = {"low": "standard", "medium": "standard", "high": "hd"}  # auto: the default
+GPT_IMAGE_ONLY = ("background", "output_format", "output_compression", "moderation")
+
+
+def _error_code(response: httpx.Response) -> str | None:
+    try:
+        body = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
+
+
+def _is_pixel_size(value) -> bool:
+    if not isinstance(value, str):
+        return False
+    width, _, height = value.partition("x")
+    return width.isdigit() and height.isdigit()
+
+
+def image_family(route: Route) -> str | None:
+    """`gpt-image` (token-priced), `dall-e` (retired), or None for a model the catalog does not
+    know and whose id says nothing (then only the common fields are sent)."""
+    family = route.model.options.get("family") if route.model is not None else None
+    if family is None and route.upstream_model.startswith("gpt-image"):
+        family = "gpt-image"
+    if family is None and route.upstream_model.startswith("dall-e"):
+        family = "dall-e"
+    return family
+
+
+def image_payload(route: Route, body) -> tuple[dict, str | None, str | None]:
+    """The Images API body for `body`, with the size and quality it asks for (for billing).
+
+    `seed` and `negative_prompt` have no counterpart on this API and are never sent; `style`
+    goes to the dall-e family only; the four `GPT_IMAGE_ONLY` fields to gpt-image only."""
+    model = route.upstream_model
+    family = image_family(route)
+    payload: dict = {"model": model, "prompt": body.prompt, "n": body.n}
+    size, quality = body.size, body.quality
+    if family == "gpt-image":
+        size = "auto" if body.size == "auto" else nearest_size(body.size, GPT_IMAGE_SIZES)
+        quality = GPT_IMAGE_QUALITY.get(body.quality, body.quality)
+        for name in GPT_IMAGE_ONLY:
+            if getattr(body, name) is not None:
+                payload[name] = getattr(body, name)
+    elif family == "dall-e":
+        sizes = DALL_E_SIZES.get(model, DALL_E_SIZES["dall-e-3"])
+        size = nearest_size(body.size, sizes, default="1024x1024")
+        if model == "dall-e-2":
+            quality = None  # one quality only, and no parameter for it
+        else:
+            quality = DALL_E_3_QUALITY.get(body.quality, body.quality)
+            quality = None if quality == "auto" else quality
+        if body.style is not None:
+            payload["style"] = body.style
+    payload["size"] = size
+    if quality is not None:
+        payload["quality"] = quality
+    if body.user is not None:
+        payload["user"] = body.user
+    if family == "dall-e" and model != "dall-e-2" and quality is None:
+        quality = "standard"  # what the provider makes, and bills, by default
+    return payload, size, quality
