@@ -14,12 +14,13 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 STAMP="$VENV/.installed-$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$STAMP" ]; then
-    echo "Installing the pinned dependencies into .venv ..."
-    # (grep drops this machine's pip-config noise; real errors still show, and fail the script)
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip 2>&1 | { grep -v "^WARNING: Location" || true; }
-    "$VENV/bin/python" -m pip install --quiet -c constraints.txt -e ".[dev]" 2>&1 \
-        | { grep -v -e "^WARNING: Location" -e "BuildBackendWarning" || true; }
-    "$VENV/bin/python" -c "import django, ninja, httpx, uvicorn, openai, pytest_django"
+    echo "Installing the pinned dependencies into .venv (log: .venv/pip.log) ..."
+    if ! { "$VENV/bin/python" -m pip install --upgrade pip \
+            && "$VENV/bin/python" -m pip install -c constraints.txt -e ".[dev]"; } \
+            > "$VENV/pip.log" 2>&1; then
+        cat "$VENV/pip.log" >&2
+        exit 1
+    fi
     rm -f "$VENV"/.installed-*
     touch "$STAMP"
 fi

@@ -7,15 +7,11 @@ without `model` to the model's `InvokeModel`, and the model's own answer comes b
 
 from __future__ import annotations
 
-import logging
-
 from ninja import Body, Router
 
 from catalog.routing import Route
 
 from .. import pipeline
-from ..api import json_response
-from ..billing import Usage, credits_for
 from ..errors import PROVIDER_ERROR
 from ..providers import adapter_for, refined_route
 from ..providers.base import ProviderFailure
@@ -26,12 +22,12 @@ from ..schemas.bedrock import (
     TitanEmbeddingsRequest,
 )
 from ..schemas.common import error_responses
+from .embeddings import EmbeddingOperation
 
 router = Router(tags=["embeddings"])
-logger = logging.getLogger("gateway")
 
 
-class BedrockEmbeddings(pipeline.Operation):
+class BedrockEmbeddings(EmbeddingOperation):
     endpoint = "bedrock_embeddings"
     service = "bedrock_embeddings"
 
@@ -49,25 +45,7 @@ class BedrockEmbeddings(pipeline.Operation):
         # An explicit null means "the provider's default", which the provider spells by omission.
         payload = body.model_dump(exclude_unset=True, exclude_none=True, exclude={"model"})
         answer, prompt_tokens = await adapter.embeddings(route, payload)
-        if route.model is None:
-            logger.warning("model %r is not in the catalog; recorded at zero cost", body.model)
-        usage = Usage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
-        return pipeline.ProviderResult(
-            body=answer,
-            billed_model=route.model.model_id if route.model is not None else body.model,
-            usage=usage,
-            credits=credits_for(route.model.cost, usage) if route.model is not None else 0,
-        )
-
-    def render(self, result: pipeline.ProviderResult, remaining: int | None):
-        body = result.body
-        body["usage"] = {
-            "prompt_tokens": result.usage.prompt_tokens,
-            "total_tokens": result.usage.total_tokens,
-            "credits_used": result.credits,
-            "credits_remaining": remaining,
-        }
-        return json_response(body)
+        return self.result(route, body, answer, prompt_tokens)
 
 
 _operation = BedrockEmbeddings()

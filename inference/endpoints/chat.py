@@ -42,10 +42,22 @@ class TextGeneration(pipeline.Operation):
         return route.model.model_id, credits_for(route.model.cost, usage)
 
     def stream_result(self, route: Route, body, usage: Usage) -> pipeline.ProviderResult:
+        return self.answer_result(route, body, {}, usage, texts=())
+
+    def answer_result(self, route: Route, body, answer: dict, usage: Usage, texts):
         billed_model, credits = self.billed(route, body, usage)
         return pipeline.ProviderResult(
-            body={}, billed_model=billed_model, usage=usage, credits=credits
+            body=answer, billed_model=billed_model, usage=usage, credits=credits, output_texts=texts
         )
+
+    def render(self, result: pipeline.ProviderResult, remaining: int | None):
+        body = result.body
+        usage = body.get("usage")
+        if not isinstance(usage, dict):
+            usage = body["usage"] = {}
+        usage["credits_used"] = result.credits
+        usage["credits_remaining"] = remaining
+        return json_response(body)
 
 
 def _function_tool(tool: dict) -> dict:
@@ -120,19 +132,7 @@ class ChatCompletions(TextGeneration):
             ]
         except (AttributeError, TypeError, ValueError, KeyError) as exc:
             raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
-        billed_model, credits = self.billed(route, body, usage)
-        return pipeline.ProviderResult(
-            body=answer, billed_model=billed_model, usage=usage, credits=credits, output_texts=texts
-        )
-
-    def render(self, result: pipeline.ProviderResult, remaining: int | None):
-        body = result.body
-        usage = body.get("usage")
-        if not isinstance(usage, dict):
-            usage = body["usage"] = {}
-        usage["credits_used"] = result.credits
-        usage["credits_remaining"] = remaining
-        return json_response(body)
+        return self.answer_result(route, body, answer, usage, texts)
 
 
 _operation = ChatCompletions()

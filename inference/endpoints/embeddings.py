@@ -21,7 +21,32 @@ router = Router(tags=["embeddings"])
 logger = logging.getLogger("gateway")
 
 
-class Embeddings(pipeline.Operation):
+class EmbeddingOperation(pipeline.Operation):
+    """What the embeddings endpoints share: per-token billing and the `usage` block."""
+
+    def result(self, route: Route, body, answer: dict, prompt_tokens: int):
+        if route.model is None:
+            logger.warning("model %r is not in the catalog; recorded at zero cost", body.model)
+        usage = Usage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
+        return pipeline.ProviderResult(
+            body=answer,
+            billed_model=route.model.model_id if route.model is not None else body.model,
+            usage=usage,
+            credits=credits_for(route.model.cost, usage) if route.model is not None else 0,
+        )
+
+    def render(self, result: pipeline.ProviderResult, remaining: int | None):
+        body = result.body
+        body["usage"] = {
+            "prompt_tokens": result.usage.prompt_tokens,
+            "total_tokens": result.usage.total_tokens,
+            "credits_used": result.credits,
+            "credits_remaining": remaining,
+        }
+        return json_response(body)
+
+
+class Embeddings(EmbeddingOperation):
     endpoint = "embeddings"
     service = "embeddings"
 
@@ -61,27 +86,9 @@ class Embeddings(pipeline.Operation):
             not isinstance(item["embedding"], list) for item in items
         ):
             raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
-        billed = route.model.model_id if route.model is not None else model
-        cost = route.model.cost if route.model is not None else None
-        if cost is None:
-            logger.warning("model %r is not in the catalog; recorded at zero cost", model)
-        result_usage = Usage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
-        return pipeline.ProviderResult(
-            body={"object": "list", "model": model, "data": items},
-            billed_model=billed,
-            usage=result_usage,
-            credits=credits_for(cost, result_usage) if cost else 0,
+        return self.result(
+            route, body, {"object": "list", "model": model, "data": items}, prompt_tokens
         )
-
-    def render(self, result: pipeline.ProviderResult, remaining: int | None):
-        body = result.body
-        body["usage"] = {
-            "prompt_tokens": result.usage.prompt_tokens,
-            "total_tokens": result.usage.total_tokens,
-            "credits_used": result.credits,
-            "credits_remaining": remaining,
-        }
-        return json_response(body)
 
 
 _operation = Embeddings()

@@ -8,26 +8,22 @@ the embedding call) and billed per token at the catalog price.
 
 from __future__ import annotations
 
-import logging
-
 from ninja import Router
 
 from catalog.routing import Route
 
 from .. import pipeline
-from ..api import json_response
-from ..billing import Usage, credits_for
 from ..errors import PROVIDER_ERROR
 from ..providers import adapter_for
 from ..providers.base import ProviderFailure
 from ..schemas.common import error_responses
 from ..schemas.gemini import GeminiEmbeddingsRequest, GeminiEmbeddingsResponse
+from .embeddings import EmbeddingOperation
 
 router = Router(tags=["embeddings"])
-logger = logging.getLogger("gateway")
 
 
-class GeminiEmbeddings(pipeline.Operation):
+class GeminiEmbeddings(EmbeddingOperation):
     endpoint = "gemini_embeddings"
     service = "gemini_embeddings"
 
@@ -44,26 +40,8 @@ class GeminiEmbeddings(pipeline.Operation):
         vectors, tokens = await embed(
             route, body.texts(), batch=not isinstance(body.input, str), options=body.options()
         )
-        cost = route.model.cost if route.model is not None else None
-        if cost is None:
-            logger.warning("model %r is not in the catalog; recorded at zero cost", body.model)
-        usage = Usage(prompt_tokens=tokens, total_tokens=tokens)
-        return pipeline.ProviderResult(
-            body={"model": body.model, "embeddings": [{"values": v} for v in vectors]},
-            billed_model=route.model.model_id if route.model is not None else body.model,
-            usage=usage,
-            credits=credits_for(cost, usage) if cost else 0,
-        )
-
-    def render(self, result: pipeline.ProviderResult, remaining: int | None):
-        body = result.body
-        body["usage"] = {
-            "prompt_tokens": result.usage.prompt_tokens,
-            "total_tokens": result.usage.total_tokens,
-            "credits_used": result.credits,
-            "credits_remaining": remaining,
-        }
-        return json_response(body)
+        answer = {"model": body.model, "embeddings": [{"values": v} for v in vectors]}
+        return self.result(route, body, answer, tokens)
 
 
 _operation = GeminiEmbeddings()

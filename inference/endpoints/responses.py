@@ -7,7 +7,6 @@ from ninja import Router
 from catalog.routing import Route
 
 from .. import pipeline
-from ..api import json_response
 from ..billing import Usage
 from ..errors import PROVIDER_ERROR, BadRequest
 from ..providers import adapter_for
@@ -99,19 +98,7 @@ class Responses(TextGeneration):
             ]
         except (AttributeError, TypeError, ValueError) as exc:
             raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
-        billed_model, credits = self.billed(route, body, usage)
-        return pipeline.ProviderResult(
-            body=answer, billed_model=billed_model, usage=usage, credits=credits, output_texts=texts
-        )
-
-    def render(self, result: pipeline.ProviderResult, remaining: int | None):
-        body = result.body
-        usage = body.get("usage")
-        if not isinstance(usage, dict):
-            usage = body["usage"] = {}
-        usage["credits_used"] = result.credits
-        usage["credits_remaining"] = remaining
-        return json_response(body)
+        return self.answer_result(route, body, answer, usage, texts)
 
 
 _operation = Responses()

@@ -189,7 +189,21 @@ class StreamOptions(StrictBody):
     include_usage: bool | None = None
 
 
-class ChatCompletionRequest(StrictBody):
+class ReasoningChoice:
+    """`reasoning` and `reasoning_effort` say the same thing: one or the other."""
+
+    @model_validator(mode="after")
+    def _exclusive_reasoning(self):
+        if self.reasoning is not None and self.reasoning_effort is not None:
+            raise ValueError("reasoning and reasoning_effort are mutually exclusive; send one")
+        return self
+
+    @property
+    def effort(self) -> str | None:
+        return self.reasoning.effort if self.reasoning is not None else self.reasoning_effort
+
+
+class ChatCompletionRequest(ReasoningChoice, StrictBody):
     model: str = Field(min_length=1)
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1)
@@ -214,13 +228,3 @@ class ChatCompletionRequest(StrictBody):
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     metadata: dict[str, str] | None = None
-
-    @model_validator(mode="after")
-    def _exclusive_reasoning(self):
-        if self.reasoning is not None and self.reasoning_effort is not None:
-            raise ValueError("reasoning and reasoning_effort are mutually exclusive; send one")
-        return self
-
-    @property
-    def effort(self) -> str | None:
-        return self.reasoning.effort if self.reasoning is not None else self.reasoning_effort

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, model_validator
+from pydantic import Discriminator, Field, Tag
 
-from .chat import Effort
+from .chat import Effort, ReasoningChoice
 from .common import StrictBody
 
 
@@ -141,7 +141,7 @@ class Reasoning(StrictBody):
     summary: Literal["auto", "concise", "detailed"] | None = None
 
 
-class ResponseRequest(StrictBody):
+class ResponseRequest(ReasoningChoice, StrictBody):
     model: str = Field(min_length=1)
     input: str | Annotated[list[InputItem], Field(min_length=1)]
     instructions: str | None = None
@@ -160,13 +160,3 @@ class ResponseRequest(StrictBody):
     truncation: Literal["auto", "disabled"] | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
-
-    @model_validator(mode="after")
-    def _exclusive_reasoning(self):
-        if self.reasoning is not None and self.reasoning_effort is not None:
-            raise ValueError("reasoning and reasoning_effort are mutually exclusive; send one")
-        return self
-
-    @property
-    def effort(self) -> str | None:
-        return self.reasoning.effort if self.reasoning is not None else self.reasoning_effort
