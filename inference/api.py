@@ -14,6 +14,7 @@ import json
 import logging
 
 import orjson
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
@@ -134,6 +135,8 @@ def _validation_error(request, exc: ValidationError):
 @api.exception_handler(HttpError)
 def _http_error(request, exc: HttpError):
     cause = exc.__cause__
+    if isinstance(cause, RequestDataTooBig):
+        return _body_too_large(request, cause)
     if isinstance(cause, json.JSONDecodeError):
         item = {
             "type": "json_invalid",
@@ -144,6 +147,11 @@ def _http_error(request, exc: HttpError):
         }
         return json_response({"detail": [item]}, status=422)
     return json_response({"error": {"message": str(exc.message)}}, status=exc.status_code)
+
+
+@api.exception_handler(RequestDataTooBig)
+def _body_too_large(request, exc: RequestDataTooBig):
+    return json_response({"error": {"message": "Request body is too large"}}, status=413)
 
 
 @api.exception_handler(Exception)

@@ -87,18 +87,18 @@ def wallet_key(*, license_id: int, config: BudgetConfig, holder: str, now=None) 
     return WalletKey(license_id, name, config.period, start)
 
 
+def _wallet_rows(key: WalletKey):
+    return Wallet.objects.filter(
+        license_id=key.license_id,
+        holder=key.holder,
+        period=key.period,
+        window_start=key.window_start,
+    )
+
+
 def _wallet(key: WalletKey, unit: str) -> tuple[int, int]:
     """(id, spent) of the wallet for this window, opening it if needed."""
-    row = (
-        Wallet.objects.filter(
-            license_id=key.license_id,
-            holder=key.holder,
-            period=key.period,
-            window_start=key.window_start,
-        )
-        .values_list("id", "spent", "unit")
-        .first()
-    )
+    row = _wallet_rows(key).values_list("id", "spent", "unit").first()
     if row is None:
         try:
             with transaction.atomic():
@@ -111,16 +111,7 @@ def _wallet(key: WalletKey, unit: str) -> tuple[int, int]:
                 )
             row = (wallet.pk, 0, unit)
         except IntegrityError:  # opened concurrently
-            row = (
-                Wallet.objects.filter(
-                    license_id=key.license_id,
-                    holder=key.holder,
-                    period=key.period,
-                    window_start=key.window_start,
-                )
-                .values_list("id", "spent", "unit")
-                .get()
-            )
+            row = _wallet_rows(key).values_list("id", "spent", "unit").get()
     if row[2] != unit:
         raise BudgetConfigurationError()
     _wallet_ids.set(key, row[0])
@@ -167,16 +158,7 @@ def wallet_charge(state: BudgetState, credits: int) -> tuple[int | None, int]:
 def budget_usage(*, license_id: int, config: BudgetConfig, holder: str) -> dict:
     """The `budget` object of GET /v1/license for this caller's wallet."""
     key = wallet_key(license_id=license_id, config=config, holder=holder)
-    row = (
-        Wallet.objects.filter(
-            license_id=key.license_id,
-            holder=key.holder,
-            period=key.period,
-            window_start=key.window_start,
-        )
-        .values_list("spent", "unit")
-        .first()
-    )
+    row = _wallet_rows(key).values_list("spent", "unit").first()
     if row is not None and row[1] != config.unit:
         raise BudgetConfigurationError()
     used = row[0] if row else 0

@@ -125,6 +125,14 @@ def test_json_invalid_with_character_offset(client, auth, raw, offset):
     assert item["loc"] == ["body", offset]
 
 
+def test_huge_body_is_413(client, auth, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    body = {"model": "text-embedding-3-small", "input": ["x" * 1000] * 20}
+    response = post(client, EMBEDDINGS, body, auth)
+    assert response.status_code == 413
+    assert response.json() == {"error": {"message": "Request body is too large"}}
+
+
 def test_body_that_is_not_an_object(client, auth):
     item = only(detail(post(client, EMBEDDINGS, ["model"], auth)))
     assert item["type"] == "model_type" and item["loc"] == ["body"]
