@@ -19,7 +19,8 @@ class LiveGateway:
     def __init__(self):
         from gateway_site.asgi import application
 
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP so that asyncio sets TCP_NODELAY (no delayed-ACK stalls on keep-alive).
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
