@@ -98,7 +98,17 @@ def _wallet_rows(key: WalletKey):
 
 def _wallet(key: WalletKey, unit: str) -> tuple[int, int]:
     """(id, spent) of the wallet for this window, opening it if needed."""
-    row = _wallet_rows(key).values_list("id", "spent", "unit").first()
+    row = None
+    wallet_id = _wallet_ids.get(key)
+    if wallet_id is not None:
+        # The hot path: one primary-key read, without the ORM's per-query overhead.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id, spent, unit FROM licensing_wallet WHERE id = %s", [wallet_id]
+            )
+            row = cursor.fetchone()
+    if row is None:
+        row = _wallet_rows(key).values_list("id", "spent", "unit").first()
     if row is None:
         try:
             with transaction.atomic():
