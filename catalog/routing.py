@@ -121,8 +121,12 @@ class ProviderPin:
 _catalog_cache = TTLCache("catalog", max_entries=1)
 
 
+def cached_catalog() -> Catalog | None:
+    return _catalog_cache.get("catalog")
+
+
 def load_catalog_snapshot() -> Catalog:
-    cached = _catalog_cache.get("catalog")
+    cached = cached_catalog()
     if cached is not None:
         return cached
     generation = _catalog_cache.generation

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from django.http import HttpResponse, StreamingHttpResponse
 
-from catalog.routing import Route, load_catalog_snapshot, select_route
+from catalog.routing import Route, cached_catalog, load_catalog_snapshot, select_route
 from gateway_site.db import run_db
 from licensing.budget import BudgetState, budget_check
 from licensing.credentials import Principal
@@ -96,10 +96,9 @@ def require_principal(request) -> Principal:
     return principal
 
 
-async def _catalog():
-    from catalog.routing import _catalog_cache
-
-    cached = _catalog_cache.get("catalog")
+async def current_catalog():
+    """The cached catalog snapshot; the database is read (on a worker thread) only on a miss."""
+    cached = cached_catalog()
     return cached if cached is not None else await run_db(load_catalog_snapshot)
 
 
@@ -129,7 +128,7 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         raise ServiceUnavailable()
     service_policy = license.policy.check_request(operation.service, call.body_fields)
     # 7
-    catalog = await _catalog()
+    catalog = await current_catalog()
     call.route = route = select_route(
         catalog,
         endpoint=operation.endpoint,

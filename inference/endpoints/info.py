@@ -11,7 +11,7 @@ from licensing.policy import SERVICES
 
 from ..api import json_response
 from ..headers import parse_service_headers
-from ..pipeline import _catalog, require_principal
+from ..pipeline import current_catalog, require_principal
 from ..schemas.common import error_responses
 
 router = Router(tags=["info"])
@@ -82,7 +82,7 @@ async def health(request):
 async def models(request):
     require_principal(request)
     parse_service_headers(request)
-    catalog = await _catalog()
+    catalog = await current_catalog()
     return json_response({"object": "list", "data": listed_models(catalog)})
 
 
