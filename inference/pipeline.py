@@ -16,6 +16,7 @@ Every request that reaches step 9 writes one ledger row, charged or not.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ from .billing import Usage
 from .errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
 from .headers import parse_service_headers
 from .streaming import ProviderStream, StreamOutcome, relay
+
+logger = logging.getLogger("gateway")
 
 
 @dataclass
@@ -175,6 +178,8 @@ def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
         result = None
         if outcome.status == 200 and outcome.usage is not None:
             result = operation.stream_result(call.route, call.body, outcome.usage)
+        elif outcome.status == 200:
+            logger.warning("stream %s ended without usage; recorded at zero cost", call.request_id)
         # Runs from the generator's cleanup, possibly while its task is being cancelled: the
         # ledger write gets a task of its own.
         task = asyncio.get_running_loop().create_task(
