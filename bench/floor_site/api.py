@@ -1,0 +1,37 @@
+"""One bare async endpoint: validate the gateway's request model, answer a fixed body."""
+
+from typing import Annotated, Literal
+
+from ninja import NinjaAPI
+from pydantic import BaseModel, ConfigDict, Field
+
+api = NinjaAPI(docs_url=None, openapi_url=None)
+
+# Shaped (and sized) like the fake upstream's answer for dimensions=64.
+ANSWER = {
+    "object": "list",
+    "model": "text-embedding-3-small",
+    "data": [
+        {
+            "object": "embedding",
+            "index": 0,
+            "embedding": [round(i / 64 - 0.5, 6) for i in range(64)],
+        }
+    ],
+    "usage": {"prompt_tokens": 4, "total_tokens": 4},
+}
+
+
+class EmbeddingsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str = Field(min_length=1)
+    input: str | Annotated[list[str], Field(min_length=1)]
+    dimensions: int | None = Field(default=None, ge=1)
+    encoding_format: Literal["float"] | None = "float"
+    user: str | None = None
+
+
+@api.post("/embeddings")
+async def embeddings(request, body: EmbeddingsRequest):
+    return ANSWER

@@ -1,0 +1,782 @@
+"""Throughput and latency of the gateway against its framework's floor and the upstream alone.
+
+    .venv/bin/python bench/run.py [--case embeddings|chat-stream|all] [--seconds 10]
+
+Creates a throwaway PostgreSQL database and sets the gateway up on it, then runs each case on
+free loopback ports with servers of its own:
+
+- embeddings: POST /v1/embeddings at the gateway, the floor app (bench/floor_site) and the fake
+  OpenAI upstream (`python -m fake_upstreams openai`), driven by wrk (or, without wrk, a Python
+  load generator);
+- chat-stream: streamed POST /v1/chat/completions at the gateway and at the fake upstream
+  (bench/upstream.py, 20 ms between events), driven by an asyncio + httpx load generator that
+  times each stream's first event and its end.
+
+Each target is warmed up, measured, and the ledger is checked against the 200s the gateway
+answered. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import math
+import os
+import pstats
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+PG = "postgres://postgres@127.0.0.1:5432"
+UPSTREAM_KEY = "sk-bench"
+BODY = json.dumps(
+    {
+        "model": "text-embedding-3-small",
+        "input": "the quick brown fox",
+        "dimensions": 64,
+        "encoding_format": "float",
+    }
+)
+DRAIN = 2.0  # seconds wrk keeps running after the window so in-flight requests complete
+GATEWAY_APP = "gateway_site.asgi:application"
+CHAT_PROMPT = (
+    "Explain in two short paragraphs how photosynthesis turns sunlight, water and carbon "
+    "dioxide into sugar and oxygen inside green plant leaves."
+)
+CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": CHAT_PROMPT}]}
+CHAT_BODY = json.dumps({**CHAT, "stream": True})
+# The gateway asks the upstream for usage (stream_options.include_usage): the direct request
+# asks the same, so both sides stream the same events.
+CHAT_BODY_DIRECT = json.dumps({**CHAT, "stream": True, "stream_options": {"include_usage": True}})
+CHAT_EVENTS = 8  # the fake's stream for it: role, 4 content pieces, finish, usage, [DONE]
+CHAT_SERVICE = "chat_completions"  # the ledger's service for /v1/chat/completions
+
+# Each connection stops sending when the window closes; the requests in flight then finish
+# during the drain, so every request sent is answered and counted (the ledger check is exact).
+WRK_SCRIPT = """
+local ffi = require("ffi")
+ffi.cdef[[
+typedef struct { long sec; long usec; } bench_timeval;
+int gettimeofday(bench_timeval *tv, void *tz);
+]]
+local tv = ffi.new("bench_timeval")
+local function now()
+  ffi.C.gettimeofday(tv, nil)
+  return tonumber(tv.sec) + tonumber(tv.usec) / 1e6
+end
+
+wrk.method = "POST"
+wrk.body = [==[%(body)s]==]
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer %(key)s"
+
+local stop_at
+function init(args) stop_at = now() + tonumber(args[1]) end
+function delay() if now() < stop_at then return 0 end return 3600000 end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "BENCH {\\"requests\\": %%d, \\"non2xx\\": %%d, \\"errors\\": %%d, "
+    .. "\\"p50\\": %%d, \\"p99\\": %%d}\\n",
+    summary.requests, e.status, e.connect + e.read + e.write + e.timeout,
+    latency:percentile(50), latency:percentile(99)))
+end
+"""
+
+
+@dataclass
+class Target:
+    name: str  # process label: gateway, floor, upstream
+    title: str
+    url: str
+    key: str
+    body: str = BODY
+    stream: bool = False  # an SSE answer that must end with `data: [DONE]`
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"}
+
+
+@dataclass
+class Result:
+    requests: int  # answered, any status
+    non2xx: int
+    errors: int  # socket errors and time-outs
+    p50_ms: float
+    p99_ms: float
+    seconds: float
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds in the window, by label
+
+    @property
+    def ok(self) -> int:
+        return self.requests - self.non2xx
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    def cpu_ms(self, label: str) -> float:
+        return 1000 * self.cpu.get(label, 0.0) / max(self.requests, 1)
+
+
+@dataclass
+class StreamResult:
+    ok: int  # streams answered 200 that ended with `data: [DONE]` and carried no error event
+    failures: dict[str, int]  # the others, by kind
+    ttfb: list[float]  # seconds to the first `data:` event, ok streams, sorted
+    total: list[float]  # seconds to the end of the stream, ok streams, sorted
+    bytes: int  # body bytes of the ok streams
+    seconds: float  # from the first stream's start to the last one's end
+    cpu: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.ok / self.seconds
+
+    @property
+    def failed(self) -> int:
+        return sum(self.failures.values())
+
+    @property
+    def bytes_per_stream(self) -> float:
+        return self.bytes / max(self.ok, 1)
+
+    def cpu_ms(self, label: str) -> float:
+        return 1000 * self.cpu.get(label, 0.0) / max(self.ok, 1)
+
+
+def percentile_ms(values: list[float], q: float) -> float:
+    """The q-quantile of sorted seconds, in ms (nearest rank)."""
+    return values[min(len(values) - 1, int(q * len(values)))] * 1e3 if values else 0.0
+
+
+# --------------------------------------------------------------------------- load generators
+
+
+def wrk_load(target: Target, seconds: float, connections: int, threads: int) -> Result:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(WRK_SCRIPT % {"body": target.body, "key": target.key})
+    duration = f"{math.ceil(seconds + DRAIN)}s"  # wrk takes whole seconds; the window need not
+    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}", "--timeout", "10s"]
+    try:
+        out = subprocess.run(
+            [*cmd, "-s", script.name, target.url, "--", str(seconds)],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+        ).stdout
+    finally:
+        os.unlink(script.name)
+    line = next((x for x in out.splitlines() if x.startswith("BENCH ")), None)
+    if line is None:
+        raise RuntimeError(f"wrk gave no result:\n{out}")
+    r = json.loads(line[6:])
+    return Result(r["requests"], r["non2xx"], r["errors"], r["p50"] / 1e3, r["p99"] / 1e3, seconds)
+
+
+async def python_load(target: Target, seconds: float, connections: int) -> Result:
+    """The fallback: one task per connection, each stops sending when the window closes."""
+    headers = target.headers
+    latencies: list[float] = []
+    counts = {"non2xx": 0, "errors": 0}
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    async with httpx.AsyncClient(limits=limits, timeout=10) as client:
+        stop_at = time.perf_counter() + seconds
+
+        async def worker():
+            while time.perf_counter() < stop_at:
+                start = time.perf_counter()
+                try:
+                    r = await client.post(target.url, content=target.body, headers=headers)
+                except httpx.HTTPError:
+                    counts["errors"] += 1
+                    continue
+                latencies.append(time.perf_counter() - start)
+                counts["non2xx"] += not 200 <= r.status_code < 300
+
+        await asyncio.gather(*(worker() for _ in range(connections)))
+    latencies.sort()
+    p50, p99 = percentile_ms(latencies, 0.5), percentile_ms(latencies, 0.99)
+    return Result(len(latencies), counts["non2xx"], counts["errors"], p50, p99, seconds)
+
+
+async def stream_load(
+    target: Target, seconds: float, concurrency: int, stagger: float = 0.0
+) -> StreamResult:
+    """`concurrency` tasks, each opening one stream after the other until the window closes.
+
+    The streams in flight when the window closes run to their end and count, so the elapsed
+    time runs to the last stream's end. Task i starts `i * stagger / concurrency` seconds late:
+    streams of the same length started together would stay in step and reach the server in
+    bursts. (wrk cannot time a first byte: it sees a response only once it is complete.)
+    """
+    ttfb: list[float] = []
+    total: list[float] = []
+    failures: dict[str, int] = defaultdict(int)
+    received = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+
+        async def one() -> None:
+            nonlocal received
+            start = time.perf_counter()
+            first = None
+            head = tail = b""  # head: until the first event; tail: the last bytes seen
+            size, error_event = 0, False
+            request = client.stream("POST", target.url, content=target.body, headers=target.headers)
+            async with request as r:
+                async for chunk in r.aiter_raw():
+                    size += len(chunk)
+                    if first is None:
+                        head += chunk
+                        if b"data:" in head:
+                            first = time.perf_counter()
+                    window = tail + chunk  # events may straddle two chunks
+                    error_event = error_event or b'data: {"error"' in window
+                    tail = window[-64:]
+            end = time.perf_counter()
+            if r.status_code != 200:
+                failures[f"status {r.status_code}"] += 1
+            elif error_event:
+                failures["error event"] += 1
+            elif first is None or not tail.rstrip().endswith(b"data: [DONE]"):
+                failures["no data: [DONE]"] += 1
+            else:
+                ttfb.append(first - start)
+                total.append(end - start)
+                received += size
+
+        began = time.perf_counter()
+        stop_at = began + seconds
+
+        async def worker(offset: float) -> None:
+            await asyncio.sleep(offset)
+            while time.perf_counter() < stop_at:
+                try:
+                    await one()
+                except httpx.HTTPError as exc:
+                    failures[type(exc).__name__] += 1
+
+        await asyncio.gather(*(worker(i * stagger / concurrency) for i in range(concurrency)))
+        elapsed = time.perf_counter() - began
+    ttfb.sort()
+    total.sort()
+    return StreamResult(len(ttfb), dict(failures), ttfb, total, received, elapsed)
+
+
+def find_wrk() -> str | None:
+    if not shutil.which("wrk") and os.geteuid() == 0 and shutil.which("apt-get"):
+        print("wrk not found: trying apt-get install -y wrk", flush=True)
+        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "wrk"]):
+            try:
+                subprocess.run(cmd, capture_output=True, timeout=180, check=True)
+            except (subprocess.SubprocessError, OSError):
+                break
+    return shutil.which("wrk")
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def uvicorn_cmd(app: str, port: int, workers: int, nodelay: bool = False) -> list[str]:
+    """The gateway's server settings; `nodelay` goes through gateway_site/serve.py (see there)."""
+    server = ["--workers", str(workers), "--no-access-log", "--log-level", "warning"]
+    module = "gateway_site.serve" if nodelay else "uvicorn"
+    return [PY, "-m", module, app, "--host", "127.0.0.1", "--port", str(port), *server]
+
+
+class Processes:
+    """Servers, each in its own process group (uvicorn's workers included), logs in `logdir`."""
+
+    def __init__(self, logdir: Path):
+        self.logdir = logdir
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, cmd: list[str], env: dict) -> None:
+        with open(self.logdir / f"{name}.log", "ab") as log:  # a name may be started again
+            self.procs[name] = subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.logdir / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def wait_ready(self, target: Target, timeout: float = 60) -> None:
+        """Until the target answers the benchmark's request with a 200 (a stream: to its end)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.procs[target.name].poll() is not None:
+                raise RuntimeError(f"{target.name} exited:\n{self.log_tail(target.name)}")
+            try:
+                r = httpx.post(target.url, content=target.body, headers=target.headers, timeout=5)
+                if r.status_code == 200:
+                    if target.stream and not r.text.rstrip().endswith("data: [DONE]"):
+                        raise RuntimeError(f"{target.name}: stream without [DONE]:\n{r.text}")
+                    return
+                last = f"{r.status_code} {r.text[:300]}"
+            except httpx.HTTPError as exc:
+                last = repr(exc)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{target.name} not ready: {last}\n{self.log_tail(target.name)}")
+            time.sleep(0.2)
+
+    def cpu(self, db_url: str) -> dict[int, tuple[str, float]]:
+        """pid -> (label, CPU seconds so far) for our servers and the benchmark DB's backends."""
+        with psycopg.connect(db_url, autocommit=True, connect_timeout=5) as conn:
+            backends = {
+                pid
+                for (pid,) in conn.execute(
+                    "SELECT pid FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            }
+        groups = {proc.pid: name for name, proc in self.procs.items()}
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pid = int(entry.name)
+            label = "postgres" if pid in backends else groups.get(int(fields[2]))
+            if label:
+                out[pid] = (label, (int(fields[11]) + int(fields[12])) / tick)
+        return out
+
+
+def cpu_delta(before: dict, after: dict) -> dict[str, float]:
+    total: dict[str, float] = defaultdict(float)
+    for pid, (label, seconds) in after.items():
+        total[label] += seconds - before.get(pid, (label, 0.0))[1]
+    return dict(total)
+
+
+# --------------------------------------------------------------------------- database
+
+
+def pg_admin(sql: str) -> None:
+    with psycopg.connect(f"{PG}/postgres", autocommit=True, connect_timeout=5) as conn:
+        conn.execute(sql)
+
+
+def ensure_postgres() -> None:
+    try:
+        pg_admin("SELECT 1")
+    except psycopg.OperationalError:
+        print("PostgreSQL is down: trying pg_ctlcluster 15 main start", flush=True)
+        cmd = ["pg_ctlcluster", "--skip-systemctl-redirect", "15", "main", "start"]
+        subprocess.run(cmd, timeout=60, check=False)
+        pg_admin("SELECT 1")
+
+
+def manage(env: dict, *args: str) -> str:
+    r = subprocess.run(
+        [PY, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+    )
+    if r.returncode:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
+    return r.stdout.strip()
+
+
+def set_up_gateway(env: dict) -> str:
+    """The README's operator commands (the connection is set per case); returns the API key."""
+    manage(env, "migrate", "--no-input")
+    manage(env, "load_catalog")
+    manage(env, "create_license", "bench", "--limit", "1000000000000")
+    return manage(env, "create_api_key", "bench").splitlines()[-1]
+
+
+def configure_upstream(env: dict, port: int) -> None:
+    """Point the `direct` provider's default connection at the fake upstream on `port`."""
+    url = f"http://127.0.0.1:{port}/v1"
+    manage(env, "configure_connection", "direct", "--base-url", url, "--api-key", UPSTREAM_KEY)
+
+
+@dataclass
+class Ledger:
+    rows: dict[tuple[str, int], int]  # (service, status) -> rows
+    credits: int  # sum over the rows
+    spent: int  # sum over the wallets
+
+    def of(self, service: str) -> dict[int, int]:
+        return {status: n for (svc, status), n in self.rows.items() if svc == service}
+
+
+def read_ledger(db_url: str) -> Ledger:
+    with psycopg.connect(db_url, connect_timeout=5) as conn:
+        rows = conn.execute(
+            "SELECT service, status_code, count(*) FROM licensing_transaction GROUP BY 1, 2"
+        )
+        by_status = {(service, status): n for service, status, n in rows.fetchall()}
+        credits = conn.execute("SELECT coalesce(sum(credits), 0) FROM licensing_transaction")
+        spent = conn.execute("SELECT coalesce(sum(spent), 0) FROM licensing_wallet")
+        return Ledger(by_status, int(credits.fetchone()[0]), int(spent.fetchone()[0]))
+
+
+def wait_for_ledger(db_url: str, service: str, rows: int, timeout: float = 10) -> None:
+    """A stream's row is written by a task of its own just after the stream ends: wait until
+    `service` has `rows` rows (any status), or `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while sum(read_ledger(db_url).of(service).values()) < rows and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def profile_gateway(procs: Processes, env: dict, key: str, load, seconds: float) -> str:
+    """A 1-worker gateway under cProfile (event-loop thread only), loaded for `seconds`."""
+    port, out = free_port(), procs.logdir / "gateway.prof"
+    cmd = [PY, "-m", "cProfile", "-o", str(out), *uvicorn_cmd(GATEWAY_APP, port, 1)[1:]]
+    procs.start("profiled", cmd, env)
+    target = Target("profiled", "", f"http://127.0.0.1:{port}/v1/embeddings", key)
+    procs.wait_ready(target)
+    load(target, seconds)
+    procs.stop("profiled")  # SIGINT: uvicorn returns, cProfile writes its file
+    text = io.StringIO()
+    stats = pstats.Stats(str(out), stream=text)
+    totals: dict[str, float] = defaultdict(float)
+    for (filename, _, function), (_, _, tottime, _, _) in stats.stats.items():
+        totals[_origin(filename, function)] += tottime
+    text.write("own time by package (C functions by name):\n")
+    for origin, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:20]:
+        text.write(f"{seconds:8.3f}s  {origin}\n")
+    stats.strip_dirs().sort_stats("tottime").print_stats(25)
+    return text.getvalue()
+
+
+def _origin(filename: str, function: str) -> str:
+    if filename == "~":
+        return function
+    parts = Path(filename).parts
+    if "site-packages" in parts:
+        return parts[parts.index("site-packages") + 1]
+    if Path(filename).is_relative_to(ROOT):
+        return Path(filename).relative_to(ROOT).parts[0]
+    return f"stdlib {Path(filename).stem}"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", choices=("embeddings", "chat-stream", "all"), default="all")
+    parser.add_argument("--seconds", type=float, default=10, help="measured window per target")
+    parser.add_argument("--warmup", type=float, default=3, help="seconds of load before each")
+    parser.add_argument("--workers", type=int, default=2, help="uvicorn workers (gateway, floor)")
+    parser.add_argument(
+        "--tcp-nodelay",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve gateway and floor through gateway_site/serve.py (uvicorn#3149 fixed); "
+        "--no-tcp-nodelay: stock uvicorn",
+    )
+    parser.add_argument(
+        "--access-log", action="store_true", help="gateway with GATEWAY_ACCESS_LOG_LEVEL=INFO"
+    )
+    embeddings = parser.add_argument_group("embeddings")
+    embeddings.add_argument("--connections", type=int, default=32)
+    embeddings.add_argument("--wrk-threads", type=int, default=1)
+    embeddings.add_argument("--python-load", action="store_true", help="do not use wrk")
+    embeddings.add_argument(
+        "--profile", action="store_true", help="then profile a 1-worker gateway (cProfile)"
+    )
+    chat = parser.add_argument_group("chat-stream")
+    chat.add_argument("--streams", type=int, default=16, help="concurrent streams")
+    chat.add_argument(
+        "--chunk-delay", type=float, default=0.02, help="upstream seconds between two events"
+    )
+    chat.add_argument(
+        "--stagger",
+        type=float,
+        help="spread the streams' first starts over this many seconds "
+        "(default: one upstream stream's length, 7 x chunk delay)",
+    )
+    return parser.parse_args()
+
+
+@dataclass
+class Run:
+    args: argparse.Namespace
+    procs: Processes
+    env: dict
+    db_url: str
+    key: str
+    wrk: str | None
+
+    def server(self, name: str, app: str, port: int, *extra: str) -> None:
+        cmd = uvicorn_cmd(app, port, self.args.workers, self.args.tcp_nodelay)
+        self.procs.start(name, [*cmd, *extra], self.env)
+
+    def load(self, target: Target, seconds: float) -> Result:
+        if self.wrk:
+            return wrk_load(target, seconds, self.args.connections, self.args.wrk_threads)
+        return asyncio.run(python_load(target, seconds, self.args.connections))
+
+
+@dataclass
+class Embeddings:
+    targets: list[Target]
+    results: dict[str, Result]
+    gateway_ok: int  # the gateway's 200s: readiness, warm-up, measured
+    ledger: Ledger  # read before the profiled gateway adds rows of its own
+    profile: str
+
+
+@dataclass
+class ChatStream:
+    targets: list[Target]
+    results: dict[str, StreamResult]
+    gateway_ok: int  # the gateway's complete streams: readiness, warm-up, measured
+    stagger: float
+
+
+def run_embeddings(run: Run) -> Embeddings:
+    args, procs = run.args, run.procs
+    port = {name: free_port() for name in ("gateway", "floor", "upstream")}
+    url = {name: f"http://127.0.0.1:{p}/v1/embeddings" for name, p in port.items()}
+    configure_upstream(run.env, port["upstream"])
+    targets = [
+        Target("gateway", "gateway (auth, budget, policy, ledger)", url["gateway"], run.key),
+        Target("floor", "floor (bare django-ninja)", url["floor"], "unused"),
+        Target("upstream", "upstream (fake, direct)", url["upstream"], UPSTREAM_KEY),
+    ]
+    fake = ["fake_upstreams", "openai", "--port", str(port["upstream"]), "--api-key", UPSTREAM_KEY]
+    procs.start("upstream", [PY, "-m", *fake], run.env)
+    run.server("gateway", GATEWAY_APP, port["gateway"])
+    run.server("floor", "floor_site.asgi:application", port["floor"], "--app-dir", "bench")
+    for target in targets:
+        procs.wait_ready(target)
+    results: dict[str, Result] = {}
+    gateway_ok = 1  # the readiness request
+    for target in targets:
+        print(f"embeddings, {target.name}: warm-up {args.warmup:g}s, then {args.seconds:g}s")
+        warm = run.load(target, args.warmup)
+        before = procs.cpu(run.db_url)
+        results[target.name] = result = run.load(target, args.seconds)
+        result.cpu = cpu_delta(before, procs.cpu(run.db_url))
+        if target.name == "gateway":
+            gateway_ok += warm.ok + result.ok
+    procs.stop("gateway")  # every ledger write has finished
+    procs.stop("floor")
+    ledger = read_ledger(run.db_url)
+    profile = (
+        profile_gateway(procs, run.env, run.key, run.load, args.seconds) if args.profile else ""
+    )
+    procs.stop("upstream")
+    return Embeddings(targets, results, gateway_ok, ledger, profile)
+
+
+def run_chat_stream(run: Run) -> ChatStream:
+    args, procs = run.args, run.procs
+    port = {name: free_port() for name in ("gateway", "upstream")}
+    url = {name: f"http://127.0.0.1:{p}/v1/chat/completions" for name, p in port.items()}
+    configure_upstream(run.env, port["upstream"])  # the new gateway process reads it afresh
+    targets = [
+        Target("gateway", "gateway", url["gateway"], run.key, CHAT_BODY, stream=True),
+        Target(
+            "upstream",
+            "upstream (fake, direct)",
+            url["upstream"],
+            UPSTREAM_KEY,
+            body=CHAT_BODY_DIRECT,
+            stream=True,
+        ),
+    ]
+    fake = ["bench.upstream", "--port", str(port["upstream"]), "--api-key", UPSTREAM_KEY]
+    procs.start("upstream", [PY, "-m", *fake, "--chunk-delay", str(args.chunk_delay)], run.env)
+    run.server("gateway", GATEWAY_APP, port["gateway"])
+    for target in targets:
+        procs.wait_ready(target)
+    results: dict[str, StreamResult] = {}
+    gateway_ok, gateway_failed = 1, 0  # the readiness request
+    stagger = (CHAT_EVENTS - 1) * args.chunk_delay if args.stagger is None else args.stagger
+    for target in targets:
+        print(f"chat-stream, {target.name}: warm-up {args.warmup:g}s, then {args.seconds:g}s")
+        warm = asyncio.run(stream_load(target, args.warmup, args.streams, stagger))
+        before = procs.cpu(run.db_url)
+        load = stream_load(target, args.seconds, args.streams, stagger)
+        results[target.name] = result = asyncio.run(load)
+        result.cpu = cpu_delta(before, procs.cpu(run.db_url))
+        if target.name == "gateway":
+            gateway_ok += warm.ok + result.ok
+            gateway_failed += warm.failed + result.failed
+    wait_for_ledger(run.db_url, CHAT_SERVICE, gateway_ok + gateway_failed)
+    procs.stop("gateway")
+    procs.stop("upstream")
+    return ChatStream(targets, results, gateway_ok, stagger)
+
+
+def main() -> int:
+    args = parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks run
+    cases = ("embeddings", "chat-stream") if args.case == "all" else (args.case,)
+    wrk = None if args.python_load or "embeddings" not in cases else find_wrk()
+    ensure_postgres()
+    db = f"gw_bench_{uuid.uuid4().hex[:10]}"
+    db_url = f"{PG}/{db}"
+    pg_admin(f'CREATE DATABASE "{db}"')
+    procs = Processes(Path(tempfile.mkdtemp(prefix="gw-bench-")))
+    embeddings = chat = None
+    try:
+        log_level = "INFO" if args.access_log else "WARNING"
+        env = {**os.environ, "DATABASE_URL": db_url, "GATEWAY_ACCESS_LOG_LEVEL": log_level}
+        env["DEBUG"] = "false"
+        run = Run(args, procs, env, db_url, set_up_gateway(env), wrk)
+        if "embeddings" in cases:
+            embeddings = run_embeddings(run)
+        if "chat-stream" in cases:
+            chat = run_chat_stream(run)
+        ledger = read_ledger(db_url)  # every gateway has stopped
+    except Exception:
+        for name in list(procs.procs):
+            print(f"--- {name} log (tail)\n{procs.log_tail(name)}", file=sys.stderr)
+        raise
+    finally:
+        procs.stop_all()
+        shutil.rmtree(procs.logdir, ignore_errors=True)
+        pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+    server = "gateway_site.serve (TCP_NODELAY)" if args.tcp_nodelay else "stock uvicorn"
+    print(
+        f"\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores; gateway (and floor): "
+        f"{args.workers} workers, {server}, access log {'on' if args.access_log else 'off'}"
+    )
+    ok = True
+    if embeddings:
+        report_embeddings(args, "wrk" if wrk else "python/httpx", embeddings)
+        ok &= check_ledger(embeddings.ledger, "embeddings", embeddings.gateway_ok)
+    if chat:
+        ok &= report_chat(args, chat)
+        ok &= check_ledger(ledger, CHAT_SERVICE, chat.gateway_ok)
+    ok &= check_wallets(ledger)
+    if embeddings and embeddings.profile:
+        print("\ncProfile, 1-worker gateway, embeddings load (event-loop thread):")
+        print(embeddings.profile)
+    return 0 if ok else 1
+
+
+def report_embeddings(args, generator: str, case: Embeddings) -> None:
+    print(
+        f"\nembeddings: POST /v1/embeddings, load: {generator}, {args.connections} connections, "
+        f"{args.seconds:g}s per target,\nupstream: python -m fake_upstreams openai"
+    )
+    header = ("target", "req/s", "p50 ms", "p99 ms", "answers", "non-2xx", "errors", "CPU ms/req")
+    print(f"{header[0]:<40}" + "".join(f"{h:>9}" for h in header[1:-1]) + f"{header[-1]:>12}")
+    for t in case.targets:
+        r = case.results[t.name]
+        print(
+            f"{t.title:<40}{r.rps:>9.0f}{r.p50_ms:>9.1f}{r.p99_ms:>9.1f}{r.requests:>9}"
+            f"{r.non2xx:>9}{r.errors:>9}{r.cpu_ms(t.name):>12.2f}"
+        )
+    gw, floor, up = case.results["gateway"], case.results["floor"], case.results["upstream"]
+    print(f"gateway throughput: {100 * gw.rps / floor.rps:.0f}% of the floor's")
+    print(f"gateway added p50 latency over the upstream alone: {gw.p50_ms - up.p50_ms:+.1f} ms")
+    parts = [f"{label} {gw.cpu_ms(label):.2f} ms" for label in ("gateway", "upstream", "postgres")]
+    print(f"CPU per gateway request: {', '.join(parts)} (load generator, others: not counted)")
+
+
+def report_chat(args, case: ChatStream) -> bool:
+    """The table; False when a stream failed."""
+    print(
+        f"\nchat-stream: POST /v1/chat/completions, stream: true; load: python/httpx, "
+        f"{args.streams} concurrent streams\n(first starts spread over {case.stagger * 1e3:.0f} "
+        f"ms), {args.seconds:g}s per target; upstream: bench.upstream, chunk_delay "
+        f"{args.chunk_delay:g}s\n({CHAT_EVENTS} events per stream); times in ms; TTFB: to the "
+        "first `data:` event; total: to the stream's end"
+    )
+    columns = [("streams/s", 9), ("TTFB p50", 9), ("TTFB p99", 9), ("total p50", 10)]
+    columns += [("total p99", 10), ("kB/s", 8), ("streams", 8), ("failed", 7), ("CPU ms/str", 11)]
+    print("target".ljust(24) + "".join(name.rjust(width) for name, width in columns))
+    for t in case.targets:
+        r = case.results[t.name]
+        values = [f"{r.rate:.1f}"]
+        values += [f"{percentile_ms(r.ttfb, q):.1f}" for q in (0.5, 0.99)]
+        values += [f"{percentile_ms(r.total, q):.1f}" for q in (0.5, 0.99)]
+        values += [f"{r.bytes / r.seconds / 1e3:.1f}", str(r.ok), str(r.failed)]
+        values += [f"{r.cpu_ms(t.name):.2f}"]
+        cells = (v.rjust(width) for v, (_, width) in zip(values, columns, strict=True))
+        print(t.title.ljust(24) + "".join(cells))
+    gw, up = case.results["gateway"], case.results["upstream"]
+    ttfb = percentile_ms(gw.ttfb, 0.5) - percentile_ms(up.ttfb, 0.5)
+    total = percentile_ms(gw.total, 0.5) - percentile_ms(up.total, 0.5)
+    print(f"gateway streams/s: {100 * gw.rate / up.rate:.0f}% of the upstream's")
+    print(f"gateway TTFB overhead (p50 gateway - p50 upstream): {ttfb:+.1f} ms")
+    print(f"gateway total time overhead (p50 gateway - p50 upstream): {total:+.1f} ms")
+    parts = [f"{label} {gw.cpu_ms(label):.2f} ms" for label in ("gateway", "upstream", "postgres")]
+    print(f"CPU per gateway stream: {', '.join(parts)} (load generator, others: not counted)")
+    sizes = ", ".join(f"{t.name} {case.results[t.name].bytes_per_stream:.0f}" for t in case.targets)
+    print(f"bytes per stream: {sizes}")
+    for t in case.targets:
+        r = case.results[t.name]
+        kinds = "".join(f", {kind}: {n}" for kind, n in sorted(r.failures.items()))
+        verdict = "OK" if not r.failed else "FAILED"
+        print(
+            f"streams, {t.name}: {r.ok} of {r.ok + r.failed} answered 200 and ended with "
+            f"data: [DONE]{kinds}: {verdict}"
+        )
+    return not gw.failed and not up.failed
+
+
+def check_ledger(ledger: Ledger, service: str, gateway_ok: int) -> bool:
+    by_status = ledger.of(service)
+    rows = by_status.pop(200, 0)
+    verdict = "OK" if rows == gateway_ok else "MISMATCH"
+    print(
+        f"ledger, {service}: {rows} rows with status 200 for {gateway_ok} gateway 200s "
+        f"(readiness, warm-up, measured): {verdict}"
+        + (f"; other rows by status: {by_status}" if by_status else "")
+    )
+    return rows == gateway_ok and not by_status
+
+
+def check_wallets(ledger: Ledger) -> bool:
+    verdict = "OK" if ledger.spent == ledger.credits else "MISMATCH"
+    print(
+        f"wallets: spent {ledger.spent} micro-credits, ledger rows sum {ledger.credits}: {verdict}"
+    )
+    return ledger.spent == ledger.credits
+
+
+if __name__ == "__main__":
+    sys.exit(main())
