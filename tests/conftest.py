@@ -58,7 +58,7 @@ def _close_other_connections():
 
 
 @pytest.fixture(scope="session")
-def gateway(django_db_setup, django_db_blocker):
+def live_gateway(django_db_setup, django_db_blocker):
     live = LiveGateway()
     live.start()
     yield live
@@ -137,6 +137,22 @@ def license(make_license):
 @pytest.fixture
 def api_key(license, make_key):
     return make_key(license)
+
+
+@pytest.fixture
+def gateway(live_gateway):
+    yield live_gateway
+    _wait_for_background_ledger_writes()
+
+
+def _wait_for_background_ledger_writes(timeout: float = 10.0) -> None:
+    """A stream's ledger row is written by a task of its own just after the stream ends. Let
+    those land before the test's database is flushed (and blocked) under them."""
+    from inference import pipeline
+
+    deadline = time.monotonic() + timeout
+    while pipeline._background and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 @pytest.fixture
