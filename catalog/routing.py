@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.errors import BadRequest
 from gateway_site.localcache import TTLCache
-from inference.errors import BadRequest
 
 from .models import Connection, Model, Provider, ProviderModel
 

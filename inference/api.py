@@ -22,10 +22,9 @@ from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 from ninja.security.http import HttpAuthBase
 
+from core.errors import GatewayError
 from gateway_site.middleware import internal_server_error
 from licensing.credentials import authenticate
-
-from .errors import GatewayError
 
 logger = logging.getLogger("gateway")
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 from catalog.routing import ProviderPin
-
-from .errors import BadRequest
+from core.errors import BadRequest
 
 MAX_METADATA_BYTES = 4096
 

@@ -25,13 +25,13 @@ from typing import Any, ClassVar
 from django.http import HttpResponse, StreamingHttpResponse
 
 from catalog.routing import Route, cached_catalog, load_catalog_snapshot, select_route
+from core.errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
 from gateway_site.db import run_db
 from licensing.budget import BudgetState, budget_check
 from licensing.credentials import Principal
 from licensing.ledger import LedgerEntry, transaction_record
 
 from .billing import Usage
-from .errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
 from .headers import parse_service_headers
 from .streaming import ProviderStream, StreamOutcome, relay
 

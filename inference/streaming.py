@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import httpx
 import orjson
 
+from core.errors import PROVIDER_ERROR, SERVICE_UNAVAILABLE
+
 from .billing import Usage
-from .errors import PROVIDER_ERROR, SERVICE_UNAVAILABLE
 from .providers.base import sanitize_message
 
 logger = logging.getLogger("gateway")

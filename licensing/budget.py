@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from core.errors import OUT_OF_BUDGET, BadRequest, BudgetConfigurationError
 from gateway_site.localcache import TTLCache
-from inference.errors import OUT_OF_BUDGET, BadRequest, BudgetConfigurationError
 
 from .models import Wallet
 

@@ -17,9 +17,9 @@ import jwt
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.errors import AUTH_BAD_SCHEME, AUTH_INVALID, AuthenticationFailed
 from gateway_site.db import run_db
 from gateway_site.localcache import TTLCache
-from inference.errors import AUTH_BAD_SCHEME, AUTH_INVALID, AuthenticationFailed
 
 from .budget import BudgetConfig
 from .guardrails import GuardrailConfigError, Guardrails, compile_guardrails

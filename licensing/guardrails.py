@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from inference.errors import GUARDRAIL_BLOCKED, BadRequest
+from core.errors import GUARDRAIL_BLOCKED, BadRequest
 
 STAGES = ("input", "output")
 

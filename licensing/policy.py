@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference.errors import PolicyDenied, ServiceUnavailable
+from core.errors import PolicyDenied, ServiceUnavailable
 
 SUPPORTED_VERSIONS = {1}
 SERVICES = (

@@ -10,9 +10,9 @@ from __future__ import annotations
 from ninja import Body, Router
 
 from catalog.routing import Route
+from core.errors import PROVIDER_ERROR
 
 from .. import pipeline
-from ..errors import PROVIDER_ERROR
 from ..providers import adapter_for, refined_route
 from ..providers.base import ProviderFailure
 from ..providers.bedrock import BedrockTransport

@@ -7,11 +7,11 @@ import logging
 from ninja import Router
 
 from catalog.routing import Route
+from core.errors import PROVIDER_ERROR, BadRequest
 
 from .. import pipeline
 from ..api import json_response
 from ..billing import Usage, credits_for
-from ..errors import PROVIDER_ERROR, BadRequest
 from ..providers import adapter_for
 from ..providers.base import ProviderFailure
 from ..schemas.common import error_responses

@@ -11,9 +11,9 @@ from __future__ import annotations
 from ninja import Router
 
 from catalog.routing import Route
+from core.errors import PROVIDER_ERROR
 
 from .. import pipeline
-from ..errors import PROVIDER_ERROR
 from ..providers import adapter_for
 from ..providers.base import ProviderFailure
 from ..schemas.common import error_responses

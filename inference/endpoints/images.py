@@ -12,11 +12,11 @@ from decimal import Decimal
 from ninja import Router
 
 from catalog.routing import Route
+from core.errors import PROVIDER_ERROR
 
 from .. import pipeline
 from ..api import json_response
 from ..billing import Usage, credits_for
-from ..errors import PROVIDER_ERROR
 from ..imagesizes import megapixels
 from ..providers import adapter_for, refined_route
 from ..providers.base import ProviderFailure

@@ -5,10 +5,10 @@ from __future__ import annotations
 from ninja import Router
 
 from catalog.routing import Route
+from core.errors import PROVIDER_ERROR, BadRequest
 
 from .. import pipeline
 from ..billing import Usage
-from ..errors import PROVIDER_ERROR, BadRequest
 from ..providers import adapter_for
 from ..providers.base import ProviderFailure
 from ..schemas.common import error_responses

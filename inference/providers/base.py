@@ -21,7 +21,7 @@ import orjson
 from django.conf import settings
 
 from catalog.routing import ConnectionInfo, Route
-from inference.errors import (
+from core.errors import (
     PROVIDER_ERROR,
     BadRequest,
     GatewayError,

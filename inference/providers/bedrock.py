@@ -21,7 +21,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from catalog.routing import ConnectionInfo, Route
-from inference.errors import PROVIDER_ERROR, BadRequest
+from core.errors import PROVIDER_ERROR, BadRequest
 from inference.imagesizes import nearest_aspect_ratio, nearest_size, parse_size
 
 from .base import ContentBlocked, ProviderFailure, Transport

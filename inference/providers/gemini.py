@@ -17,7 +17,7 @@ import httpx
 import orjson
 
 from catalog.routing import Route
-from inference.errors import PROVIDER_ERROR
+from core.errors import PROVIDER_ERROR
 from inference.imagesizes import nearest_aspect_ratio, parse_size
 
 from .base import ContentBlocked, ProviderFailure, Transport, unavailable

@@ -1,0 +1,1 @@
+"""The lowest layer: what every app may import (errors of the contract)."""
