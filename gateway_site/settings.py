@@ -108,6 +108,10 @@ GATEWAY = {
     # Upstream time-outs in seconds.
     "UPSTREAM_CONNECT_TIMEOUT": float(os.environ.get("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", "5")),
     "UPSTREAM_TIMEOUT": float(os.environ.get("GATEWAY_UPSTREAM_TIMEOUT", "120")),
+    # Ledger entries the database could not take (outage) wait here, fsync'ed, until replayed.
+    # Local disk of the host; keep it across restarts (see README, "Reliability").
+    "LEDGER_SPOOL_DIR": os.environ.get("GATEWAY_LEDGER_SPOOL_DIR")
+    or str(BASE_DIR / "var" / "ledger-spool"),
 }
 
 LOGGING = {
@@ -122,6 +126,7 @@ LOGGING = {
             "propagate": False,
         },
         "gateway": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "gateway.ledger": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }
 

@@ -15,6 +15,7 @@ import logging
 
 import orjson
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
@@ -22,7 +23,7 @@ from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 from ninja.security.http import HttpAuthBase
 
-from core.errors import GatewayError
+from core.errors import GatewayError, ServiceUnavailable
 from gateway_site.middleware import internal_server_error
 from licensing.credentials import authenticate
 
@@ -151,6 +152,17 @@ def _http_error(request, exc: HttpError):
 @api.exception_handler(RequestDataTooBig)
 def _body_too_large(request, exc: RequestDataTooBig):
     return json_response({"error": {"message": "Request body is too large"}}, status=413)
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def _database_unavailable(request, exc: Exception):
+    """The database is down or went away: the contract's retryable 503, not a 500. A provider
+    call that already happened is in the ledger spool by now (licensing.ledger)."""
+    logger.warning(
+        "database unavailable request_id=%s: %s", getattr(request, "request_id", "-"), exc
+    )
+    return _gateway_error(request, ServiceUnavailable())
 
 
 @api.exception_handler(Exception)

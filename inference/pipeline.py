@@ -30,6 +30,7 @@ from gateway_site.db import run_db
 from licensing.budget import BudgetState, budget_check
 from licensing.credentials import Principal
 from licensing.ledger import LedgerEntry, transaction_record
+from licensing.spool import replay_soon
 
 from .billing import Usage
 from .headers import parse_service_headers
@@ -219,4 +220,6 @@ async def _record(
         metadata=call.metadata,
         latency_ms=int((time.perf_counter() - call.request.started_at) * 1000),
     )
-    return await run_db(transaction_record, entry=entry, budget=call.budget)
+    remaining = await run_db(transaction_record, entry=entry, budget=call.budget)
+    replay_soon()
+    return remaining

@@ -1,15 +1,25 @@
-"""The ledger: one row per request that reached the provider call, written with its charge."""
+"""The ledger: one row per request that reached the provider call, written with its charge.
+
+The wallet charge and the ledger row commit together. When the database cannot take them, the
+entry goes to the durable spool (licensing.spool) and is written when the database is back:
+a provider call is never left unrecorded or unpaid.
+"""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 
-from django.db import connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from .budget import BudgetState, wallet_charge
 from .models import Transaction
+from .spool import spool_append
+
+logger = logging.getLogger("gateway.ledger")
 
 
 @dataclass
@@ -32,6 +42,7 @@ class LedgerEntry:
     megapixels: Decimal | None = None
     metadata: dict = field(default_factory=dict)
     latency_ms: int = 0
+    created_at: datetime = field(default_factory=timezone.now)
 
 
 _FIELDS = [f for f in Transaction._meta.concrete_fields if not f.primary_key]
@@ -52,9 +63,36 @@ def _insert(values: dict) -> None:
         cursor.execute(_insert_sql(), params)
 
 
-def transaction_record(*, entry: LedgerEntry, budget: BudgetState) -> int | None:
-    """Charge the wallet and write the ledger row atomically; returns credits remaining."""
+def _commit(entry: LedgerEntry, budget: BudgetState) -> int:
     with transaction.atomic():
         wallet_id, spent = wallet_charge(budget, entry.credits)
-        _insert({**entry.__dict__, "wallet_id": wallet_id, "created_at": timezone.now()})
+        _insert({**entry.__dict__, "wallet_id": wallet_id})
+    return spent
+
+
+def transaction_record(*, entry: LedgerEntry, budget: BudgetState) -> int | None:
+    """Charge the wallet and write the ledger row atomically; returns credits remaining.
+
+    If the database fails, the entry is spooled durably instead (and replayed later); the
+    remaining credits are then estimated from the wallet as read before the call."""
+    try:
+        spent = _commit(entry, budget)
+    except DatabaseError:
+        logger.exception("ledger write of request %s failed; spooling it", entry.request_id)
+        spool_append(entry=entry, budget=budget)
+        spent = budget.spent + entry.credits
     return budget.remaining_after(spent)
+
+
+def transaction_record_once(*, entry: LedgerEntry, budget: BudgetState) -> bool:
+    """The replay of a spooled entry: written unless a row with its request id exists (its
+    first write committed and only the acknowledgement was lost). True when written."""
+    if Transaction.objects.filter(request_id=entry.request_id).exists():
+        return False
+    try:
+        _commit(entry, budget)
+    except IntegrityError:
+        if Transaction.objects.filter(request_id=entry.request_id).exists():
+            return False
+        raise
+    return True

@@ -193,7 +193,8 @@ class Transaction(models.Model):
     """One row per request that reached the provider call. Never updated or deleted."""
 
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
-    request_id = models.CharField(max_length=64, db_index=True)
+    # Unique: a spooled entry replayed after its first write did commit is recognised by it.
+    request_id = models.CharField(max_length=64, unique=True)
     license = models.ForeignKey(License, on_delete=models.PROTECT, related_name="transactions")
     api_key = models.ForeignKey(
         ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="transactions"

@@ -1,0 +1,283 @@
+"""The ledger spool: charges that could not reach the database, kept on local disk until they can.
+
+A provider call has been made (and will be billed to the institution) by the time its ledger row
+is written. If the database refuses that write (an outage, a failover, a lost commit
+acknowledgement), the entry is appended to a spool file and fsync'ed, and replayed when the
+database answers again, automatically (`ensure_replayer`) or with `manage.py replay_ledger_spool`.
+
+Files: one `<pid>-<n>.jsonl` per writing process in GATEWAY["LEDGER_SPOOL_DIR"], one JSON entry
+per line. Writers and the replayer lock a file with flock; the replayer claims a file by renaming
+it, and a writer that finds its path renamed under it opens a new file, so no entry is written
+into a file that is being replayed. Replay is idempotent: the ledger's request id is unique, so an
+entry whose first write did commit (only its acknowledgement was lost) is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import time
+from dataclasses import asdict
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+import orjson
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError
+
+from .budget import BudgetConfig, BudgetState, WalletKey
+
+logger = logging.getLogger("gateway.ledger")
+
+# Errors that mean "the database is not there right now": stop replaying and try again later.
+UNAVAILABLE = (OperationalError, InterfaceError)
+
+
+def spool_dir() -> Path:
+    path = Path(settings.GATEWAY["LEDGER_SPOOL_DIR"])
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+# --- serializing an entry and its budget ------------------------------------------------------
+
+
+def _encode(entry, budget: BudgetState) -> bytes:
+    record = {
+        "entry": {
+            **asdict(entry),
+            "megapixels": str(entry.megapixels) if entry.megapixels is not None else None,
+            "created_at": entry.created_at.isoformat(),
+        },
+        "budget": {
+            "config": asdict(budget.config),
+            "key": {**asdict(budget.key), "window_start": budget.key.window_start.isoformat()},
+            "wallet_id": budget.wallet_id,
+            "spent": budget.spent,
+        },
+    }
+    return orjson.dumps(record) + b"\n"
+
+
+def _decode(line: bytes):
+    from .ledger import LedgerEntry
+
+    record = orjson.loads(line)
+    fields = record["entry"]
+    fields["created_at"] = datetime.fromisoformat(fields["created_at"])
+    if fields["megapixels"] is not None:
+        fields["megapixels"] = Decimal(fields["megapixels"])
+    raw = record["budget"]
+    key = {**raw["key"], "window_start": datetime.fromisoformat(raw["key"]["window_start"])}
+    budget = BudgetState(
+        config=BudgetConfig(**raw["config"]),
+        key=WalletKey(**key),
+        wallet_id=raw["wallet_id"],
+        spent=raw["spent"],
+    )
+    return LedgerEntry(**fields), budget
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+_sequence = 0
+
+
+def _own_path() -> Path:
+    return spool_dir() / f"{os.getpid()}-{_sequence}.jsonl"
+
+
+def spool_append(*, entry, budget: BudgetState) -> None:
+    """Append one entry durably (written and fsync'ed before this returns)."""
+    global _sequence
+    data = _encode(entry, budget)
+    while True:
+        path = _own_path()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # claimed by a replayer meanwhile: write a new file
+                _sequence += 1
+                continue
+            os.write(fd, data)
+            os.fsync(fd)
+            _mark_pending()
+        finally:
+            os.close(fd)  # also releases the lock
+        _fsync_dir(path.parent)
+        logger.warning(
+            "ledger row of request %s spooled to %s (database unavailable)",
+            entry.request_id,
+            path.name,
+        )
+        return
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def spool_depth() -> int:
+    """Entries waiting in the spool (lines in its files)."""
+    count = 0
+    for path in spool_dir().iterdir():
+        if path.suffix == ".jsonl" or ".replaying" in path.name:
+            with open(path, "rb") as f:
+                count += sum(1 for line in f if line.strip())
+    return count
+
+
+# --- replaying --------------------------------------------------------------------------------
+
+
+def _claim(path: Path) -> Path | None:
+    """Rename a spool file to a name of ours, so that no writer appends to it any more."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None  # a writer is in the middle of an append: next round
+        claimed = path.with_name(f"{path.name}.replaying-{os.getpid()}-{time.monotonic_ns()}")
+        os.rename(path, claimed)
+        return claimed
+    finally:
+        os.close(fd)
+
+
+def _replay_file(path: Path) -> tuple[int, int]:
+    """Apply every entry of a claimed file; returns (written, skipped). The file is removed once
+    all its entries are in; on a database outage it stays for the next round."""
+    from .ledger import transaction_record_once
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0, 0  # another replayer has it
+        with os.fdopen(os.dup(fd), "rb") as f:
+            lines = f.read().splitlines()
+        written = skipped = 0
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                entry, budget = _decode(line)
+            except (ValueError, KeyError, TypeError):
+                # Only a write cut short by a crash can leave a broken line (the last one).
+                logger.error("ledger spool %s line %d is unreadable; skipped", path.name, number)
+                _keep_rejected(path, line)
+                continue
+            try:
+                if transaction_record_once(entry=entry, budget=budget):
+                    written += 1
+                else:
+                    skipped += 1
+            except UNAVAILABLE:
+                raise
+            except DatabaseError:
+                logger.exception("ledger spool entry %s refused", entry.request_id)
+                _keep_rejected(path, line)
+        os.unlink(path)
+        return written, skipped
+    finally:
+        os.close(fd)
+
+
+def _keep_rejected(path: Path, line: bytes) -> None:
+    """Entries the database refuses for good are kept for an operator, never dropped."""
+    rejected = path.parent / "rejected.jsonl"
+    with open(rejected, "ab") as f:
+        f.write(line.rstrip(b"\n") + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def spool_replay() -> tuple[int, int]:
+    """Write every spooled entry to the database; returns (written, already there).
+
+    Raises OperationalError/InterfaceError when the database is still unavailable."""
+    from django.db import connection
+
+    if connection.errors_occurred:
+        connection.close_if_unusable_or_obsolete()
+    directory = spool_dir()
+    written = skipped = 0
+    for path in sorted(directory.iterdir()):
+        if path.name == "rejected.jsonl":
+            continue
+        if path.suffix == ".jsonl":
+            path = _claim(path)
+        elif ".replaying-" not in path.name:
+            continue
+        if path is None:
+            continue
+        w, s = _replay_file(path)
+        written, skipped = written + w, skipped + s
+    if written or skipped:
+        logger.warning("ledger spool replayed: %d rows written, %d already there", written, skipped)
+    return written, skipped
+
+
+def spool_pending() -> bool:
+    try:
+        return any(p.name != "rejected.jsonl" for p in spool_dir().iterdir())
+    except FileNotFoundError:
+        return False
+
+
+# --- the automatic replayer (one asyncio task per process) -------------------------------------
+
+_replayer: asyncio.Task | None = None
+_pending: bool | None = None  # None: the directory was not looked at yet in this process
+
+
+def _mark_pending() -> None:
+    global _pending
+    _pending = True
+
+
+def replay_soon() -> None:
+    """Called after every ledger write: starts this process's replay loop when something is
+    spooled (also what a previous process left behind); one global read otherwise."""
+    global _pending, _replayer
+    if _pending is None:
+        _pending = spool_pending()
+    if _pending and (_replayer is None or _replayer.done()):
+        _replayer = asyncio.get_running_loop().create_task(_replay_loop())
+
+
+async def _replay_loop() -> None:
+    from gateway_site.db import run_db
+
+    delay = 0.25
+    while True:
+        await asyncio.sleep(delay)
+        try:
+            await run_db(spool_replay)
+        except UNAVAILABLE:
+            delay = min(delay * 2, 5.0)
+            continue
+        except Exception:  # pragma: no cover - logged, retried
+            logger.exception("ledger spool replay failed")
+            delay = 5.0
+            continue
+        if not spool_pending():
+            global _pending
+            _pending = False
+            return
