@@ -136,7 +136,7 @@ def load_catalog_snapshot() -> Catalog:
         return cached
     generation = _catalog_cache.generation
     connections: dict[int, dict[str, ConnectionInfo]] = {}
-    for c in Connection.objects.filter(active=True):
+    for c in Connection.objects.filter(active=True).select_related("provider"):
         connections.setdefault(c.provider_id, {})[c.name] = _connection_info(c)
     providers_by_id = {
         p.pk: ProviderInfo(slug=p.slug, kind=p.kind, connections=connections.get(p.pk, {}))
@@ -177,7 +177,7 @@ def _connection_info(c: Connection) -> ConnectionInfo:
         api_key, aws_secret = reveal(c.api_key), reveal(c.aws_secret_access_key)
         undecryptable = False
     except UndecryptableSecret as exc:
-        logger.error("connection %s/%s: %s", c.provider_id, c.name, exc)
+        logger.error("connection %s/%s: %s", c.provider.slug, c.name, exc)
         api_key, aws_secret, undecryptable = "", "", True
     return ConnectionInfo(
         name=c.name,
