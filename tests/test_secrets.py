@@ -281,3 +281,68 @@ def test_migration_encrypts_existing_rows_and_reverses(transactional_db, catalog
         MigrationExecutor(connection).migrate(latest)
     token = raw("catalog_connection", "api_key", direct.pk)
     assert "sk-legacy-plain" not in token and decrypt(token) == "sk-legacy-plain"
+
+
+# --- configure_connection: secrets from the environment or a prompt ---------------------------
+
+
+def configure(*args, stdin=None) -> str:
+    out = StringIO()
+    call_command("configure_connection", *args, stdout=out, stdin=stdin)
+    return out.getvalue()
+
+
+def stored(slug: str, field: str = "api_key") -> str:
+    return reveal(getattr(Connection.objects.get(provider__slug=slug, name="default"), field))
+
+
+def test_configure_connection_reads_the_secret_from_an_environment_variable(catalog, monkeypatch):
+    monkeypatch.setenv("MY_PROVIDER_KEY", "sk-from-env")
+    out = configure(
+        "direct", "--base-url", "https://x.example/v1", "--api-key-env", "MY_PROVIDER_KEY"
+    )
+    assert "with credentials" in out and "sk-from-env" not in out
+    assert stored("direct") == "sk-from-env"
+
+    monkeypatch.setenv("AWS_SECRET", "aws-secret-from-env")
+    configure(
+        "cloud", "--base-url", "https://bedrock.example", "--aws-access-key-id", "AKIDX",
+        "--aws-secret-access-key-env", "AWS_SECRET",
+    )  # fmt: skip
+    assert stored("cloud", "aws_secret_access_key") == "aws-secret-from-env"
+
+    monkeypatch.delenv("MY_PROVIDER_KEY")
+    with pytest.raises(CommandError, match="environment variable MY_PROVIDER_KEY"):
+        configure(
+            "direct", "--base-url", "https://x.example/v1", "--api-key-env", "MY_PROVIDER_KEY"
+        )
+    assert stored("direct") == "sk-from-env"  # unchanged
+
+
+def test_configure_connection_prompts_or_reads_standard_input(catalog):
+    configure(
+        "direct",
+        "--base-url",
+        "https://x.example/v1",
+        "--api-key",
+        "-",
+        stdin=StringIO("sk-typed\n"),
+    )
+    assert stored("direct") == "sk-typed"
+    with pytest.raises(CommandError, match="No API key given"):
+        configure(
+            "direct", "--base-url", "https://x.example/v1", "--api-key", "-", stdin=StringIO("")
+        )
+
+
+def test_configure_connection_refuses_two_sources_for_one_secret(catalog, monkeypatch):
+    monkeypatch.setenv("K", "sk-k")
+    with pytest.raises(CommandError, match="not allowed with argument"):
+        configure(
+            "direct", "--base-url", "https://x.example/v1", "--api-key", "a", "--api-key-env", "K"
+        )
+
+
+def test_configure_connection_keeps_the_command_line_form(catalog):
+    configure("direct", "--base-url", "https://x.example/v1", "--api-key", "sk-cli")
+    assert stored("direct") == "sk-cli"
