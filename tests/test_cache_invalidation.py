@@ -74,8 +74,8 @@ class Worker:
 
 
 class RedisServer:
-    def __init__(self, workdir: Path):
-        self.port = free_port()
+    def __init__(self, workdir: Path, port: int | None = None):
+        self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
@@ -101,29 +101,53 @@ class RedisServer:
         self.proc.wait(10)
 
 
+class Mechanism:
+    """How this process and the workers are connected: a shared file, or Redis."""
+
+    def __init__(self, tmp_path: Path, redis: dict | None):
+        self.tmp_path, self.redis = tmp_path, redis
+
+    @property
+    def server(self) -> RedisServer | None:
+        return self.redis["server"] if self.redis else None
+
+    def env(self, n: int) -> dict[str, str]:
+        if self.server is None:
+            return {"GATEWAY_INVALIDATION_FILE": str(self.tmp_path / "cache-generation")}
+        # Each process its own file: only Redis connects them.
+        return {
+            "REDIS_URL": self.server.url,
+            "GATEWAY_INVALIDATION_FILE": str(self.tmp_path / f"worker-{n}"),
+        }
+
+
+def with_mechanism(tmp_path: Path, server: RedisServer | None):
+    if server is None:
+        return override_settings(
+            GATEWAY_INVALIDATION_FILE=tmp_path / "cache-generation", REDIS_URL=None
+        )
+    return override_settings(
+        REDIS_URL=server.url, GATEWAY_INVALIDATION_FILE=tmp_path / "test-process"
+    )
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (.ci/run installs the Debian package)")
+    holder = {"server": RedisServer(tmp_path)}
+    yield holder
+    localcache.reset_transport()
+    holder["server"].stop()
+
+
 @pytest.fixture(params=["file", "redis"])
 def invalidation(request, tmp_path):
     """Settings for this process and the workers' environment, per mechanism."""
-    if request.param == "file":
-        shared = tmp_path / "cache-generation"
-        with override_settings(GATEWAY_INVALIDATION_FILE=shared, REDIS_URL=None):
-            yield lambda n: {"GATEWAY_INVALIDATION_FILE": str(shared)}
-        return
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (.ci/run installs the Debian package)")
-    server = RedisServer(tmp_path)
-    try:
-        # Each process its own file: only Redis connects them.
-        with override_settings(
-            REDIS_URL=server.url, GATEWAY_INVALIDATION_FILE=tmp_path / "test-process"
-        ):
-            yield lambda n: {
-                "REDIS_URL": server.url,
-                "GATEWAY_INVALIDATION_FILE": str(tmp_path / f"worker-{n}"),
-            }
-    finally:
-        localcache.reset_transport()
-        server.stop()
+    redis = request.getfixturevalue("redis_server") if request.param == "redis" else None
+    with with_mechanism(tmp_path, redis and redis["server"]):
+        yield Mechanism(tmp_path, redis)
+    localcache.reset_transport()
 
 
 @pytest.fixture
@@ -135,7 +159,7 @@ def workers(transactional_db, invalidation, tmp_path):
             DATABASE_URL=database_url(),
             GATEWAY_CACHE_TTL="300",  # only the invalidation can make them see a change
             GATEWAY_ACCESS_LOG_LEVEL="WARNING",
-            **invalidation(n),
+            **invalidation.env(n),
         )
         started.append(Worker(env, tmp_path / f"worker-{n}.log"))
     try:
@@ -186,6 +210,22 @@ def test_a_deactivated_key_is_refused_by_every_worker_within_a_second(
     # A bulk update (the admin's actions use update(), then clear_all()).
     License.objects.filter(pk=license.pk).update(active=False)
     localcache.clear_all()
+    assert max(statuses_within(workers, headers, 401, limit=1.0)) < 1.0
+
+
+@pytest.mark.parametrize("invalidation", ["redis"], indirect=True)
+def test_workers_resubscribe_after_a_redis_restart(workers, invalidation, make_license, make_key):
+    key = make_key(make_license())
+    headers = {"Authorization": f"Bearer {key}"}
+    for worker in workers:
+        assert worker.http.get("/v1/license", headers=headers).status_code == 200
+    old = invalidation.server
+    old.stop()
+    invalidation.redis["server"] = RedisServer(invalidation.tmp_path, port=old.port)
+    time.sleep(2.5)  # the listeners retry every second
+    row = ApiKey.objects.get()
+    row.active = False
+    row.save()
     assert max(statuses_within(workers, headers, 401, limit=1.0)) < 1.0
 
 
