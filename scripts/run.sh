@@ -13,7 +13,7 @@ SIM_PORT="${SIMULATOR_PORT:-9100}"
 # The ports first: on a busy port nothing may be touched (the database, the connection another
 # running instance uses).
 PORTS=("$PORT")
-[ -z "${OPENAI_API_KEY:-}" ] && PORTS+=("$SIM_PORT")
+if [ -z "${OPENAI_API_KEY:-}" ]; then PORTS+=("$SIM_PORT"); fi
 python - "$HOST" "${PORTS[@]}" <<'PY'
 import socket
 import sys
