@@ -2,8 +2,30 @@
 import os
 import sys
 
-if __name__ == "__main__":
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
-    from django.core.management import execute_from_command_line
 
-    execute_from_command_line(sys.argv)
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
+    from django.core.exceptions import ImproperlyConfigured
+    from django.core.management import execute_from_command_line
+    from django.db.utils import InterfaceError, OperationalError
+
+    try:
+        execute_from_command_line(sys.argv)
+    except (ImproperlyConfigured, OperationalError, InterfaceError) as exc:
+        # A bad DATABASE_URL or an unreachable database: one line, not a traceback.
+        if "--traceback" in sys.argv:
+            raise
+        sys.exit(f"manage.py: {one_line(exc)}")
+
+
+def one_line(exc: Exception) -> str:
+    from django.db.utils import Error as DatabaseError
+
+    message = " ".join(str(exc).split()) or exc.__class__.__name__
+    if isinstance(exc, DatabaseError):
+        return f"the database is unreachable or refused the connection ({message})"
+    return message
+
+
+if __name__ == "__main__":
+    main()

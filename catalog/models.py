@@ -1,5 +1,7 @@
 from django.db import models
 
+from core.fields import EncryptedTextField
+
 
 class Provider(models.Model):
     """A neutral provider slug (`direct`, `cloud`, ...) and the wire protocol behind it."""
@@ -29,10 +31,11 @@ class Connection(models.Model):
     provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="connections")
     name = models.SlugField(max_length=64, default="default")
     base_url = models.URLField(max_length=500)
-    api_key = models.CharField(max_length=500, blank=True)
+    # Encrypted at rest (core.crypto); the key id is not a secret and stays readable.
+    api_key = EncryptedTextField(max_length=500, blank=True)
     region = models.CharField(max_length=64, blank=True)
     aws_access_key_id = models.CharField(max_length=200, blank=True)
-    aws_secret_access_key = models.CharField(max_length=500, blank=True)
+    aws_secret_access_key = EncryptedTextField(max_length=500, blank=True)
     timeout = models.FloatField(null=True, blank=True, help_text="Seconds; empty = gateway default")
     active = models.BooleanField(default=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -5,12 +5,16 @@ The whole catalog is small, so it is read in three queries and cached as one sna
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
-from core.errors import BadRequest
+from core.crypto import UndecryptableSecret, reveal
+from core.errors import BadRequest, ServiceUnavailable
 from gateway_site.localcache import TTLCache
 
 from .models import Connection, Model, Provider, ProviderModel
+
+logger = logging.getLogger("gateway")
 
 # Which endpoints each wire protocol can serve (internal endpoint names of the spec).
 KIND_ENDPOINTS = {
@@ -46,6 +50,7 @@ class ConnectionInfo:
     aws_secret_access_key: str
     timeout: float | None
     updated_at: float
+    undecryptable: bool = False  # its credentials do not open with the configured keys
 
     def __repr__(self):  # credentials stay out of logs and tracebacks
         return f"<ConnectionInfo {self.name} {self.base_url}>"
@@ -131,17 +136,8 @@ def load_catalog_snapshot() -> Catalog:
         return cached
     generation = _catalog_cache.generation
     connections: dict[int, dict[str, ConnectionInfo]] = {}
-    for c in Connection.objects.filter(active=True):
-        connections.setdefault(c.provider_id, {})[c.name] = ConnectionInfo(
-            name=c.name,
-            base_url=c.base_url.rstrip("/"),
-            api_key=c.api_key,
-            region=c.region,
-            aws_access_key_id=c.aws_access_key_id,
-            aws_secret_access_key=c.aws_secret_access_key,
-            timeout=c.timeout,
-            updated_at=c.updated_at.timestamp(),
-        )
+    for c in Connection.objects.filter(active=True).select_related("provider"):
+        connections.setdefault(c.provider_id, {})[c.name] = _connection_info(c)
     providers_by_id = {
         p.pk: ProviderInfo(slug=p.slug, kind=p.kind, connections=connections.get(p.pk, {}))
         for p in Provider.objects.all()
@@ -173,6 +169,27 @@ def load_catalog_snapshot() -> Catalog:
     catalog = Catalog(providers={p.slug: p for p in providers_by_id.values()}, models=models)
     _catalog_cache.set("catalog", catalog, generation)
     return catalog
+
+
+def _connection_info(c: Connection) -> ConnectionInfo:
+    """The connection with its credentials decrypted (once per snapshot, not per request)."""
+    try:
+        api_key, aws_secret = reveal(c.api_key), reveal(c.aws_secret_access_key)
+        undecryptable = False
+    except UndecryptableSecret as exc:
+        logger.error("connection %s/%s: %s", c.provider.slug, c.name, exc)
+        api_key, aws_secret, undecryptable = "", "", True
+    return ConnectionInfo(
+        name=c.name,
+        base_url=c.base_url.rstrip("/"),
+        api_key=api_key,
+        region=c.region,
+        aws_access_key_id=c.aws_access_key_id,
+        aws_secret_access_key=aws_secret,
+        timeout=c.timeout,
+        updated_at=c.updated_at.timestamp(),
+        undecryptable=undecryptable,
+    )
 
 
 def listed_models(catalog: Catalog) -> list[dict]:
@@ -237,6 +254,8 @@ def select_route(
     connection = provider.connections.get(connection_name)
     if pin is not None and pin.connection and connection is None:
         raise _no_provider(endpoint, pinned=True)
+    if connection is not None and connection.undecryptable:
+        raise ServiceUnavailable()  # the gateway's own keys are wrong: logged at load
     if connection is None or not _has_credentials(provider.kind, connection):
         what = "IAM credentials" if provider.kind in IAM_KINDS else "'api_key' credential"
         raise BadRequest(f"Connection '{connection_name}' is misconfigured: missing {what}")

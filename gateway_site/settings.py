@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -69,12 +70,16 @@ TEMPLATES = [
     },
 ]
 
+
+def _database(url: str) -> dict:
+    try:
+        return dj_database_url.parse(url, conn_max_age=None, conn_health_checks=True)
+    except ValueError as exc:  # unknown scheme, bad port...: one clear line (see manage.py)
+        raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
+
+
 DATABASES = {
-    "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
-        conn_max_age=None,
-        conn_health_checks=True,
-    )
+    "default": _database(os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL and a busy timeout let the API's worker threads write concurrently on a first run.
@@ -139,3 +144,53 @@ SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410"]
 REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
 }
+
+# --- Secrets at rest, cache invalidation, admin hardening (README: "Production") -----------
+# This block is kept apart on purpose: it only appends to the lists above.
+
+
+def _env_list(name: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+
+
+INSTALLED_APPS += ["gateway_site.apps.GatewaySiteConfig", "axes"]
+
+# Fernet keys, comma-separated: the first encrypts, all decrypt (core.crypto). Unset: a key
+# generated once into GATEWAY_ENCRYPTION_KEY_FILE (`check --deploy` refuses that).
+GATEWAY_ENCRYPTION_KEYS = _env_list("GATEWAY_ENCRYPTION_KEYS")
+GATEWAY_ENCRYPTION_KEY_FILE = BASE_DIR / "var" / "encryption.key"
+
+# Cache invalidation between worker processes (gateway_site.localcache): Redis pub/sub when
+# REDIS_URL is set, else a generation file every process on this host polls.
+GATEWAY_INVALIDATION_FILE = Path(
+    os.environ.get("GATEWAY_INVALIDATION_FILE") or BASE_DIR / "var" / "cache-generation"
+)
+
+# Admin login throttling (django-axes). Only the admin stack runs its middleware; /v1 never
+# calls django.contrib.auth.authenticate, so the API does not pay for it.
+ADMIN_MIDDLEWARE += ["axes.middleware.AxesMiddleware"]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("GATEWAY_ADMIN_LOGIN_FAILURES", "5"))
+AXES_COOLOFF_TIME = float(os.environ.get("GATEWAY_ADMIN_LOCKOUT_MINUTES", "15")) / 60  # hours
+# A user from one address: a guesser cannot lock the real admin out from elsewhere.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+
+# HTTPS and cookies (all off by default: a first run is plain http on 127.0.0.1).
+SESSION_COOKIE_SECURE = _env_bool("SESSION_COOKIE_SECURE")
+CSRF_COOKIE_SECURE = _env_bool("CSRF_COOKIE_SECURE")
+SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT")
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS")
+SECURE_HSTS_PRELOAD = _env_bool("SECURE_HSTS_PRELOAD")
+CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS")
+# Behind a TLS-terminating proxy: the header it sets, e.g. "X-Forwarded-Proto" (value https).
+if os.environ.get("SECURE_PROXY_SSL_HEADER"):
+    _proxy_header = os.environ["SECURE_PROXY_SSL_HEADER"].strip().upper().replace("-", "_")
+    SECURE_PROXY_SSL_HEADER = (f"HTTP_{_proxy_header}", "https")
+# The security, CSRF and clickjacking middlewares (and axes') run in ADMIN_MIDDLEWARE, not
+# MIDDLEWARE; gateway_site.checks verifies them there instead.
+SILENCED_SYSTEM_CHECKS += ["security.W001", "security.W002", "security.W003", "axes.W002"]

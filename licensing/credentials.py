@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,7 +18,8 @@ import jwt
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from core.errors import AUTH_BAD_SCHEME, AUTH_INVALID, AuthenticationFailed
+from core.crypto import UndecryptableSecret, reveal
+from core.errors import AUTH_BAD_SCHEME, AUTH_INVALID, AuthenticationFailed, ServiceUnavailable
 from gateway_site.db import run_db
 from gateway_site.localcache import TTLCache
 
@@ -25,6 +27,8 @@ from .budget import BudgetConfig
 from .guardrails import GuardrailConfigError, Guardrails, compile_guardrails
 from .models import ApiKey, EndUser, JwtIssuer, License
 from .policy import Policy, PolicyDocumentError, compile_policy
+
+logger = logging.getLogger("gateway")
 
 KEY_PREFIX = "sk-svc-"
 KEY_RANDOM_CHARS = 43
@@ -204,6 +208,7 @@ class _IssuerInfo:
     public_keys: tuple[str, ...]
     hs256_secret: str
     active: bool
+    secret_undecryptable: bool = False
 
 
 def _issuer_info(iss: str) -> _IssuerInfo | None:
@@ -218,6 +223,11 @@ def _issuer_info(iss: str) -> _IssuerInfo | None:
         "-----BEGIN" + block for block in row.public_keys.split("-----BEGIN") if block.strip()
     )
     algorithms = row.algorithms if isinstance(row.algorithms, list) else []
+    try:
+        hs256_secret, undecryptable = reveal(row.hs256_secret), False  # once per cache fill
+    except UndecryptableSecret as exc:
+        logger.error("JWT issuer %s: %s", row.pk, exc)
+        hs256_secret, undecryptable = "", True
     info = _IssuerInfo(
         id=row.pk,
         license_id=row.license_id,
@@ -226,8 +236,9 @@ def _issuer_info(iss: str) -> _IssuerInfo | None:
         algorithms=tuple(a for a in algorithms if a in ALLOWED_JWT_ALGORITHMS),
         jwks_url=row.jwks_url,
         public_keys=pems,
-        hs256_secret=row.hs256_secret,
+        hs256_secret=hs256_secret,
         active=row.active,
+        secret_undecryptable=undecryptable,
     )
     _issuer_cache.set(iss, info, generation)
     return info
@@ -236,6 +247,8 @@ def _issuer_info(iss: str) -> _IssuerInfo | None:
 def _verification_keys(issuer: _IssuerInfo, token: str, alg: str) -> list:
     if alg.startswith("HS"):
         # Never verify an HMAC token with a public key (the classic algorithm confusion).
+        if issuer.secret_undecryptable:
+            raise ServiceUnavailable()  # our own key is wrong, not the caller's token
         return [issuer.hs256_secret] if issuer.hs256_secret else []
     keys: list = list(issuer.public_keys)
     if issuer.jwks_url:

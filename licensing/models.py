@@ -2,6 +2,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
+from core.fields import EncryptedTextField
+
 
 def default_policy():
     from .policy import open_policy_document
@@ -124,7 +126,7 @@ class JwtIssuer(models.Model):
     algorithms = models.JSONField(default=list, help_text='e.g. ["RS256"] or ["HS256"]')
     jwks_url = models.URLField(max_length=500, blank=True)
     public_keys = models.TextField(blank=True, help_text="PEM public keys, one or more")
-    hs256_secret = models.CharField(max_length=500, blank=True)
+    hs256_secret = EncryptedTextField(max_length=500, blank=True)  # encrypted at rest
     active = models.BooleanField(default=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -8,10 +8,13 @@ from gateway_site.localcache import clear_all
 _NOT_CACHED = {"wallet", "transaction"}
 
 
-def _invalidate(sender, **kwargs):
+def _invalidate(sender, created=False, **kwargs):
     meta = sender._meta
-    if meta.app_label == "licensing" and meta.model_name not in _NOT_CACHED:
-        clear_all()
+    if meta.app_label != "licensing" or meta.model_name in _NOT_CACHED:
+        return
+    if created and meta.model_name == "enduser":
+        return  # a JWT's first request provisions its user: a new row is in no cache
+    clear_all()
 
 
 post_save.connect(_invalidate, dispatch_uid="licensing-invalidate-save")

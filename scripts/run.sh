@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets up and runs the gateway on its embedded default (SQLite), with the default catalog and a
-# demo license; prints a demo API key and a curl line.
+# Sets up and runs the gateway on DATABASE_URL (default: the embedded SQLite file), with the
+# default catalog and a demo license; prints a demo API key and a curl line.
 #
 # Without provider credentials it starts the local OpenAI simulator (fake_upstreams, a
 # development tool that is NOT a real provider) beside the gateway, so the curl line answers.
@@ -10,6 +10,30 @@ HOST="${HOST:-127.0.0.1}"
 PORT="${PORT:-8000}"
 SIM_PORT="${SIMULATOR_PORT:-9100}"
 
+# The ports first: on a busy port nothing may be touched (the database, the connection another
+# running instance uses).
+PORTS=("$PORT")
+if [ -z "${OPENAI_API_KEY:-}" ]; then PORTS+=("$SIM_PORT"); fi
+python - "$HOST" "${PORTS[@]}" <<'PY'
+import socket
+import sys
+
+host, ports = sys.argv[1], sys.argv[2:]
+for port in ports:
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        sys.exit(f"run.sh: {port!r} is not a port number (PORT / SIMULATOR_PORT)")
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, int(port)))
+        except OSError as exc:
+            sys.exit(
+                f"run.sh: port {port} on {host} is not free ({exc.strerror}); "
+                "stop what uses it or set PORT / SIMULATOR_PORT"
+            )
+PY
+
+# A bad DATABASE_URL or an unreachable database stops here with one line (see manage.py).
 python manage.py migrate --verbosity 0
 python manage.py load_catalog
 DJANGO_SETTINGS_MODULE=gateway_site.settings python - <<'PY'
@@ -38,17 +62,18 @@ cleanup() { [ -n "$SIM_PID" ] && kill "$SIM_PID" 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
 if [ -n "${OPENAI_API_KEY:-}" ]; then
-    python manage.py configure_connection direct --base-url "${OPENAI_BASE_URL:-https://api.openai.com/v1}" --api-key "$OPENAI_API_KEY"
+    # Secrets go through the environment, never the command line (visible in ps).
+    python manage.py configure_connection direct --base-url "${OPENAI_BASE_URL:-https://api.openai.com/v1}" --api-key-env OPENAI_API_KEY
     PROVIDER_NOTE="direct -> the real OpenAI API (OPENAI_API_KEY is set)"
 else
-    SIM_KEY="sk-simulator-local"
-    python -m fake_upstreams openai --port "$SIM_PORT" --api-key "$SIM_KEY" &
+    export SIMULATOR_API_KEY="sk-simulator-local"  # the simulator's own, not a real secret
+    python -m fake_upstreams openai --port "$SIM_PORT" --api-key "$SIMULATOR_API_KEY" &
     SIM_PID=$!
-    python manage.py configure_connection direct --base-url "http://127.0.0.1:$SIM_PORT/v1" --api-key "$SIM_KEY"
+    python manage.py configure_connection direct --base-url "http://127.0.0.1:$SIM_PORT/v1" --api-key-env SIMULATOR_API_KEY
     PROVIDER_NOTE="direct -> LOCAL SIMULATOR on 127.0.0.1:$SIM_PORT (no OPENAI_API_KEY set; answers are synthetic)"
 fi
 if [ -n "${OPENROUTER_API_KEY:-}" ]; then
-    python manage.py configure_connection aggregator --base-url "https://openrouter.ai/api/v1" --api-key "$OPENROUTER_API_KEY"
+    python manage.py configure_connection aggregator --base-url "https://openrouter.ai/api/v1" --api-key-env OPENROUTER_API_KEY
 fi
 
 KEY="$(python manage.py create_api_key demo --name "run.sh $(date -u +%Y-%m-%dT%H:%M:%SZ)")"

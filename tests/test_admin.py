@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from catalog.models import Connection, Model, Provider, ProviderModel
+from core.crypto import reveal
 from licensing.models import (
     ApiKey,
     EndUser,
@@ -289,7 +290,7 @@ def test_connection_blank_key_keeps_the_stored_one(admin_client, objects):
     response = admin_client.post(change, data)
     assert response.status_code == 302, response.context["adminform"].form.errors
     conn.refresh_from_db()
-    assert conn.api_key == UPSTREAM_SECRET
+    assert reveal(conn.api_key) == UPSTREAM_SECRET
     assert conn.base_url == "https://other.example.test/v1"
     entry = LogEntry.objects.filter(object_id=str(conn.pk)).latest("action_time")
     assert UPSTREAM_SECRET not in entry.change_message
@@ -303,7 +304,7 @@ def test_connection_new_key_replaces_and_clear_removes(admin_client, objects):
     data["api_key"] = "sk-upstream-new"
     assert admin_client.post(change, data).status_code == 302
     conn.refresh_from_db()
-    assert conn.api_key == "sk-upstream-new"
+    assert reveal(conn.api_key) == "sk-upstream-new"
 
     data = form_data(admin_client.get(change))
     data["clear_api_key"] = "on"
@@ -333,7 +334,7 @@ def test_connection_new_key_and_clear_together_is_refused(admin_client, objects)
     page = response.content.decode()
     assert "sk-typed-by-mistake" not in page and UPSTREAM_SECRET not in page
     conn.refresh_from_db()
-    assert conn.api_key == UPSTREAM_SECRET
+    assert reveal(conn.api_key) == UPSTREAM_SECRET
 
 
 def test_connection_add_form_stores_the_key(admin_client, objects):
@@ -346,7 +347,7 @@ def test_connection_add_form_stores_the_key(admin_client, objects):
         api_key="sk-or-key",
     )
     assert admin_client.post(url(Connection, "add"), data).status_code == 302
-    assert Connection.objects.get(provider=provider, name="backup").api_key == "sk-or-key"
+    assert Connection.objects.get(provider=provider, name="backup").api_key.reveal() == "sk-or-key"
 
 
 def test_jwt_issuer_secret_is_write_only(admin_client, objects):
@@ -359,14 +360,14 @@ def test_jwt_issuer_secret_is_write_only(admin_client, objects):
     data["audience"] = "gateway-2"
     assert admin_client.post(change, data).status_code == 302
     issuer.refresh_from_db()
-    assert issuer.hs256_secret == HS_SECRET and issuer.audience == "gateway-2"
+    assert reveal(issuer.hs256_secret) == HS_SECRET and issuer.audience == "gateway-2"
     # Clearing the only key material is refused by JwtIssuer.clean().
     data["clear_hs256_secret"] = "on"
     response = admin_client.post(change, data)
     assert response.status_code == 200
     assert "HS256 secret" in response.content.decode()
     issuer.refresh_from_db()
-    assert issuer.hs256_secret == HS_SECRET
+    assert reveal(issuer.hs256_secret) == HS_SECRET
 
 
 # --- catalog editing -------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from catalog.models import Connection, Model, Provider, ProviderModel
+from core.crypto import reveal
 from licensing.credentials import resolve_credential
 from licensing.models import ApiKey, License
 
@@ -108,7 +109,7 @@ def test_configure_connection_creates_and_updates():
     assert "direct/default" in out and "sk-1" not in out
     run("configure_connection", "direct", "--base-url", "https://api2.example/v1")
     connection = Connection.objects.get(provider__slug="direct", name="default")
-    assert (connection.base_url, connection.api_key) == ("https://api2.example/v1", "sk-1")
+    assert (connection.base_url, reveal(connection.api_key)) == ("https://api2.example/v1", "sk-1")
     run(
         "configure_connection",
         "cloud",

@@ -1,12 +1,25 @@
+import getpass
+import os
+import sys
+
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from catalog.models import Provider
 from catalog.services import connection_configure
 
+# (option, label) of each secret: --OPTION VALUE | --OPTION - (prompt/stdin) | --OPTION-env NAME
+SECRETS = (("api_key", "API key"), ("aws_secret_access_key", "AWS secret access key"))
+
 
 class Command(BaseCommand):
-    help = "Create or update a provider connection (base URL and credentials)."
+    help = (
+        "Create or update a provider connection (base URL and credentials). Give a secret "
+        "through an environment variable (--api-key-env NAME) or a prompt (--api-key -): a "
+        "value on the command line is visible to every user of the host (ps, /proc)."
+    )
+
+    stealth_options = ("stdin",)
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -14,21 +27,55 @@ class Command(BaseCommand):
         )
         parser.add_argument("--name", default="default", help="Connection name (default: default)")
         parser.add_argument("--base-url", required=True)
-        parser.add_argument("--api-key", default=None)
         parser.add_argument("--region", default=None)
         parser.add_argument("--aws-access-key-id", default=None)
-        parser.add_argument("--aws-secret-access-key", default=None)
+        for field, label in SECRETS:
+            flag = "--" + field.replace("_", "-")
+            group = parser.add_mutually_exclusive_group()
+            group.add_argument(
+                flag,
+                default=None,
+                metavar="VALUE",
+                help=f"The {label}; '-' prompts for it (or reads a line from standard input). "
+                "A value given here is visible in the process list.",
+            )
+            group.add_argument(
+                flag + "-env",
+                dest=field + "_env",
+                default=None,
+                metavar="NAME",
+                help=f"Read the {label} from the environment variable NAME.",
+            )
+
+    def _secret(self, options, field: str, label: str) -> str | None:
+        name = options[field + "_env"]
+        if name is not None:
+            value = os.environ.get(name)
+            if not value:
+                raise CommandError(f"The environment variable {name} ({label}) is not set")
+            return value
+        value = options[field]
+        if value != "-":
+            return value
+        stdin = options.get("stdin") or sys.stdin
+        if stdin.isatty():
+            value = getpass.getpass(f"{label}: ")
+        else:
+            value = stdin.readline().rstrip("\r\n")
+        if not value:
+            raise CommandError(f"No {label} given")
+        return value
 
     def handle(self, *args, **options):
+        secrets = {field: self._secret(options, field, label) for field, label in SECRETS}
         try:
             connection = connection_configure(
                 provider_slug=options["slug"],
                 name=options["name"],
                 base_url=options["base_url"],
-                api_key=options["api_key"],
                 region=options["region"],
                 aws_access_key_id=options["aws_access_key_id"],
-                aws_secret_access_key=options["aws_secret_access_key"],
+                **secrets,
             )
         except Provider.DoesNotExist as exc:
             known = ", ".join(Provider.objects.values_list("slug", flat=True)) or "none"

@@ -1,0 +1,84 @@
+"""System checks: the encryption keys, and (with `--deploy`) what production must set."""
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+
+from core.crypto import KEYS_VARIABLE, EncryptionKeyError, parse_keys
+
+DEV_SECRET_KEY_PREFIX = "insecure-dev-key"
+# Installed in ADMIN_MIDDLEWARE (gateway_site.middleware.AdminStack) instead of MIDDLEWARE.
+ADMIN_ONLY_MIDDLEWARE = (
+    ("django.middleware.security.SecurityMiddleware", "security.W001"),
+    ("django.middleware.clickjacking.XFrameOptionsMiddleware", "security.W002"),
+    ("django.middleware.csrf.CsrfViewMiddleware", "security.W003"),
+    ("axes.middleware.AxesMiddleware", "axes.W002"),
+)
+
+
+@register(Tags.security)
+def encryption_keys_parse(app_configs, **kwargs):
+    try:
+        parse_keys(settings.GATEWAY_ENCRYPTION_KEYS)
+    except EncryptionKeyError as exc:
+        return [Error(str(exc), id="gateway.E003")]
+    return []
+
+
+@register(Tags.security)
+def admin_middleware_installed(app_configs, **kwargs):
+    return [
+        Error(
+            f"{path} is missing from ADMIN_MIDDLEWARE.",
+            hint=f"It replaces Django's check {replaced}, silenced in settings.",
+            id="gateway.E004",
+        )
+        for path, replaced in ADMIN_ONLY_MIDDLEWARE
+        if path not in settings.ADMIN_MIDDLEWARE
+    ]
+
+
+@register(Tags.security, deploy=True)
+def production_secrets_set(app_configs, **kwargs):
+    errors = []
+    if settings.SECRET_KEY.startswith(DEV_SECRET_KEY_PREFIX):
+        errors.append(
+            Error(
+                "SECRET_KEY is not set: the development key is public.",
+                hint="Set SECRET_KEY to a long random value (README, 'Production').",
+                id="gateway.E001",
+            )
+        )
+    if not settings.GATEWAY_ENCRYPTION_KEYS:
+        errors.append(
+            Error(
+                f"{KEYS_VARIABLE} is not set: provider credentials and JWT secrets are "
+                "encrypted with a key generated into var/ on this host.",
+                hint="Set it (`manage.py generate_encryption_key`); README, 'Secrets at rest'.",
+                id="gateway.E002",
+            )
+        )
+    return errors
+
+
+@register(Tags.security, deploy=True)
+def https_settings(app_configs, **kwargs):
+    """Django's own W004/W008 look for SecurityMiddleware in MIDDLEWARE and so stay silent
+    here (it runs in ADMIN_MIDDLEWARE): the same advice, for the admin."""
+    warnings = []
+    if not settings.SECURE_HSTS_SECONDS:
+        warnings.append(
+            Warning(
+                "SECURE_HSTS_SECONDS is not set: browsers may reach the admin over plain http.",
+                hint="README, 'Production'.",
+                id="gateway.W004",
+            )
+        )
+    if not settings.SECURE_SSL_REDIRECT:
+        warnings.append(
+            Warning(
+                "SECURE_SSL_REDIRECT is not set: the admin answers plain http requests.",
+                hint="README, 'Production'.",
+                id="gateway.W008",
+            )
+        )
+    return warnings

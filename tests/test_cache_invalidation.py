@@ -1,0 +1,293 @@
+"""Cache invalidation across worker processes: a key deactivated in one process is refused by
+every worker within a second (Redis pub/sub when REDIS_URL is set, else the generation file);
+a first-time JWT user clears nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import jwt
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+
+from gateway_site import localcache
+from licensing.models import ApiKey, EndUser, Institution, JwtIssuer, License
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def database_url() -> str:
+    """The test database, as the worker processes must reach it."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
+    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+class Worker:
+    def __init__(self, env: dict[str, str], log: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "gateway_site.asgi:application", "--host",
+             "127.0.0.1", "--port", str(self.port), "--no-access-log", "--lifespan", "off"],
+            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.http = httpx.Client(base_url=self.url, timeout=5)
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "worker exited at start"
+            try:
+                if self.http.get("/v1/health").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("worker did not start")
+
+    def stop(self) -> None:
+        self.http.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            self.proc.kill()
+        self.log.close()
+
+
+class RedisServer:
+    def __init__(self, workdir: Path, port: int | None = None):
+        self.port = port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        import redis
+
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        client.close()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+class Mechanism:
+    """How this process and the workers are connected: a shared file, or Redis."""
+
+    def __init__(self, tmp_path: Path, redis: dict | None):
+        self.tmp_path, self.redis = tmp_path, redis
+
+    @property
+    def server(self) -> RedisServer | None:
+        return self.redis["server"] if self.redis else None
+
+    def env(self, n: int) -> dict[str, str]:
+        if self.server is None:
+            return {"GATEWAY_INVALIDATION_FILE": str(self.tmp_path / "cache-generation")}
+        # Each process its own file: only Redis connects them.
+        return {
+            "REDIS_URL": self.server.url,
+            "GATEWAY_INVALIDATION_FILE": str(self.tmp_path / f"worker-{n}"),
+        }
+
+
+def with_mechanism(tmp_path: Path, server: RedisServer | None):
+    if server is None:
+        return override_settings(
+            GATEWAY_INVALIDATION_FILE=tmp_path / "cache-generation", REDIS_URL=None
+        )
+    return override_settings(
+        REDIS_URL=server.url, GATEWAY_INVALIDATION_FILE=tmp_path / "test-process"
+    )
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (.ci/run installs the Debian package)")
+    holder = {"server": RedisServer(tmp_path)}
+    yield holder
+    localcache.reset_transport()
+    holder["server"].stop()
+
+
+@pytest.fixture(params=["file", "redis"])
+def invalidation(request, tmp_path):
+    """Settings for this process and the workers' environment, per mechanism."""
+    redis = request.getfixturevalue("redis_server") if request.param == "redis" else None
+    with with_mechanism(tmp_path, redis and redis["server"]):
+        yield Mechanism(tmp_path, redis)
+    localcache.reset_transport()
+
+
+@pytest.fixture
+def workers(transactional_db, invalidation, tmp_path):
+    started = []
+    for n in range(2):
+        env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+        env.update(
+            DATABASE_URL=database_url(),
+            GATEWAY_CACHE_TTL="300",  # only the invalidation can make them see a change
+            GATEWAY_ACCESS_LOG_LEVEL="WARNING",
+            **invalidation.env(n),
+        )
+        started.append(Worker(env, tmp_path / f"worker-{n}.log"))
+    try:
+        for worker in started:
+            worker.wait_ready()
+        yield started
+    finally:
+        for worker in started:
+            worker.stop()
+
+
+def statuses_within(workers, headers, expected: int, limit: float) -> list[float]:
+    """Poll every worker until each answers `expected`; the seconds each one took."""
+    started = time.monotonic()
+    took: dict[int, float] = {}
+    while len(took) < len(workers) and time.monotonic() - started < limit + 2:
+        for i, worker in enumerate(workers):
+            if i not in took and worker.http.get("/v1/license", headers=headers).status_code == (
+                expected
+            ):
+                took[i] = time.monotonic() - started
+        time.sleep(0.01)
+    assert len(took) == len(workers), f"workers still answering the old state: {took}"
+    return list(took.values())
+
+
+def test_a_deactivated_key_is_refused_by_every_worker_within_a_second(
+    workers, make_license, make_key
+):
+    license = make_license()
+    key = make_key(license)
+    headers = {"Authorization": f"Bearer {key}"}
+    for worker in workers:
+        for _ in range(2):  # the second answer comes from the worker's caches
+            assert worker.http.get("/v1/license", headers=headers).status_code == 200
+
+    row = ApiKey.objects.get(license=license)
+    row.active = False
+    row.save()
+    took = statuses_within(workers, headers, 401, limit=1.0)
+    print(f"401 on every worker after {max(took) * 1000:.0f} ms")
+    assert max(took) < 1.0, took
+
+    row.active = True  # and back: the same path
+    row.save()
+    assert max(statuses_within(workers, headers, 200, limit=1.0)) < 1.0
+
+    # A bulk update (the admin's actions use update(), then clear_all()).
+    License.objects.filter(pk=license.pk).update(active=False)
+    localcache.clear_all()
+    assert max(statuses_within(workers, headers, 401, limit=1.0)) < 1.0
+
+
+@pytest.mark.parametrize("invalidation", ["redis"], indirect=True)
+def test_workers_resubscribe_after_a_redis_restart(workers, invalidation, make_license, make_key):
+    key = make_key(make_license())
+    headers = {"Authorization": f"Bearer {key}"}
+    for worker in workers:
+        assert worker.http.get("/v1/license", headers=headers).status_code == 200
+    old = invalidation.server
+    old.stop()
+    invalidation.redis["server"] = RedisServer(invalidation.tmp_path, port=old.port)
+    time.sleep(2.5)  # the listeners retry every second
+    row = ApiKey.objects.get()
+    row.active = False
+    row.save()
+    assert max(statuses_within(workers, headers, 401, limit=1.0)) < 1.0
+
+
+def test_invalidation_is_published_when_the_transaction_commits(transactional_db, tmp_path):
+    path = tmp_path / "generation"
+    with override_settings(GATEWAY_INVALIDATION_FILE=path, REDIS_URL=None):
+        institution = Institution.objects.create(name="Commit school")
+        before = path.read_bytes()
+        with transaction.atomic():
+            institution.name = "Commit school 2"
+            institution.save()
+            # Another worker reloading now would cache the old row: nothing published yet.
+            assert path.read_bytes() == before
+        assert path.read_bytes() != before
+    localcache.reset_transport()
+
+
+def test_another_process_file_write_clears_this_process_caches(tmp_path):
+    path = tmp_path / "generation"
+    with override_settings(GATEWAY_INVALIDATION_FILE=path, REDIS_URL=None):
+        cache = localcache.TTLCache("probe")
+        try:
+            cache.get("x")  # first poll: remembers the current token
+            cache.set("x", 1)
+            path.write_bytes(b"written-by-another-process")
+            time.sleep(localcache.POLL_INTERVAL + 0.01)
+            assert cache.get("x") is None
+        finally:
+            localcache._registry.remove(cache)
+    localcache.reset_transport()
+
+
+# --- the end-user fix ------------------------------------------------------------------------
+
+HS_SECRET = "hs-secret-cache-tests-0123456789abcdef"
+
+
+def test_a_first_time_jwt_user_does_not_clear_the_caches(client, catalog, license, api_key):
+    JwtIssuer.objects.create(
+        institution=Institution.objects.get(),
+        license=license,
+        issuer="https://idp.cache.example",
+        audience="gateway",
+        algorithms=["HS256"],
+        hs256_secret=HS_SECRET,
+    )
+    key_headers = {"Authorization": f"Bearer {api_key}"}
+    assert client.get("/v1/models", headers=key_headers).status_code == 200  # warm the caches
+    generations = {cache.name: cache.generation for cache in localcache._registry}
+
+    now = int(time.time())
+    token = jwt.encode(
+        {"iss": "https://idp.cache.example", "aud": "gateway", "sub": "new", "exp": now + 60},
+        HS_SECRET,
+        algorithm="HS256",
+    )
+    assert client.get("/v1/models", headers={"Authorization": f"Bearer {token}"}).status_code == (
+        200
+    )
+    assert EndUser.objects.filter(subject="new").exists()  # provisioned
+    after = {cache.name: cache.generation for cache in localcache._registry}
+    assert after == generations  # catalog, keys, licenses, issuers: all kept
+
+    EndUser.objects.get(subject="new").delete()  # a removed user must not stay cached
+    assert localcache._registry[0].generation != generations[localcache._registry[0].name]

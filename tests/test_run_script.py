@@ -1,0 +1,93 @@
+"""scripts/run.sh: a busy port stops it before anything is touched; a bad or unreachable
+database is one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from catalog.models import Connection
+from licensing.models import License
+
+from .test_cache_invalidation import database_url, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_script(**env_extra: str) -> subprocess.CompletedProcess:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"OPENAI_API_KEY", "OPENROUTER_API_KEY", "DATABASE_URL"}
+    }
+    env.update(env_extra)
+    return subprocess.run(
+        ["bash", "scripts/run.sh"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.parametrize("busy", ["PORT", "SIMULATOR_PORT"])
+def test_a_busy_port_stops_it_before_the_database_is_touched(catalog, busy):
+    direct = Connection.objects.get(provider__slug="direct", name="default")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        ports = {"PORT": str(free_port()), "SIMULATOR_PORT": str(free_port())}
+        ports[busy] = str(listener.getsockname()[1])
+        result = run_script(DATABASE_URL=database_url(), **ports)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        f"run.sh: port {ports[busy]} on 127.0.0.1 is not free (Address already in use); "
+        "stop what uses it or set PORT / SIMULATOR_PORT"
+    ]
+    assert result.stdout == ""
+    after = Connection.objects.get(pk=direct.pk)
+    # The running instance's connection is untouched: same URL, same token, same timestamp.
+    assert (after.base_url, after.api_key.token, after.updated_at) == (
+        direct.base_url,
+        direct.api_key.token,
+        direct.updated_at,
+    )
+    assert not License.objects.filter(name="demo").exists()
+
+
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        ("postgres://nobody@127.0.0.1:{port}/gateway", "the database is unreachable"),
+        ("nosuchdb://somewhere/gateway", "DATABASE_URL is not a usable database URL"),
+    ],
+)
+def test_a_bad_database_url_is_one_line_and_a_non_zero_exit(url, expected):
+    url = url.format(port=free_port())
+    result = run_script(DATABASE_URL=url, PORT=str(free_port()), SIMULATOR_PORT=str(free_port()))
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("manage.py: ") and expected in lines[0]
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_manage_py_commands_report_a_bad_database_in_one_line():
+    env = {**os.environ, "DATABASE_URL": f"postgres://nobody@127.0.0.1:{free_port()}/x"}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "create_api_key", "demo"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "the database is unreachable" in result.stderr
