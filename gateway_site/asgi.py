@@ -4,9 +4,14 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402
-from django.core.asgi import get_asgi_application  # noqa: E402
+import django  # noqa: E402
 
-django_application = get_asgi_application()
+django.setup(set_prefix=False)
+
+from channels.routing import ProtocolTypeRouter  # noqa: E402
+
+from .handler import GatewayASGIHandler  # noqa: E402
+
+django_application = GatewayASGIHandler()
 
 application = ProtocolTypeRouter({"http": django_application})
