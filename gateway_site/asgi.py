@@ -9,9 +9,13 @@ import django  # noqa: E402
 django.setup(set_prefix=False)
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
+from django.urls import get_resolver  # noqa: E402
 
 from .handler import GatewayASGIHandler  # noqa: E402
 
 django_application = GatewayASGIHandler()
+# Import the URL conf (and with it every endpoint and provider module) now, not in the first
+# request, which would otherwise wait for it.
+get_resolver().resolve("/v1/health")
 
 application = ProtocolTypeRouter({"http": django_application})

@@ -15,11 +15,8 @@ import logging
 import re
 from typing import Any, ClassVar
 
-import aiohttp
 import httpx
 import orjson
-from django.conf import settings
-from httpx_aiohttp import AiohttpTransport
 
 from catalog.routing import ConnectionInfo, Route
 from core.errors import (
@@ -29,6 +26,8 @@ from core.errors import (
     NotFound,
     ServiceUnavailable,
 )
+
+from .pool import Upstream, UpstreamTimeout, UpstreamUnreachable
 
 logger = logging.getLogger("gateway")
 
@@ -70,43 +69,6 @@ def unavailable(reason: str) -> ProviderFailure:
     return ProviderFailure(ServiceUnavailable().message, status=503, retryable=True)
 
 
-def _new_client(connection: ConnectionInfo, *, aiohttp_transport: bool) -> httpx.AsyncClient:
-    """httpx's interface over aiohttp's connection pool (the transport the openai SDK offers as
-    its fast client): a quarter of httpcore's CPU per call here (see bench/README.md). aiohttp
-    learns at once when an upstream closes an idle kept-alive connection, so a request is not
-    sent on a connection that is already gone."""
-    gateway = settings.GATEWAY
-    timeout = httpx.Timeout(
-        connection.timeout or gateway["UPSTREAM_TIMEOUT"],
-        connect=gateway["UPSTREAM_CONNECT_TIMEOUT"],
-    )
-    limit = gateway["UPSTREAM_MAX_CONNECTIONS"]
-    keepalive = gateway["UPSTREAM_KEEPALIVE"]
-
-    def session() -> aiohttp.ClientSession:  # made on first use, inside the serving loop
-        connector = aiohttp.TCPConnector(
-            limit=limit,
-            keepalive_timeout=keepalive,
-        )
-        return aiohttp.ClientSession(connector=connector, trust_env=False)
-
-    if not aiohttp_transport:
-        return httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=limit, keepalive_expiry=gateway["UPSTREAM_KEEPALIVE"]
-            ),
-            timeout=timeout,
-            follow_redirects=False,
-            trust_env=False,
-        )
-    return httpx.AsyncClient(
-        transport=AiohttpTransport(client=session),
-        timeout=timeout,
-        follow_redirects=False,
-        trust_env=False,
-    )
-
-
 class Transport:
     """Base class of a provider adapter. Subclasses set `kind` and implement the endpoints."""
 
@@ -115,25 +77,29 @@ class Transport:
     aiohttp_transport: ClassVar[bool] = True
 
     def __init__(self):
-        self._clients: dict[tuple, httpx.AsyncClient] = {}
+        self._upstreams: dict[tuple, Upstream] = {}
 
-    # --- clients: one pooled AsyncClient per connection, rebuilt only when it changes -------
+    # --- pools: one per connection row, rebuilt only when the row changes ---------------------
+
+    def upstream(self, connection: ConnectionInfo) -> Upstream:
+        key = (connection.name, connection.base_url, connection.updated_at)
+        upstream = self._upstreams.get(key)
+        if upstream is None:
+            upstream = self._upstreams[key] = Upstream(
+                timeout=connection.timeout, aiohttp_transport=self.aiohttp_transport
+            )
+            for old in [k for k in self._upstreams if k[:2] == key[:2] and k != key]:
+                self._upstreams.pop(old)  # superseded by an edit; closed once garbage
+        return upstream
 
     def client(self, connection: ConnectionInfo) -> httpx.AsyncClient:
-        key = (connection.name, connection.base_url, connection.updated_at)
-        client = self._clients.get(key)
-        if client is None:
-            client = self._clients[key] = _new_client(
-                connection, aiohttp_transport=self.aiohttp_transport
-            )
-            for old in [k for k in self._clients if k[:2] == key[:2] and k != key]:
-                self._clients.pop(old)  # superseded by an edit; closed once garbage
-        return client
+        """httpx over the connection's pool (streams, downloads)."""
+        return self.upstream(connection).http
 
     async def aclose(self) -> None:
-        for client in self._clients.values():
-            await client.aclose()
-        self._clients.clear()
+        for upstream in self._upstreams.values():
+            await upstream.aclose()
+        self._upstreams.clear()
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -154,13 +120,13 @@ class Transport:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         headers.update(self.auth_headers(route, method, url, content))
         try:
-            response = await self.client(route.connection).request(
-                method, url, content=content or None, headers=headers, params=params
+            response = await self.upstream(route.connection).request(
+                method, url, content=content, headers=headers, params=params
             )
-        except httpx.TimeoutException as exc:
-            raise unavailable(f"{self.kind} timeout: {type(exc).__name__}") from exc
-        except httpx.TransportError as exc:
-            raise unavailable(f"{self.kind} transport error: {type(exc).__name__}") from exc
+        except UpstreamTimeout as exc:
+            raise unavailable(f"{self.kind} timeout: {exc}") from exc
+        except UpstreamUnreachable as exc:
+            raise unavailable(f"{self.kind} transport error: {exc}") from exc
         self.raise_for_response(response)
         return response
 
