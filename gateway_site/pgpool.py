@@ -63,3 +63,18 @@ async def close_all() -> None:
     found = _pools.pop(id(loop), None)
     if found is not None:
         await found[1].close()
+
+
+def per_loop(factory):
+    """A function returning this event loop's own instance of `factory()` (an object holding
+    futures or a pool belongs to one loop)."""
+    instances: dict[int, tuple] = {}
+
+    def get():
+        loop = asyncio.get_running_loop()
+        found = instances.get(id(loop))
+        if found is None or found[0] is not loop:
+            found = instances[id(loop)] = (loop, factory())
+        return found[1]
+
+    return get

@@ -7,6 +7,7 @@ license; `per_user`: one per end user or API key), a period (`daily`, `weekly`, 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -27,6 +28,7 @@ LIFETIME_START = datetime(1970, 1, 1, tzinfo=UTC)
 
 _wallet_ids = TTLCache("wallet-ids", max_entries=50_000)
 WALLET_READ_SQL = "SELECT spent, unit FROM licensing_wallet WHERE id = %s"
+WALLETS_READ_SQL = "SELECT id, spent, unit FROM licensing_wallet WHERE id = ANY(%s::bigint[])"
 
 
 @dataclass(frozen=True)
@@ -167,12 +169,48 @@ async def budget_check_async(*, license_id: int, config: BudgetConfig, holder: s
         return state
     wallet_id = _wallet_ids.get(key)
     if wallet_id is not None and pgpool.available():
-        async with (await pgpool.pool()).connection() as conn:
-            cursor = await conn.execute(WALLET_READ_SQL, [wallet_id])
-            row = await cursor.fetchone()
+        row = await _wallet_reads().read(wallet_id)
         if row is not None:
             return _checked(state, wallet_id, row[0], row[1])
     return await run_db(budget_check, license_id=license_id, config=config, holder=holder)
+
+
+class WalletReads:
+    """Budget reads of requests that arrive together share one query (and one pool checkout);
+    requests on the same wallet share its row. At low load a batch is one read, no wait."""
+
+    def __init__(self):
+        self._waiting: dict[int, list[asyncio.Future]] = {}
+        self._task: asyncio.Task | None = None
+
+    async def read(self, wallet_id: int) -> tuple[int, str] | None:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._waiting.setdefault(wallet_id, []).append(future)
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run())
+        return await future
+
+    async def _run(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, {}
+            try:
+                async with (await pgpool.pool()).connection() as conn:
+                    cursor = await conn.execute(WALLETS_READ_SQL, [list(batch)])
+                    rows = {row[0]: row[1:] for row in await cursor.fetchall()}
+            except Exception as exc:  # every waiting request answers it (503 for an outage)
+                for futures in batch.values():
+                    for future in futures:
+                        if not future.done():
+                            future.set_exception(exc)
+                continue
+            for wallet_id, futures in batch.items():
+                for future in futures:
+                    if not future.done():
+                        future.set_result(rows.get(wallet_id))
+
+
+_wallet_reads = pgpool.per_loop(WalletReads)
 
 
 def wallet_charge(state: BudgetState, credits: int) -> tuple[int | None, int]:

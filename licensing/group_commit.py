@@ -179,13 +179,9 @@ async def _resolve_wallets(batch: list[Pending]) -> None:
             item.wallet_id = await run_db(wallet_open, item.budget)
 
 
-_writers: dict[int, tuple[asyncio.AbstractEventLoop, GroupCommit]] = {}
+_writer = pgpool.per_loop(GroupCommit)
 
 
 async def ledger_write(*, entry: LedgerEntry, budget: BudgetState) -> int | None:
     """Charge and record one request (group-committed); returns its credits remaining."""
-    loop = asyncio.get_running_loop()
-    found = _writers.get(id(loop))
-    if found is None or found[0] is not loop:
-        found = _writers[id(loop)] = (loop, GroupCommit())
-    return await found[1].write(entry, budget)
+    return await _writer().write(entry, budget)
