@@ -26,7 +26,9 @@ def _connect_kwargs() -> dict:
     params = connections["default"].get_connection_params()
     params.pop("cursor_factory", None)  # Django's is a sync cursor class
     # The same few statements run thousands of times a second: let the server keep them prepared.
-    params["prepare_threshold"] = int(os.environ.get("GATEWAY_PG_PREPARE_THRESHOLD", "2"))
+    # ("none" turns it off, e.g. behind a PgBouncer without prepared-statement support).
+    threshold = os.environ.get("GATEWAY_PG_PREPARE_THRESHOLD", "2").strip().lower()
+    params["prepare_threshold"] = None if threshold in ("", "none") else int(threshold)
     params["autocommit"] = True
     return params
 
