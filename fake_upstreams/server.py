@@ -503,9 +503,12 @@ class FakeServer:
     fixture, or through :func:`serve` as a context manager.
     """
 
-    def __init__(self, app: FakeUpstream, port: int = 0, host: str = "127.0.0.1"):
+    def __init__(
+        self, app: FakeUpstream, port: int = 0, host: str = "127.0.0.1", keep_alive: float = 5
+    ):
         self.app = app
         self.host = host
+        self.keep_alive = keep_alive  # seconds an idle kept-alive connection stays open
         self.requested_port = port
         self.port: int | None = None
         self._server: uvicorn.Server | None = None
@@ -531,7 +534,12 @@ class FakeServer:
         sock.bind((self.host, self.requested_port))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
-            self.app, host=self.host, port=self.port, log_level="warning", lifespan="off"
+            self.app,
+            host=self.host,
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+            timeout_keep_alive=self.keep_alive,
         )
         _install_log_filter()
         self._server = uvicorn.Server(config)
@@ -573,12 +581,12 @@ class FakeServer:
 
 
 @contextlib.contextmanager
-def serve(app: FakeUpstream, port: int = 0) -> Iterator[FakeUpstream]:
+def serve(app: FakeUpstream, port: int = 0, keep_alive: float = 5) -> Iterator[FakeUpstream]:
     """Serve ``app`` on 127.0.0.1 for the ``with`` block and yield the app itself.
 
     Inside the block ``app.origin`` and ``app.base_url`` are set.
     """
-    server = FakeServer(app, port)
+    server = FakeServer(app, port, keep_alive=keep_alive)
     server.start()
     try:
         yield app

@@ -4,9 +4,18 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402
-from django.core.asgi import get_asgi_application  # noqa: E402
+import django  # noqa: E402
 
-django_application = get_asgi_application()
+django.setup(set_prefix=False)
+
+from channels.routing import ProtocolTypeRouter  # noqa: E402
+from django.urls import get_resolver  # noqa: E402
+
+from .handler import GatewayASGIHandler  # noqa: E402
+
+django_application = GatewayASGIHandler()
+# Import the URL conf (and with it every endpoint and provider module) now, not in the first
+# request, which would otherwise wait for it.
+get_resolver().resolve("/v1/health")
 
 application = ProtocolTypeRouter({"http": django_application})

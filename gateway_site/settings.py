@@ -113,6 +113,10 @@ GATEWAY = {
     # Upstream time-outs in seconds.
     "UPSTREAM_CONNECT_TIMEOUT": float(os.environ.get("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", "5")),
     "UPSTREAM_TIMEOUT": float(os.environ.get("GATEWAY_UPSTREAM_TIMEOUT", "120")),
+    # Connections per provider connection row and process, and how long an idle one is kept
+    # (below the upstream's own idle time-out, so it is not reused just as the upstream drops it).
+    "UPSTREAM_MAX_CONNECTIONS": int(os.environ.get("GATEWAY_UPSTREAM_MAX_CONNECTIONS", "100")),
+    "UPSTREAM_KEEPALIVE": float(os.environ.get("GATEWAY_UPSTREAM_KEEPALIVE", "4")),
     # Ledger entries the database could not take (outage) wait here, fsync'ed, until replayed.
     # Local disk of the host; keep it across restarts (see README, "Reliability").
     "LEDGER_SPOOL_DIR": os.environ.get("GATEWAY_LEDGER_SPOOL_DIR")

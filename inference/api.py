@@ -14,6 +14,7 @@ import json
 import logging
 
 import orjson
+import psycopg
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse
@@ -156,6 +157,7 @@ def _body_too_large(request, exc: RequestDataTooBig):
 
 @api.exception_handler(OperationalError)
 @api.exception_handler(InterfaceError)
+@api.exception_handler(psycopg.OperationalError)  # the hot path's own pool (gateway_site.pgpool)
 def _database_unavailable(request, exc: Exception):
     """The database is down or went away: the contract's retryable 503, not a 500. A provider
     call that already happened is in the ledger spool by now (licensing.ledger)."""

@@ -27,10 +27,10 @@ from django.http import HttpResponse, StreamingHttpResponse
 from catalog.routing import Route, cached_catalog, load_catalog_snapshot, select_route
 from core.errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
 from gateway_site.db import run_db
-from licensing.budget import BudgetState, budget_check
+from licensing.budget import BudgetState, budget_check_async
 from licensing.credentials import Principal
-from licensing.ledger import LedgerEntry, transaction_record
-from licensing.spool import replay_soon
+from licensing.group_commit import ledger_write
+from licensing.ledger import LedgerEntry
 
 from .billing import Usage
 from .headers import parse_service_headers
@@ -119,14 +119,9 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         metadata=metadata,
     )
     # 5: an unlimited budget needs no read before the call.
-    if license.budget.limit is None:
-        call.budget = budget_check(
-            license_id=license.id, config=license.budget, holder=principal.holder
-        )
-    else:
-        call.budget = await run_db(
-            budget_check, license_id=license.id, config=license.budget, holder=principal.holder
-        )
+    call.budget = await budget_check_async(
+        license_id=license.id, config=license.budget, holder=principal.holder
+    )
     # 6
     if license.policy is None:
         raise ServiceUnavailable()
@@ -220,6 +215,4 @@ async def _record(
         metadata=call.metadata,
         latency_ms=int((time.perf_counter() - call.request.started_at) * 1000),
     )
-    remaining = await run_db(transaction_record, entry=entry, budget=call.budget)
-    replay_soon()
-    return remaining
+    return await ledger_write(entry=entry, budget=call.budget)

@@ -7,6 +7,7 @@ license; `per_user`: one per end user or API key), a period (`daily`, `weekly`, 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -14,6 +15,8 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from core.errors import OUT_OF_BUDGET, BadRequest, BudgetConfigurationError
+from gateway_site import pgpool
+from gateway_site.db import run_db
 from gateway_site.localcache import TTLCache
 
 from .models import Wallet
@@ -24,6 +27,8 @@ PERIODS = ("daily", "weekly", "monthly", "lifetime")
 LIFETIME_START = datetime(1970, 1, 1, tzinfo=UTC)
 
 _wallet_ids = TTLCache("wallet-ids", max_entries=50_000)
+WALLET_READ_SQL = "SELECT spent, unit FROM licensing_wallet WHERE id = %s"
+WALLETS_READ_SQL = "SELECT id, spent, unit FROM licensing_wallet WHERE id = ANY(%s::bigint[])"
 
 
 @dataclass(frozen=True)
@@ -103,10 +108,9 @@ def _wallet(key: WalletKey, unit: str) -> tuple[int, int]:
     if wallet_id is not None:
         # The hot path: one primary-key read, without the ORM's per-query overhead.
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT id, spent, unit FROM licensing_wallet WHERE id = %s", [wallet_id]
-            )
-            row = cursor.fetchone()
+            cursor.execute(WALLET_READ_SQL, [wallet_id])
+            found = cursor.fetchone()
+            row = (wallet_id, *found) if found else None
     if row is None:
         row = _wallet_rows(key).values_list("id", "spent", "unit").first()
     if row is None:
@@ -133,10 +137,80 @@ def budget_check(*, license_id: int, config: BudgetConfig, holder: str) -> Budge
     key = wallet_key(license_id=license_id, config=config, holder=holder)
     state = BudgetState(config=config, key=key)
     if config.limit is not None:
-        state.wallet_id, state.spent = _wallet(key, config.unit)
-        if state.spent >= config.limit:
-            raise BadRequest(OUT_OF_BUDGET)
+        wallet_id, spent = _wallet(key, config.unit)
+        _checked(state, wallet_id, spent, config.unit)
     return state
+
+
+def known_wallet_id(state: BudgetState) -> int | None:
+    return _wallet_ids.get(state.key)
+
+
+def wallet_open(state: BudgetState) -> int:
+    """The id of the state's wallet, opening it if this window has none yet."""
+    return _wallet(state.key, state.config.unit)[0]
+
+
+def _checked(state: BudgetState, wallet_id: int, spent: int, unit: str) -> BudgetState:
+    if unit != state.config.unit:
+        raise BudgetConfigurationError()
+    state.wallet_id, state.spent = wallet_id, spent
+    if spent >= state.config.limit:
+        raise BadRequest(OUT_OF_BUDGET)
+    return state
+
+
+async def budget_check_async(*, license_id: int, config: BudgetConfig, holder: str) -> BudgetState:
+    """`budget_check` from the event loop: a known wallet is read over the async pool (no
+    thread hop); the first read of a window, or SQLite, goes through the ORM on a thread."""
+    key = wallet_key(license_id=license_id, config=config, holder=holder)
+    state = BudgetState(config=config, key=key)
+    if config.limit is None:
+        return state
+    wallet_id = _wallet_ids.get(key)
+    if wallet_id is not None and pgpool.available():
+        row = await _wallet_reads().read(wallet_id)
+        if row is not None:
+            return _checked(state, wallet_id, row[0], row[1])
+    return await run_db(budget_check, license_id=license_id, config=config, holder=holder)
+
+
+class WalletReads:
+    """Budget reads of requests that arrive together share one query (and one pool checkout);
+    requests on the same wallet share its row. At low load a batch is one read, no wait."""
+
+    def __init__(self):
+        self._waiting: dict[int, list[asyncio.Future]] = {}
+        self._task: asyncio.Task | None = None
+
+    async def read(self, wallet_id: int) -> tuple[int, str] | None:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._waiting.setdefault(wallet_id, []).append(future)
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run())
+        return await future
+
+    async def _run(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, {}
+            try:
+                async with (await pgpool.pool()).connection() as conn:
+                    cursor = await conn.execute(WALLETS_READ_SQL, [list(batch)])
+                    rows = {row[0]: row[1:] for row in await cursor.fetchall()}
+            except Exception as exc:  # every waiting request answers it (503 for an outage)
+                for futures in batch.values():
+                    for future in futures:
+                        if not future.done():
+                            future.set_exception(exc)
+                continue
+            for wallet_id, futures in batch.items():
+                for future in futures:
+                    if not future.done():
+                        future.set_result(rows.get(wallet_id))
+
+
+_wallet_reads = pgpool.per_loop(WalletReads)
 
 
 def wallet_charge(state: BudgetState, credits: int) -> tuple[int | None, int]:

@@ -45,28 +45,37 @@ class LedgerEntry:
     created_at: datetime = field(default_factory=timezone.now)
 
 
-_FIELDS = [f for f in Transaction._meta.concrete_fields if not f.primary_key]
+FIELDS = [f for f in Transaction._meta.concrete_fields if not f.primary_key]
 
 
-def _insert_sql() -> str:
+WALLET_ADD_SQL = (
+    "UPDATE licensing_wallet SET spent = spent + %s, updated_at = %s WHERE id = %s RETURNING spent"
+)
+
+
+def insert_statement(rows: list[dict]) -> tuple[str, list]:
+    """One multi-row INSERT of ledger rows, each value prepared by its model field as the ORM
+    would (a quarter of the CPU of Model.objects.create on this path)."""
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(f.column) for f in _FIELDS)
-    marks = ", ".join(["%s"] * len(_FIELDS))
-    return f"INSERT INTO {quote(Transaction._meta.db_table)} ({columns}) VALUES ({marks})"
+    columns = ", ".join(quote(f.column) for f in FIELDS)
+    marks = "(" + ", ".join(["%s"] * len(FIELDS)) + ")"
+    sql = f"INSERT INTO {quote(Transaction._meta.db_table)} ({columns}) VALUES " + ", ".join(
+        [marks] * len(rows)
+    )
+    params = [f.get_db_prep_save(row.get(f.attname), connection) for row in rows for f in FIELDS]
+    return sql, params
 
 
-def _insert(values: dict) -> None:
-    """One INSERT of a ledger row, each value prepared by its model field as the ORM would
-    (a quarter of the CPU of Model.objects.create on this path)."""
-    params = [f.get_db_prep_save(values.get(f.attname), connection) for f in _FIELDS]
-    with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(), params)
+def row_values(entry: LedgerEntry, wallet_id: int | None) -> dict:
+    return {**entry.__dict__, "wallet_id": wallet_id}
 
 
 def _commit(entry: LedgerEntry, budget: BudgetState) -> int:
     with transaction.atomic():
         wallet_id, spent = wallet_charge(budget, entry.credits)
-        _insert({**entry.__dict__, "wallet_id": wallet_id})
+        sql, params = insert_statement([row_values(entry, wallet_id)])
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
     return spent
 
 

@@ -92,8 +92,13 @@ def _own_path() -> Path:
 
 def spool_append(*, entry, budget: BudgetState) -> None:
     """Append one entry durably (written and fsync'ed before this returns)."""
+    spool_append_many([(entry, budget)])
+
+
+def spool_append_many(items: list) -> None:
+    """Append (entry, budget) pairs durably, in one write and one fsync."""
     global _sequence
-    data = _encode(entry, budget)
+    data = b"".join(_encode(entry, budget) for entry, budget in items)
     while True:
         path = _own_path()
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -112,11 +117,12 @@ def spool_append(*, entry, budget: BudgetState) -> None:
         finally:
             os.close(fd)  # also releases the lock
         _fsync_dir(path.parent)
-        logger.warning(
-            "ledger row of request %s spooled to %s (database unavailable)",
-            entry.request_id,
-            path.name,
-        )
+        for entry, _ in items:
+            logger.warning(
+                "ledger row of request %s spooled to %s (database unavailable)",
+                entry.request_id,
+                path.name,
+            )
         return
 
 

@@ -11,14 +11,12 @@ Provider status -> client status:
 
 from __future__ import annotations
 
-import itertools
 import logging
 import re
 from typing import Any, ClassVar
 
 import httpx
 import orjson
-from django.conf import settings
 
 from catalog.routing import ConnectionInfo, Route
 from core.errors import (
@@ -28,6 +26,8 @@ from core.errors import (
     NotFound,
     ServiceUnavailable,
 )
+
+from .pool import Upstream, UpstreamTimeout, UpstreamUnreachable
 
 logger = logging.getLogger("gateway")
 
@@ -69,65 +69,37 @@ def unavailable(reason: str) -> ProviderFailure:
     return ProviderFailure(ServiceUnavailable().message, status=503, retryable=True)
 
 
-CLIENTS_PER_CONNECTION = 4
-
-
-class _Ring:
-    def __init__(self, clients: list[httpx.AsyncClient]):
-        self.clients = clients
-        self._next = itertools.cycle(clients).__next__
-
-    def __next__(self) -> httpx.AsyncClient:
-        return self._next()
-
-
 class Transport:
     """Base class of a provider adapter. Subclasses set `kind` and implement the endpoints."""
 
     kind: ClassVar[str] = ""
+    # aiohttp re-quotes a URL's path; a protocol that signs the exact path (SigV4) keeps httpcore.
+    aiohttp_transport: ClassVar[bool] = True
 
     def __init__(self):
-        self._clients: dict[tuple, _Ring] = {}
+        self._upstreams: dict[tuple, Upstream] = {}
 
-    # --- clients: one pooled AsyncClient per connection, rebuilt only when it changes -------
+    # --- pools: one per connection row, rebuilt only when the row changes ---------------------
+
+    def upstream(self, connection: ConnectionInfo) -> Upstream:
+        key = (connection.name, connection.base_url, connection.updated_at)
+        upstream = self._upstreams.get(key)
+        if upstream is None:
+            upstream = self._upstreams[key] = Upstream(
+                timeout=connection.timeout, aiohttp_transport=self.aiohttp_transport
+            )
+            for old in [k for k in self._upstreams if k[:2] == key[:2] and k != key]:
+                self._upstreams.pop(old)  # superseded by an edit; closed once garbage
+        return upstream
 
     def client(self, connection: ConnectionInfo) -> httpx.AsyncClient:
-        """One of the connection's pooled clients, in turn.
-
-        httpcore's pool looks at every pooled connection (two system calls each) whenever it
-        hands one out, so one pool of 32 busy connections costs ~2 ms of CPU per request;
-        a few smaller pools used in turn cost a third of that (see bench/README.md)."""
-        key = (connection.name, connection.base_url, connection.updated_at)
-        ring = self._clients.get(key)
-        if ring is None:
-            ring = self._clients[key] = self._new_ring(connection)
-            for old in [k for k in self._clients if k[:2] == key[:2] and k != key]:
-                self._clients.pop(old)  # superseded by an edit; closed once garbage
-        return next(ring)
-
-    @staticmethod
-    def _new_ring(connection: ConnectionInfo):
-        gateway = settings.GATEWAY
-        timeout = httpx.Timeout(
-            connection.timeout or gateway["UPSTREAM_TIMEOUT"],
-            connect=gateway["UPSTREAM_CONNECT_TIMEOUT"],
-        )
-        clients = [
-            httpx.AsyncClient(
-                timeout=timeout,
-                limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
-                follow_redirects=False,
-                trust_env=False,
-            )
-            for _ in range(CLIENTS_PER_CONNECTION)
-        ]
-        return _Ring(clients)
+        """httpx over the connection's pool (streams, downloads)."""
+        return self.upstream(connection).http
 
     async def aclose(self) -> None:
-        for ring in self._clients.values():
-            for client in ring.clients:
-                await client.aclose()
-        self._clients.clear()
+        for upstream in self._upstreams.values():
+            await upstream.aclose()
+        self._upstreams.clear()
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -148,13 +120,13 @@ class Transport:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         headers.update(self.auth_headers(route, method, url, content))
         try:
-            response = await self.client(route.connection).request(
-                method, url, content=content or None, headers=headers, params=params
+            response = await self.upstream(route.connection).request(
+                method, url, content=content, headers=headers, params=params
             )
-        except httpx.TimeoutException as exc:
-            raise unavailable(f"{self.kind} timeout: {type(exc).__name__}") from exc
-        except httpx.TransportError as exc:
-            raise unavailable(f"{self.kind} transport error: {type(exc).__name__}") from exc
+        except UpstreamTimeout as exc:
+            raise unavailable(f"{self.kind} timeout: {exc}") from exc
+        except UpstreamUnreachable as exc:
+            raise unavailable(f"{self.kind} transport error: {exc}") from exc
         self.raise_for_response(response)
         return response
 

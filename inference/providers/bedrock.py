@@ -166,6 +166,7 @@ def stability_size(aspect_ratio: str) -> str:
 
 class BedrockTransport(Transport):
     kind = "bedrock"
+    aiohttp_transport = False  # SigV4 signs the %-encoded path that aiohttp would re-quote
 
     # --- routing, signing, errors -------------------------------------------------------------
 

@@ -1,0 +1,82 @@
+"""The hot path's own PostgreSQL access: an async psycopg pool, no thread hop.
+
+The ORM stays for everything else; the few statements every request runs (the budget read, the
+group commit of charges and ledger rows) go through this pool from the event loop. On SQLite
+(the embedded default) `available()` is False and callers use the ORM on a worker thread.
+
+One pool per event loop (a uvicorn worker has one; tests may run several), built lazily from
+Django's own connection settings, so it follows the test database and DATABASE_URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from django.db import connections
+
+_pools: dict[int, object] = {}
+
+
+def available() -> bool:
+    return connections["default"].vendor == "postgresql"
+
+
+def _connect_kwargs() -> dict:
+    params = connections["default"].get_connection_params()
+    params.pop("cursor_factory", None)  # Django's is a sync cursor class
+    # The same few statements run thousands of times a second: let the server keep them prepared.
+    # ("none" turns it off, e.g. behind a PgBouncer without prepared-statement support).
+    threshold = os.environ.get("GATEWAY_PG_PREPARE_THRESHOLD", "2").strip().lower()
+    params["prepare_threshold"] = None if threshold in ("", "none") else int(threshold)
+    params["autocommit"] = True
+    return params
+
+
+def pool_size() -> int:
+    return int(os.environ.get("GATEWAY_PG_POOL_SIZE", "8"))
+
+
+async def pool():
+    """This loop's pool, opened on first use."""
+    from psycopg_pool import AsyncConnectionPool
+
+    loop = asyncio.get_running_loop()
+    found = _pools.get(id(loop))
+    if found is not None and found[0] is loop:
+        return found[1]
+    created = AsyncConnectionPool(
+        kwargs=_connect_kwargs(),
+        min_size=1,
+        max_size=pool_size(),
+        open=False,
+        timeout=10,
+        # No health check per checkout (a round trip each): a connection that breaks raises
+        # OperationalError to its user and the pool discards it when it comes back.
+    )
+    _pools[id(loop)] = (loop, created)
+    await created.open(wait=False)
+    return created
+
+
+async def close_all() -> None:
+    """Close this loop's pool (tests, shutdown)."""
+    loop = asyncio.get_running_loop()
+    found = _pools.pop(id(loop), None)
+    if found is not None:
+        await found[1].close()
+
+
+def per_loop(factory):
+    """A function returning this event loop's own instance of `factory()` (an object holding
+    futures or a pool belongs to one loop)."""
+    instances: dict[int, tuple] = {}
+
+    def get():
+        loop = asyncio.get_running_loop()
+        found = instances.get(id(loop))
+        if found is None or found[0] is not loop:
+            found = instances[id(loop)] = (loop, factory())
+        return found[1]
+
+    return get

@@ -1,0 +1,187 @@
+"""Group commit of charges and ledger rows: requests that finish together share one transaction.
+
+Every request awaits the commit of its batch before it answers, so nothing is acknowledged
+before it is durable. While one batch commits, the next one gathers whatever finishes meanwhile:
+at low load a batch is one request (no added wait), under load one round trip carries many.
+
+A batch is one transaction: one `UPDATE ... RETURNING spent` per wallet with the batch's sum
+(wallets in id order, so two processes' batches never deadlock) and one multi-row INSERT of the
+ledger rows. On PostgreSQL it is sent from the event loop over the async pool in pipeline mode
+(one round trip, no thread hop); elsewhere it runs through the ORM on a worker thread. Each
+request's `credits_remaining` is exact: the wallet's total after the batch, less what the
+requests after it in the same batch added. If the batch cannot be written, every entry goes to
+the durable spool (licensing.spool) and is written when the database is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from dataclasses import dataclass
+
+import psycopg
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+
+from gateway_site import pgpool
+from gateway_site.db import run_db
+
+from .budget import BudgetState, known_wallet_id, wallet_open
+from .ledger import FIELDS, WALLET_ADD_SQL, LedgerEntry, insert_statement, row_values
+from .models import Transaction
+from .spool import replay_soon, spool_append_many
+
+logger = logging.getLogger("gateway.ledger")
+
+
+@dataclass
+class Pending:
+    entry: LedgerEntry
+    budget: BudgetState
+    future: asyncio.Future
+    wallet_id: int | None = None
+
+
+def _wallet_sums(batch: list[Pending]) -> list[tuple[int, int]]:
+    sums: dict[int, int] = {}
+    for item in batch:
+        if item.entry.credits and item.wallet_id is not None:
+            sums[item.wallet_id] = sums.get(item.wallet_id, 0) + item.entry.credits
+    return sorted(sums.items())
+
+
+def _remaining(batch: list[Pending], spent_after: dict[int, int]) -> list[int | None]:
+    """Walk the batch backwards: each request sees the wallet as it was after its own charge."""
+    later: dict[int, int] = {}
+    result: list[int | None] = []
+    for item in reversed(batch):
+        wallet_id, budget = item.wallet_id, item.budget
+        if wallet_id in spent_after and item.entry.credits:
+            spent = spent_after[wallet_id] - later.get(wallet_id, 0)
+            later[wallet_id] = later.get(wallet_id, 0) + item.entry.credits
+        else:
+            spent = budget.spent + item.entry.credits
+        result.append(budget.remaining_after(spent))
+    return result[::-1]
+
+
+def commit_batch_sync(batch: list[Pending]) -> dict[int, int]:
+    """The batch through the ORM's connection (SQLite, or PostgreSQL without the pool)."""
+    now = timezone.now()
+    spent: dict[int, int] = {}
+    with transaction.atomic(), connection.cursor() as cursor:
+        for wallet_id, amount in _wallet_sums(batch):
+            cursor.execute(WALLET_ADD_SQL, [amount, now, wallet_id])
+            row = cursor.fetchone()
+            if row is None:
+                raise DatabaseError(f"wallet {wallet_id} is gone")
+            spent[wallet_id] = row[0]
+        sql, params = insert_statement([row_values(i.entry, i.wallet_id) for i in batch])
+        cursor.execute(sql, params)
+    return spent
+
+
+async def commit_batch_async(batch: list[Pending]) -> dict[int, int]:
+    """The batch over the async pool as one prepared statement: one round trip, no explicit
+    transaction (a single statement is atomic), the same text whatever the batch size."""
+    sums = _wallet_sums(batch)
+    wallet_ids = [w for w, _ in sums]
+    rows = [row_values(i.entry, i.wallet_id) for i in batch]
+    columns = [[f.get_db_prep_save(row.get(f.attname), connection) for row in rows] for f in FIELDS]
+    params = [wallet_ids, timezone.now(), wallet_ids, [a for _, a in sums], *columns]
+    pool = await pgpool.pool()
+    async with pool.connection() as conn:
+        cursor = await conn.execute(_batch_sql(), params)
+        spent = dict(await cursor.fetchall())
+    missing = set(wallet_ids) - set(spent)
+    if missing:  # pragma: no cover - a wallet deleted under a charge: nothing was written
+        raise DatabaseError(f"wallets {sorted(missing)} are gone")
+    return spent
+
+
+@functools.cache
+def _batch_sql() -> str:
+    """Lock the batch's wallets in id order (two processes' batches never deadlock), add each
+    wallet's sum, and insert the rows from one array per column."""
+    quote = connection.ops.quote_name
+    table = quote(Transaction._meta.db_table)
+    names = ", ".join(quote(f.column) for f in FIELDS)
+    arrays = ", ".join(f"%s::{_array_type(f)}[]" for f in FIELDS)
+    return (
+        "WITH locked AS (SELECT id FROM licensing_wallet WHERE id = ANY(%s::bigint[]) "
+        "ORDER BY id FOR UPDATE), "
+        "charged AS (UPDATE licensing_wallet AS w SET spent = w.spent + c.amount, "
+        "updated_at = %s FROM unnest(%s::bigint[], %s::bigint[]) AS c(id, amount) "
+        "WHERE w.id = c.id AND c.id IN (SELECT id FROM locked) RETURNING w.id, w.spent), "
+        f"ledger AS (INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays})) "
+        "SELECT id, spent FROM charged"
+    )
+
+
+def _array_type(field) -> str:
+    # Without the length: the INSERT's own cast then refuses an over-long value instead of
+    # an explicit cast cutting it short.
+    return field.cast_db_type(connection).split("(")[0].strip()
+
+
+class GroupCommit:
+    """One per event loop. `write` returns the request's credits remaining once committed."""
+
+    def __init__(self):
+        self._queue: list[Pending] = []
+        self._task: asyncio.Task | None = None
+
+    async def write(self, entry: LedgerEntry, budget: BudgetState) -> int | None:
+        loop = asyncio.get_running_loop()
+        item = Pending(entry=entry, budget=budget, future=loop.create_future())
+        self._queue.append(item)
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._drain())
+        # A client that goes away does not take its charge with it: the batch still commits.
+        return await asyncio.shield(item.future)
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            await self._commit(batch)
+        replay_soon()
+
+    async def _commit(self, batch: list[Pending]) -> None:
+        try:
+            await _resolve_wallets(batch)
+            if pgpool.available():
+                spent = await commit_batch_async(batch)
+            else:
+                spent = await run_db(commit_batch_sync, batch)
+        except (DatabaseError, psycopg.Error) as exc:
+            logger.error("ledger batch of %d failed (%s); spooling it", len(batch), exc)
+            try:
+                await run_db(spool_append_many, [(i.entry, i.budget) for i in batch])
+            except Exception as spool_exc:  # the disk too: nothing durable is left to promise
+                logger.critical("ledger spool write failed: %s", spool_exc)
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(spool_exc)
+                return
+            spent = {}
+        for item, remaining in zip(batch, _remaining(batch, spent), strict=True):
+            if not item.future.done():
+                item.future.set_result(remaining)
+
+
+async def _resolve_wallets(batch: list[Pending]) -> None:
+    """Wallet ids come from the budget check or the cache; a charge to a wallet not opened yet
+    (an unlimited license's first charge in a window) opens it on a worker thread."""
+    for item in batch:
+        item.wallet_id = item.budget.wallet_id or known_wallet_id(item.budget)
+        if item.wallet_id is None and item.entry.credits:
+            item.wallet_id = await run_db(wallet_open, item.budget)
+
+
+_writer = pgpool.per_loop(GroupCommit)
+
+
+async def ledger_write(*, entry: LedgerEntry, budget: BudgetState) -> int | None:
+    """Charge and record one request (group-committed); returns its credits remaining."""
+    return await _writer().write(entry, budget)
