@@ -182,6 +182,7 @@ def register_endpoints() -> None:
         images,
         info,
         responses,
+        search,
     )
 
     for module in (
@@ -192,6 +193,7 @@ def register_endpoints() -> None:
         bedrock_embeddings,
         gemini_embeddings,
         images,
+        search,
     ):
         api.add_router("", module.router)
 
