@@ -66,7 +66,8 @@ def _page(body: bytes, content_type: str, status: int = 200, **headers: str) -> 
 
 class WebsiteFake(FakeUpstream):
     """Knobs: ``huge_bytes`` (size of /huge), ``trickle_chunks`` (pieces of /trickle, sent
-    ``chunk_delay`` seconds apart). A slow page is any page after ``hang_next``."""
+    ``chunk_delay`` seconds apart, without a Content-Length). A slow page is any page after
+    ``hang_next``."""
 
     name = "website"
     base_path = ""
@@ -137,7 +138,8 @@ class WebsiteFake(FakeUpstream):
         return _page(json.dumps({"headers": request.headers}).encode(), "application/json")
 
     def trickle(self, request: RecordedRequest) -> Response:
-        pieces = [b"<p>%d</p>" % i for i in range(self.trickle_chunks)]
+        size = int(request.query.get("size", "0"))  # bytes of filler per piece
+        pieces = [b"<p>%d %s</p>" % (i, b"x" * size) for i in range(self.trickle_chunks)]
         return Response(200, headers=[("content-type", "text/html")], events=pieces)
 
     def huge(self, request: RecordedRequest) -> Response:

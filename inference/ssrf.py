@@ -182,8 +182,10 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=httpx.create_ssl_context(trust_env=False),
             max_connections=100,
-            max_keepalive_connections=20,
-            keepalive_expiry=5.0,
+            # No keep-alive: every request opens (and checks) its own connection, so an
+            # operator's change of the allow-list holds at once; fetched sites are rarely
+            # asked twice in a row.
+            max_keepalive_connections=0,
             network_backend=backend or GuardedBackend(),
         )
 
