@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
@@ -27,6 +28,9 @@ logger = logging.getLogger("gateway")
 MAX_REDIRECTS = 5
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = "inference-gateway-fetch/1.0"
+# Extraction is CPU-bound (the GIL makes more threads useless) and must not take the default
+# executor's threads, which are the database connection pool (gateway_site.db).
+_EXTRACTORS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fetch-extract")
 ACCEPT = "text/html,application/xhtml+xml,application/pdf,application/json,text/plain;q=0.9"
 
 
@@ -169,7 +173,8 @@ class FetchTransport(Transport):
                 raise too_large
             chunks.append(chunk)
         try:
-            title, content = await asyncio.to_thread(
+            title, content = await asyncio.get_running_loop().run_in_executor(
+                _EXTRACTORS,
                 extract,
                 b"".join(chunks),
                 content_type,
