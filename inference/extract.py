@@ -27,7 +27,10 @@ def extract(
 ) -> tuple[str | None, str]:
     """(title, content) of a body whose content type is in ACCEPTED_TYPES."""
     if content_type in HTML_TYPES:
-        return _html(body, charset, url, fmt)
+        try:
+            return _html(body, charset, url, fmt)
+        except Exception as exc:  # lxml and trafilatura refuse some documents outright
+            raise Unreadable("The page could not be converted") from exc
     if content_type in PDF_TYPES:
         return _pdf(body)
     return None, _decode(body, charset)

@@ -204,9 +204,12 @@ def test_redirect_to_another_port_or_scheme(client, auth, site):
         f"{site.origin}/redirect?to=file:///etc/passwd",
         f"{site.origin}/redirect?to=/notes.txt&status=301",
     ]
-    port22, file_url, relative = results(fetch(client, auth, {"urls": urls}))
+    urls.append(f"{site.origin}/redirect?to=http://[::1")
+    port22, file_url, relative, broken = results(fetch(client, auth, {"urls": urls}))
     assert port22["error"] == {"code": "blocked_port", "message": "Port 22 is not allowed"}
     assert error_code(file_url) == "invalid_url"
+    # httpx itself refuses the Location header: an answer that cannot be read
+    assert broken["error"] == {"code": "connection_failed", "message": "The page could not be read"}
     assert relative["status"] == "ok" and relative["final_url"] == f"{site.origin}/notes.txt"
 
 

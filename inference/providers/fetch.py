@@ -76,6 +76,13 @@ def check_url(url: str) -> httpx.URL:
     return parsed
 
 
+def _join(base: httpx.URL, location: str) -> str:
+    try:
+        return str(base.join(location))
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ssrf.Refused("invalid_url", "The page redirected to an invalid URL") from exc
+
+
 class FetchTransport(Transport):
     kind = "fetch"
 
@@ -121,6 +128,9 @@ class FetchTransport(Transport):
         except httpx.HTTPError as exc:
             logger.info("fetch %s failed: %s", url, type(exc).__name__)
             page.error_code, page.error_message = "connection_failed", "The page could not be read"
+        except Exception:  # one URL never fails the others
+            logger.exception("fetch %s failed unexpectedly", url)
+            page.error_code, page.error_message = "internal_error", "The page could not be read"
         if page.ok and page.content is not None:
             page.content = page.content[:max_characters]
         else:
@@ -142,7 +152,7 @@ class FetchTransport(Transport):
             try:
                 location = response.headers.get("location")
                 if response.status_code in REDIRECT_STATUSES and location:
-                    current = str(target.join(location))
+                    current = _join(target, location)
                     continue
                 page.final_url = str(target)
                 await self._read(page, response, max_bytes, fmt)
