@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('licensing', '0001_initial'),
+        ('licensing', '0002_transaction_request_id_unique'),
     ]
 
     operations = [
