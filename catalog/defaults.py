@@ -9,8 +9,9 @@ PROVIDERS = [
     ("aggregator", "openrouter", "Alternative provider, opt-in by header (OpenRouter)"),
     ("cloud", "bedrock", "Cloud image and embeddings provider (AWS Bedrock Runtime)"),
     ("multimodal", "gemini", "Second image provider (Google Gemini API)"),
-    ("websearch", "websearch", "Web search API"),
-    ("academic", "academic", "Academic search API"),
+    ("websearch", "websearch", "Web search API (Brave Search)"),
+    ("academic", "academic", "Academic search API (OpenAlex)"),
+    ("fetch", "fetch", "The gateway fetches URLs itself (POST /v1/fetch); no upstream"),
 ]
 
 TEXT = {"text": True, "image": False}
@@ -315,4 +316,30 @@ MODELS = [
         inputs={"text": True, "image": False, "audio": False, "video": False, "file": False},
         rows=[("aggregator", "meta-llama/llama-3.1-8b-instruct", True)],
     ),
+]
+
+
+def _service(model_id, owner, cost, feature):
+    """Search and fetch are services, not models: a hidden catalog entry (never listed by
+    GET /v1/models) carries the per-call price and the provider rows that serve it."""
+    return {
+        "model_id": model_id,
+        "owned_by": owner,
+        "supported_features": [feature],
+        "input_modality": {"text": True},
+        "output_modality": {"text": True},
+        "cost": cost,
+        "options": {},
+        "listed": False,
+        "rows": [(owner, model_id, True)],
+    }
+
+
+# Services: list prices (5 USD per 1,000 web searches, 1 USD per 1,000 fetched pages; academic
+# search is free unless an operator sets a price).
+SERVICE_ENTRIES = {"web": "web-search", "academic": "academic-search", "fetch": "web-fetch"}
+MODELS += [
+    _service("web-search", "websearch", {"type": "per_call", "call": 5000}, "web_search"),
+    _service("academic-search", "academic", {"type": "per_call", "call": 0}, "web_search"),
+    _service("web-fetch", "fetch", {"type": "per_page", "page": 1000}, "web_fetch"),
 ]

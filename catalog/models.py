@@ -13,6 +13,7 @@ class Provider(models.Model):
         GEMINI = "gemini", "Google Gemini API"
         WEBSEARCH = "websearch", "Web search API"
         ACADEMIC = "academic", "Academic search API"
+        FETCH = "fetch", "The gateway's own URL fetcher"
 
     slug = models.SlugField(max_length=64, unique=True)
     kind = models.CharField(max_length=32, choices=Kind.choices)

@@ -22,8 +22,9 @@ KIND_ENDPOINTS = {
     "openrouter": {"chat_completions", "responses", "embeddings"},
     "bedrock": {"image_generation", "bedrock_embeddings"},
     "gemini": {"image_generation", "gemini_embeddings"},
-    "websearch": {"web_search", "web_fetch"},
+    "websearch": {"web_search"},
     "academic": {"web_search"},
+    "fetch": {"web_fetch"},
 }
 # Where a model the catalog does not know is forwarded when no header pins a provider.
 DEFAULT_PROVIDER = {
@@ -34,10 +35,14 @@ DEFAULT_PROVIDER = {
     "bedrock_embeddings": "cloud",
     "gemini_embeddings": "multimodal",
     "web_search": "websearch",
-    "web_fetch": "websearch",
+    "web_fetch": "fetch",
 }
 # Credentials each protocol needs, and how a missing one is named in the 400.
 IAM_KINDS = {"bedrock"}
+# Protocols that work without a key (OpenAlex: the key only raises the rate limit).
+KEY_OPTIONAL_KINDS = {"academic"}
+# Served by the gateway itself: no connection row is needed; one named `default` is implied.
+BUILTIN_KINDS = {"fetch"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,18 @@ class ConnectionInfo:
 
     def __repr__(self):  # credentials stay out of logs and tracebacks
         return f"<ConnectionInfo {self.name} {self.base_url}>"
+
+
+BUILTIN_CONNECTION = ConnectionInfo(
+    name="default",
+    base_url="",
+    api_key="",
+    region="",
+    aws_access_key_id="",
+    aws_secret_access_key="",
+    timeout=None,
+    updated_at=0.0,
+)
 
 
 @dataclass(frozen=True)
@@ -252,6 +269,8 @@ def select_route(
     provider = catalog.providers[slug]
     connection_name = pin.connection if pin is not None and pin.connection else "default"
     connection = provider.connections.get(connection_name)
+    if connection is None and provider.kind in BUILTIN_KINDS and connection_name == "default":
+        connection = BUILTIN_CONNECTION
     if pin is not None and pin.connection and connection is None:
         raise _no_provider(endpoint, pinned=True)
     if connection is not None and connection.undecryptable:
@@ -270,6 +289,8 @@ def select_route(
 
 
 def _has_credentials(kind: str, connection: ConnectionInfo) -> bool:
+    if kind in KEY_OPTIONAL_KINDS or kind in BUILTIN_KINDS:
+        return True
     if kind in IAM_KINDS:
         return bool(connection.aws_access_key_id and connection.aws_secret_access_key)
     return bool(connection.api_key)

@@ -31,6 +31,7 @@ def catalog_load_defaults(*, reset_rows: bool = False) -> dict[str, int]:
                 "output_modality": spec["output_modality"],
                 "cost": spec["cost"],
                 "options": spec["options"],
+                "listed": spec.get("listed", True),
             },
         )
         counts["models"] += created

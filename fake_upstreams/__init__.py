@@ -17,18 +17,24 @@ production configuration.
 """
 
 from .bedrock import BedrockFake
+from .brave import BraveFake
 from .gemini import GeminiFake
 from .openai import OpenAIFake
+from .openalex import OpenAlexFake
 from .openrouter import OpenRouterFake
 from .server import FakeServer, FakeUpstream, RecordedRequest, serve
+from .website import WebsiteFake
 
 __all__ = [
     "BedrockFake",
+    "BraveFake",
     "FakeServer",
     "FakeUpstream",
     "GeminiFake",
     "OpenAIFake",
+    "OpenAlexFake",
     "OpenRouterFake",
     "RecordedRequest",
+    "WebsiteFake",
     "serve",
 ]

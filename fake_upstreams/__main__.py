@@ -13,8 +13,10 @@ import sys
 import time
 
 from .bedrock import BedrockFake
+from .brave import BraveFake
 from .gemini import GeminiFake
 from .openai import OpenAIFake
+from .openalex import OpenAlexFake
 from .openrouter import OpenRouterFake
 from .server import FakeServer, FakeUpstream
 
@@ -23,6 +25,8 @@ LABELS = {
     "openrouter": "OpenRouter API",
     "bedrock": "AWS Bedrock Runtime",
     "gemini": "Gemini API",
+    "brave": "Brave Search API",
+    "openalex": "OpenAlex works API",
 }
 
 
@@ -33,6 +37,10 @@ def build(args: argparse.Namespace) -> FakeUpstream:
         return OpenRouterFake(api_key=args.api_key)
     if args.provider == "gemini":
         return GeminiFake(api_key=args.api_key)
+    if args.provider == "brave":
+        return BraveFake(api_key=args.api_key)
+    if args.provider == "openalex":
+        return OpenAlexFake(api_key=args.api_key)
     if (args.access_key is None) != (args.secret_key is None):
         raise SystemExit("bedrock: give both --access-key and --secret-key, or neither")
     return BedrockFake(access_key=args.access_key, secret_key=args.secret_key, region=args.region)
@@ -48,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         "--port", type=int, default=0, help="port on 127.0.0.1 (default: any free port)"
     )
     parser.add_argument(
-        "--api-key", help="accepted key (openai, openrouter, gemini); default: accept any"
+        "--api-key",
+        help="accepted key (openai, openrouter, gemini, brave, openalex); default: accept any",
     )
     parser.add_argument(
         "--access-key", help="bedrock: AWS access key id requests must be signed with"

@@ -102,6 +102,29 @@ MISSING_KEY = (
     "a username and password. You can obtain an API key from "
     "https://platform.openai.com/account/api-keys."
 )
+MODERATION_MODELS = frozenset(
+    {
+        "omni-moderation-latest",
+        "omni-moderation-2024-09-26",
+        "text-moderation-latest",
+        "text-moderation-stable",
+    }
+)
+MODERATION_CATEGORIES = (
+    "harassment",
+    "harassment/threatening",
+    "hate",
+    "hate/threatening",
+    "illicit",
+    "illicit/violent",
+    "self-harm",
+    "self-harm/instructions",
+    "self-harm/intent",
+    "sexual",
+    "sexual/minors",
+    "violence",
+    "violence/graphic",
+)
 SAFETY_REJECTION = "Your request was rejected as a result of our safety system."
 
 
@@ -345,6 +368,7 @@ class OpenAIFake(FakeUpstream):
             ``gpt-4o-mini-2024-07-18``) as the real API does.
         reasoning_tokens: reasoning tokens added to every completion's usage.
         cached_tokens: prompt tokens reported as cached (capped at the prompt).
+        moderation_terms: words that make ``/v1/moderations`` flag a text (violence).
         plus the stream/latency knobs of :class:`FakeUpstream`.
     """
 
@@ -356,6 +380,7 @@ class OpenAIFake(FakeUpstream):
         ("POST", r"/v1/responses", "create_response"),
         ("GET", r"/v1/responses/(?P<response_id>[^/]+)", "get_response"),
         ("POST", r"/v1/images/generations", "images_generations"),
+        ("POST", r"/v1/moderations", "moderations"),
         ("GET", r"/files/(?P<file_id>[A-Za-z0-9_-]+)\.png", "file"),
     ]
     PUBLIC = frozenset({"file"})  # image URLs are pre-signed in the real API: no bearer token
@@ -365,6 +390,7 @@ class OpenAIFake(FakeUpstream):
         "resolve_snapshots": True,
         "reasoning_tokens": 0,
         "cached_tokens": 0,
+        "moderation_terms": ("kill", "bomb"),
     }
 
     def __init__(self, api_key: str | None = None, chat_models: set[str] | None = None):
@@ -509,6 +535,41 @@ class OpenAIFake(FakeUpstream):
                 "model": EMBEDDING_ANSWER_MODEL.get(model, model),
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
             }
+        )
+
+    # -- /v1/moderations ---------------------------------------------------------------
+
+    def moderations(self, request: RecordedRequest) -> Response:
+        body = self.body_json(request)
+        model = body.get("model") or "omni-moderation-latest"
+        if model not in MODERATION_MODELS:
+            raise self._model_not_found(model)
+        if "input" not in body:
+            raise self._missing("input")
+        value = body["input"]
+        texts = [value] if isinstance(value, str) else value
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise self.fail(400, "'$.input' is invalid.", param="input")
+        results = []
+        for text in texts:
+            lowered = text.lower()
+            violent = any(term in lowered for term in self.moderation_terms)
+            categories = {name: name == "violence" and violent for name in MODERATION_CATEGORIES}
+            results.append(
+                {
+                    "flagged": violent,
+                    "categories": categories,
+                    "category_scores": {
+                        name: 0.93 if flagged else 0.0001 for name, flagged in categories.items()
+                    },
+                    "category_applied_input_types": {
+                        name: ["text"] for name in MODERATION_CATEGORIES
+                    },
+                }
+            )
+        answer_model = "omni-moderation-2024-09-26" if model.startswith("omni") else model
+        return json_response(
+            {"id": synth.hex_id("modr-", 24), "model": answer_model, "results": results}
         )
 
     # -- /v1/chat/completions ----------------------------------------------------------

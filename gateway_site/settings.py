@@ -106,6 +106,16 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("GATEWAY_MAX_BODY_BYTES", str(8
 
 REDIS_URL = os.environ.get("REDIS_URL") or None
 
+
+def _cidr_list(value: str) -> str:
+    """Checked at start-up so that a typo stops the server instead of failing every fetch."""
+    import ipaddress
+
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        ipaddress.ip_network(part)  # ValueError: not a CIDR network
+    return value
+
+
 GATEWAY = {
     # Seconds an in-process cache entry (keys, licenses, catalog) may live before it is re-read.
     # Saves in this process invalidate at once; other worker processes see changes within this.
@@ -121,6 +131,15 @@ GATEWAY = {
     # Local disk of the host; keep it across restarts (see README, "Reliability").
     "LEDGER_SPOOL_DIR": os.environ.get("GATEWAY_LEDGER_SPOOL_DIR")
     or str(BASE_DIR / "var" / "ledger-spool"),
+    # POST /v1/fetch: networks the SSRF guard lets through although they are not public (CIDR
+    # list; empty = none), the ports it may connect to, seconds per URL (redirects included),
+    # and the largest body it reads per URL.
+    "FETCH_ALLOW_PRIVATE": _cidr_list(os.environ.get("GATEWAY_FETCH_ALLOW_PRIVATE", "")),
+    "FETCH_ALLOWED_PORTS": frozenset(
+        int(p) for p in os.environ.get("GATEWAY_FETCH_ALLOWED_PORTS", "80,443").split(",") if p
+    ),
+    "FETCH_TIMEOUT": float(os.environ.get("GATEWAY_FETCH_TIMEOUT", "15")),
+    "FETCH_MAX_BYTES": int(os.environ.get("GATEWAY_FETCH_MAX_BYTES", str(5 * 1024 * 1024))),
 }
 
 LOGGING = {

@@ -184,6 +184,7 @@ def register_endpoints() -> None:
         images,
         info,
         responses,
+        search,
     )
 
     for module in (
@@ -194,6 +195,7 @@ def register_endpoints() -> None:
         bedrock_embeddings,
         gemini_embeddings,
         images,
+        search,
     ):
         api.add_router("", module.router)
 

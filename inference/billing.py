@@ -8,6 +8,8 @@ Cost structures (catalog `cost`, shown to clients by GET /v1/models):
     {"type": "per_image", "image": n}                                          per image
     {"type": "per_image_by_size", "sizes": {"1024x1024": n, ...}}
     {"type": "per_image_by_size_quality", "qualities": {"standard": {"1024x1024": n}, ...}}
+    {"type": "per_call", "call": n}                                            per search call
+    {"type": "per_page", "page": n}                                            per fetched page
 A size missing from a table is billed at the next larger listed size (by pixel count), or the
 largest one; a quality missing from a table at its most expensive quality.
 """
@@ -29,6 +31,8 @@ class Usage:
     # For per-image tables: the size and quality the images were made at.
     size: str | None = None
     quality: str | None = None
+    # Search calls made or pages fetched (the web_search and fetch services).
+    units: int | None = None
 
 
 def _d(value) -> Decimal:
@@ -76,6 +80,8 @@ def credits_for(cost: dict, usage: Usage) -> int:
         if table is None:
             table = max(qualities.values(), key=lambda t: max(t.values()), default={})
         total = (usage.images or 0) * _d(_price_for_size(table, usage.size))
+    elif kind in ("per_call", "per_page"):
+        total = (usage.units or 0) * _d(cost.get("call" if kind == "per_call" else "page"))
     else:
         raise ValueError(f"unknown cost structure {kind!r}")
     return round_up(total)

@@ -7,9 +7,9 @@
  5. budget (400 out of budget, 500 misconfigured)
  6. policy (403; 503 when the document cannot be evaluated)
  7. provider selection (400)
- 8. input guardrail (400, not charged)
+ 8. input guardrail (400, not charged; a failed moderation call is 503)
  9. provider call (400, 404, 500, 503)
-10. output guardrail (400, charged)
+10. output guardrail (400, charged; a failed moderation call is 503, not charged)
 Every request that reaches step 9 writes one ledger row, charged or not.
 """
 
@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from django.http import HttpResponse, StreamingHttpResponse
@@ -32,6 +32,7 @@ from licensing.credentials import Principal
 from licensing.group_commit import ledger_write
 from licensing.ledger import LedgerEntry
 
+from . import moderation
 from .billing import Usage
 from .headers import parse_service_headers
 from .streaming import ProviderStream, StreamOutcome, relay
@@ -76,6 +77,17 @@ class Operation:
 
     def input_texts(self, body) -> Iterable[str]:
         return ()
+
+    def select(self, catalog, pin, allowed, body) -> Route:
+        """Step 7: the provider, connection and upstream model for this request."""
+        return select_route(
+            catalog,
+            endpoint=self.endpoint,
+            model=self.model_of(body),
+            pin=pin,
+            allowed=allowed,
+            output_modality=self.output_modality,
+        )
 
     def prepare(self, route: Route, body) -> Route | None:
         """Part of step 7: reject what the chosen provider cannot take, before any call; may
@@ -128,20 +140,16 @@ async def run(request, operation: Operation, body) -> HttpResponse:
     service_policy = license.policy.check_request(operation.service, call.body_fields)
     # 7
     catalog = await current_catalog()
-    call.route = route = select_route(
-        catalog,
-        endpoint=operation.endpoint,
-        model=operation.model_of(body),
-        pin=pin,
-        allowed=service_policy.providers,
-        output_modality=operation.output_modality,
-    )
+    call.route = route = operation.select(catalog, pin, service_policy.providers, body)
     call.route = route = operation.prepare(route, body) or route
     # 8
     guardrails = license.guardrails
     if guardrails is None:
         raise ServiceUnavailable()
-    guardrails.check("input", operation.input_texts(body))
+    input_texts = list(operation.input_texts(body))
+    guardrails.check("input", input_texts)
+    if guardrails.moderates("input"):
+        await moderation.check(catalog, input_texts)  # 400 flagged, 503 when it fails
     # 9
     try:
         result = await operation.call(route, body, call)
@@ -158,7 +166,14 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         return _stream_response(call, operation, result)  # output guardrails never block a stream
     # 10: a blocked answer is still charged.
     try:
-        guardrails.check("output", result.output_texts)
+        output_texts = list(result.output_texts)
+        guardrails.check("output", output_texts)
+        if guardrails.moderates("output"):
+            await moderation.check(catalog, output_texts)
+    except ServiceUnavailable:
+        # The moderation call failed: closed, and the answer is not charged.
+        await _record(call, operation, status=503, result=replace(result, credits=0))
+        raise
     except GatewayError as exc:
         await _record(call, operation, status=exc.status, result=result)
         raise
@@ -212,6 +227,7 @@ async def _record(
         total_tokens=usage.total_tokens,
         images=usage.images,
         megapixels=usage.megapixels,
+        units=usage.units,
         metadata=call.metadata,
         latency_ms=int((time.perf_counter() - call.request.started_at) * 1000),
     )

@@ -4,7 +4,9 @@
      "output": {"patterns": ["(?i)secret"]}}
 
 Patterns are searched (not full-matched) in every text of the request or answer.
-A moderation call is reserved in the format ("moderation": true) but not yet wired.
+`"moderation": true` in a stage also sends those texts to the `direct` provider's moderation
+endpoint; the call itself lives in inference (this app does not import it) and the pipeline
+makes it when `moderates(stage)` says so.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ class GuardrailConfigError(ValueError):
 class Guardrails:
     input: tuple[re.Pattern, ...] = ()
     output: tuple[re.Pattern, ...] = ()
+    moderation: frozenset[str] = frozenset()  # stages with a moderation call
+
+    def moderates(self, stage: str) -> bool:
+        return stage in self.moderation
 
     def check(self, stage: str, texts: Iterable[str]) -> None:
         patterns = self.input if stage == "input" else self.output
@@ -48,6 +54,7 @@ def compile_guardrails(config) -> Guardrails:
     if unknown:
         raise GuardrailConfigError(f"Unknown guardrail stages {unknown}; use {list(STAGES)}")
     compiled = {}
+    moderated: set[str] = set()
     for stage in STAGES:
         stage_config = config.get(stage) or {}
         if not isinstance(stage_config, dict):
@@ -55,8 +62,11 @@ def compile_guardrails(config) -> Guardrails:
         extra = sorted(set(stage_config) - {"patterns", "moderation"})
         if extra:
             raise GuardrailConfigError(f"{stage}: unknown keys {extra}")
-        if stage_config.get("moderation"):
-            raise GuardrailConfigError(f"{stage}.moderation: not supported yet")
+        moderation = stage_config.get("moderation", False)
+        if not isinstance(moderation, bool):
+            raise GuardrailConfigError(f"{stage}.moderation: must be true or false")
+        if moderation:
+            moderated.add(stage)
         patterns = stage_config.get("patterns", [])
         if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
             raise GuardrailConfigError(f"{stage}.patterns: must be a list of regexes")
@@ -64,4 +74,4 @@ def compile_guardrails(config) -> Guardrails:
             compiled[stage] = tuple(re.compile(p) for p in patterns)
         except re.error as exc:
             raise GuardrailConfigError(f"{stage}.patterns: {exc}") from exc
-    return Guardrails(**compiled)
+    return Guardrails(**compiled, moderation=frozenset(moderated))

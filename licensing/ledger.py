@@ -40,6 +40,7 @@ class LedgerEntry:
     total_tokens: int | None = None
     images: int | None = None
     megapixels: Decimal | None = None
+    units: int | None = None
     metadata: dict = field(default_factory=dict)
     latency_ms: int = 0
     created_at: datetime = field(default_factory=timezone.now)

@@ -218,6 +218,9 @@ class Transaction(models.Model):
     total_tokens = models.BigIntegerField(null=True, blank=True)
     images = models.IntegerField(null=True, blank=True)
     megapixels = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    units = models.IntegerField(
+        null=True, blank=True, help_text="Searches made or pages fetched (web_search, fetch)"
+    )
     credits = models.BigIntegerField(default=0, help_text="Micro-credits charged")
     metadata = models.JSONField(default=dict, blank=True)
     latency_ms = models.IntegerField(default=0)

@@ -2,8 +2,9 @@
 # Sets up and runs the gateway on DATABASE_URL (default: the embedded SQLite file), with the
 # default catalog and a demo license; prints a demo API key and a curl line.
 #
-# Without provider credentials it starts the local OpenAI simulator (fake_upstreams, a
-# development tool that is NOT a real provider) beside the gateway, so the curl line answers.
+# Without provider credentials it starts the local OpenAI, Brave and OpenAlex simulators
+# (fake_upstreams, development tools that are NOT real providers) beside the gateway, so the
+# curl lines answer.
 # With OPENAI_API_KEY set, the same command talks to the real OpenAI API.
 source "$(dirname "$0")/_env.sh"
 HOST="${HOST:-127.0.0.1}"
@@ -14,6 +15,8 @@ SIM_PORT="${SIMULATOR_PORT:-9100}"
 # running instance uses).
 PORTS=("$PORT")
 if [ -z "${OPENAI_API_KEY:-}" ]; then PORTS+=("$SIM_PORT"); fi
+if [ -z "${BRAVE_API_KEY:-}" ]; then PORTS+=("$((SIM_PORT + 1))"); fi
+if [ -z "${OPENALEX_API_KEY:-}${OPENALEX_MAILTO:-}" ]; then PORTS+=("$((SIM_PORT + 2))"); fi
 python - "$HOST" "${PORTS[@]}" <<'PY'
 import socket
 import sys
@@ -57,23 +60,44 @@ if not User.objects.filter(username="admin").exists():
     print(f"Admin user created: admin / {password}  (shown once)")
 PY
 
-SIM_PID=""
-cleanup() { [ -n "$SIM_PID" ] && kill "$SIM_PID" 2>/dev/null || true; }
+SIM_PIDS=()
+cleanup() { for pid in "${SIM_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT INT TERM
 
+export SIMULATOR_API_KEY="sk-simulator-local"  # the simulators' own, not a real secret
 if [ -n "${OPENAI_API_KEY:-}" ]; then
     # Secrets go through the environment, never the command line (visible in ps).
     python manage.py configure_connection direct --base-url "${OPENAI_BASE_URL:-https://api.openai.com/v1}" --api-key-env OPENAI_API_KEY
     PROVIDER_NOTE="direct -> the real OpenAI API (OPENAI_API_KEY is set)"
 else
-    export SIMULATOR_API_KEY="sk-simulator-local"  # the simulator's own, not a real secret
     python -m fake_upstreams openai --port "$SIM_PORT" --api-key "$SIMULATOR_API_KEY" &
-    SIM_PID=$!
+    SIM_PIDS+=($!)
     python manage.py configure_connection direct --base-url "http://127.0.0.1:$SIM_PORT/v1" --api-key-env SIMULATOR_API_KEY
     PROVIDER_NOTE="direct -> LOCAL SIMULATOR on 127.0.0.1:$SIM_PORT (no OPENAI_API_KEY set; answers are synthetic)"
 fi
 if [ -n "${OPENROUTER_API_KEY:-}" ]; then
     python manage.py configure_connection aggregator --base-url "https://openrouter.ai/api/v1" --api-key-env OPENROUTER_API_KEY
+fi
+# Search: the real Brave Search API with BRAVE_API_KEY, the real OpenAlex with OPENALEX_MAILTO
+# (or OPENALEX_API_KEY); otherwise local simulators of both.
+if [ -n "${BRAVE_API_KEY:-}" ]; then
+    python manage.py configure_connection websearch --base-url "https://api.search.brave.com" --api-key-env BRAVE_API_KEY
+    SEARCH_NOTE="websearch -> the real Brave Search API"
+else
+    python -m fake_upstreams brave --port "$((SIM_PORT + 1))" --api-key "$SIMULATOR_API_KEY" &
+    SIM_PIDS+=($!)
+    python manage.py configure_connection websearch --base-url "http://127.0.0.1:$((SIM_PORT + 1))" --api-key-env SIMULATOR_API_KEY
+    SEARCH_NOTE="websearch -> LOCAL SIMULATOR on 127.0.0.1:$((SIM_PORT + 1))"
+fi
+export OPENALEX_KEY="${OPENALEX_API_KEY:-${OPENALEX_MAILTO:-}}"
+if [ -n "$OPENALEX_KEY" ]; then
+    python manage.py configure_connection academic --base-url "https://api.openalex.org" --api-key-env OPENALEX_KEY
+    SEARCH_NOTE="$SEARCH_NOTE; academic -> the real OpenAlex API"
+else
+    python -m fake_upstreams openalex --port "$((SIM_PORT + 2))" &
+    SIM_PIDS+=($!)
+    python manage.py configure_connection academic --base-url "http://127.0.0.1:$((SIM_PORT + 2))"
+    SEARCH_NOTE="$SEARCH_NOTE; academic -> LOCAL SIMULATOR on 127.0.0.1:$((SIM_PORT + 2))"
 fi
 
 KEY="$(python manage.py create_api_key demo --name "run.sh $(date -u +%Y-%m-%dT%H:%M:%SZ)")"
@@ -81,10 +105,12 @@ cat <<EOT
 
 Inference gateway on http://$HOST:$PORT   (admin: http://$HOST:$PORT/admin/)
 Provider: $PROVIDER_NOTE
+Search:   $SEARCH_NOTE
 Demo API key (shown once): $KEY
 
 Try it:
   curl -s http://$HOST:$PORT/v1/embeddings -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"model": "text-embedding-3-small", "input": "hello"}'
+  curl -s http://$HOST:$PORT/v1/web-search -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"query": "photosynthesis", "num_results": 3}'
 
 EOT
 python -m uvicorn gateway_site.asgi:application --host "$HOST" --port "$PORT" --no-access-log \

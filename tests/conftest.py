@@ -225,3 +225,61 @@ def activate_rows():
             row.save()
 
     return activate
+
+
+# --- search and fetch -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def brave_upstream():
+    from fake_upstreams import BraveFake, serve
+
+    with serve(BraveFake(api_key=UPSTREAM_KEY)) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def openalex_upstream():
+    from fake_upstreams import OpenAlexFake, serve
+
+    with serve(OpenAlexFake(api_key=UPSTREAM_KEY)) as fake:
+        yield fake
+
+
+@pytest.fixture
+def search_upstreams(catalog, brave_upstream, openalex_upstream):
+    """`catalog`, plus `websearch` (Brave, with a key) and `academic` (OpenAlex, keyless)
+    connected to their fakes."""
+    from catalog.services import connection_configure
+    from gateway_site.localcache import clear_all
+
+    for fake in (brave_upstream, openalex_upstream):
+        fake.reset()
+    connection_configure(
+        provider_slug="websearch", base_url=brave_upstream.base_url, api_key=UPSTREAM_KEY
+    )
+    connection_configure(provider_slug="academic", base_url=openalex_upstream.base_url)
+    clear_all()
+    return {**catalog, "websearch": brave_upstream, "academic": openalex_upstream}
+
+
+@pytest.fixture(scope="session")
+def website_server():
+    from fake_upstreams import WebsiteFake, serve
+
+    with serve(WebsiteFake()) as fake:
+        yield fake
+
+
+@pytest.fixture
+def website(website_server, settings):
+    """A web site on 127.0.0.1 the fetcher may reach: the test switch opens exactly that
+    address (127.0.0.1/32) and the site's port, nothing else."""
+    website_server.reset()
+    port = int(website_server.origin.rsplit(":", 1)[1])
+    settings.GATEWAY = {
+        **settings.GATEWAY,
+        "FETCH_ALLOW_PRIVATE": "127.0.0.1/32",
+        "FETCH_ALLOWED_PORTS": frozenset({80, 443, port}),
+    }
+    return website_server

@@ -2,14 +2,24 @@
 
 from .base import Transport
 from .bedrock import BedrockTransport
+from .fetch import FetchTransport
 from .gemini import GeminiTransport
 from .openai import OpenAITransport
 from .openrouter import OpenRouterTransport
+from .search import BraveTransport, OpenAlexTransport
 
 _ADAPTERS: dict[str, Transport] = {}
 _CLASSES: dict[str, type[Transport]] = {
     cls.kind: cls
-    for cls in (OpenAITransport, OpenRouterTransport, BedrockTransport, GeminiTransport)
+    for cls in (
+        OpenAITransport,
+        OpenRouterTransport,
+        BedrockTransport,
+        GeminiTransport,
+        BraveTransport,
+        OpenAlexTransport,
+        FetchTransport,
+    )
 }
 
 

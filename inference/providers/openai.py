@@ -24,6 +24,20 @@ class OpenAITransport(Transport):
     async def embeddings(self, route: Route, payload: dict) -> dict:
         return await self.post_json(route, "/embeddings", payload)
 
+    async def moderate(self, route: Route, texts: list[str]) -> bool:
+        """Whether the moderation endpoint flags any of the texts (the moderation guardrail)."""
+        answer = await self.post_json(
+            route, "/moderations", {"model": route.upstream_model, "input": texts}
+        )
+        results = answer.get("results") if isinstance(answer, dict) else None
+        if (
+            not isinstance(results, list)
+            or len(results) != len(texts)
+            or not all(isinstance(r, dict) and isinstance(r.get("flagged"), bool) for r in results)
+        ):
+            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+        return any(result["flagged"] for result in results)
+
     # --- images ------------------------------------------------------------------------------
 
     def content_blocked(self, response: httpx.Response) -> bool:
