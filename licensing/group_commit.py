@@ -154,20 +154,31 @@ class GroupCommit:
                 spent = await commit_batch_async(batch)
             else:
                 spent = await run_db(commit_batch_sync, batch)
-        except (DatabaseError, psycopg.Error) as exc:
-            logger.error("ledger batch of %d failed (%s); spooling it", len(batch), exc)
-            try:
-                await run_db(spool_append_many, [(i.entry, i.budget) for i in batch])
-            except Exception as spool_exc:  # the disk too: nothing durable is left to promise
-                logger.critical("ledger spool write failed: %s", spool_exc)
-                for item in batch:
-                    if not item.future.done():
-                        item.future.set_exception(spool_exc)
-                return
-            spent = {}
+        except Exception as exc:
+            # An outage, or anything else: the provider calls happened all the same, keep them.
+            outage = isinstance(exc, DatabaseError | psycopg.Error)
+            logger.error(
+                "ledger batch of %d failed (%s); spooling it", len(batch), exc, exc_info=not outage
+            )
+            spent = await self._spool(batch)
+        if spent is None:
+            return
         for item, remaining in zip(batch, _remaining(batch, spent), strict=True):
             if not item.future.done():
                 item.future.set_result(remaining)
+
+    async def _spool(self, batch: list[Pending]) -> dict | None:
+        """Spool a batch that could not be written; None when even that failed (the requests
+        then fail: nothing durable is left to promise)."""
+        try:
+            await run_db(spool_append_many, [(i.entry, i.budget) for i in batch])
+        except Exception as exc:
+            logger.critical("ledger spool write failed: %s", exc)
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(exc)
+            return None
+        return {}
 
 
 async def _resolve_wallets(batch: list[Pending]) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import orjson
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError
 
 from .budget import BudgetConfig, BudgetState, WalletKey
 
@@ -196,7 +196,7 @@ def _replay_file(path: Path) -> tuple[int, int]:
                     skipped += 1
             except UNAVAILABLE:
                 raise
-            except DatabaseError:
+            except Exception:  # refused for good (not an outage): kept for an operator
                 logger.exception("ledger spool entry %s refused", entry.request_id)
                 _keep_rejected(path, line)
         os.unlink(path)
