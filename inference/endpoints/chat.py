@@ -106,7 +106,10 @@ class ChatCompletions(TextGeneration):
         if body.stream:
             # Usage comes in the last chunk only when asked for: a stream is billed like the
             # same request unstreamed.
-            payload["stream_options"] = {**payload.get("stream_options", {}), "include_usage": True}
+            payload["stream_options"] = {
+                **(payload.get("stream_options") or {}),
+                "include_usage": True,
+            }
         return payload
 
     async def call(self, route: Route, body: ChatCompletionRequest, call):

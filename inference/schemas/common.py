@@ -1,4 +1,46 @@
-from pydantic import BaseModel, ConfigDict
+"""What every request schema shares, and the limits that keep hostile values out.
+
+- `ModelId`: the model field is stored in the ledger (`requested_model`, 200 characters), so
+  it is at most 200 characters and has no NUL (422 `string_too_long` / `value_error`).
+- Integer fields without a documented range are bounded to int64 (`Int64`): what providers'
+  JSON parsers and ours take; beyond it is 422 `less_than_equal` / `greater_than_equal`.
+- Free-form JSON objects (tool parameters, JSON schemas) hold only int64 integers (`JSONObject`).
+"""
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MODEL_ID_MAX_LENGTH = 200  # licensing.models.Transaction.requested_model
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
+def _int64_only(value):
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, int) and not isinstance(item, bool):
+            if not INT64_MIN <= item <= INT64_MAX:
+                raise ValueError(f"integers must be between {INT64_MIN} and {INT64_MAX}")
+    return value
+
+
+ModelId = Annotated[
+    str, Field(min_length=1, max_length=MODEL_ID_MAX_LENGTH), AfterValidator(_no_nul)
+]
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+PositiveInt64 = Annotated[int, Field(ge=1, le=INT64_MAX)]
+JSONObject = Annotated[dict[str, Any], AfterValidator(_int64_only)]
 
 
 class StrictBody(BaseModel):
