@@ -13,7 +13,7 @@ from ..billing import Usage, credits_for
 from ..providers import adapter_for
 from ..providers.base import ProviderFailure
 from ..schemas.chat import PART_MODALITY, ChatCompletionRequest, InputSchemaTool
-from ..schemas.common import error_responses
+from ..schemas.common import SSE_RESPONSE, error_responses
 from ..streaming import ChatSSE, ProviderStream
 
 router = Router(tags=["chat"])
@@ -144,6 +144,7 @@ _operation = ChatCompletions()
 @router.post(
     "/chat/completions",
     response={200: dict, **error_responses(400, 401, 403, 404, 422, 500, 503)},
+    openapi_extra=SSE_RESPONSE,
     summary="Create a chat completion (stream: true answers with server-sent events)",
 )
 async def create_chat_completion(request, body: ChatCompletionRequest):

@@ -11,7 +11,7 @@ from .. import pipeline
 from ..billing import Usage
 from ..providers import adapter_for
 from ..providers.base import ProviderFailure
-from ..schemas.common import error_responses
+from ..schemas.common import SSE_RESPONSE, error_responses
 from ..schemas.responses import (
     PART_MODALITY,
     ResponseInputSchemaTool,
@@ -112,6 +112,7 @@ _operation = Responses()
 @router.post(
     "/responses",
     response={200: dict, **error_responses(400, 401, 403, 404, 422, 500, 503)},
+    openapi_extra=SSE_RESPONSE,
     summary="Create a model response (stream: true answers with server-sent events)",
 )
 async def create_response(request, body: ResponseRequest):

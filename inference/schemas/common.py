@@ -80,7 +80,25 @@ class ValidationBody(BaseModel):
     detail: list[ValidationItem]
 
 
+# Every /v1 operation may answer these: a wrong method, a body over GATEWAY_MAX_BODY_BYTES.
+ALWAYS = (405, 413)
+
+
 def error_responses(*statuses: int) -> dict:
     """The documented error bodies of an operation, for the OpenAPI document."""
     shapes = {403: PolicyErrorBody, 405: ValidationBody, 422: ValidationBody}
-    return {status: shapes.get(status, ErrorBody) for status in statuses}
+    return {status: shapes.get(status, ErrorBody) for status in sorted({*statuses, *ALWAYS})}
+
+
+# Chat completions and responses answer `stream: true` with server-sent events.
+SSE_RESPONSE = {
+    "responses": {
+        200: {
+            "content": {
+                "text/event-stream": {
+                    "schema": {"type": "string", "description": "Server-sent events"}
+                }
+            }
+        }
+    }
+}
