@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from itertools import chain
 
 import orjson
 
@@ -48,23 +49,42 @@ def parse_json(text: str):
         raise
     except (ValueError, RecursionError) as exc:
         raise _problem(text) or json.JSONDecodeError(str(exc), text, 0) from exc
-    # Cheap substring counts first: the walks below only run on bodies that may need them.
-    if (text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(data)) or (
-        ("\\ud" in text or "\\uD" in text) and _has_surrogate(data)
-    ):
+    # C-speed checks first: the Python walks below only run on bodies that may need them.
+    if text.count("[") + text.count("{") > MAX_DEPTH and not _depth_within(data, MAX_DEPTH):
+        raise _problem(text) or json.JSONDecodeError("Invalid body", text, 0)
+    if not _orjson_writes(data) and _has_surrogate(data):
         raise _problem(text) or json.JSONDecodeError("Invalid body", text, 0)
     return data
 
 
-def _too_deep(data) -> bool:
-    stack = [(data, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_DEPTH:
+def _depth_within(value, budget: int) -> bool:
+    """`value` holds no more than `budget` levels of arrays/objects. Level by level, with the
+    iteration in C (`map`, `chain`, `set`): most levels hold only scalars."""
+    if type(value) not in _CONTAINERS:
+        return True
+    dicts, lists = ([value], []) if type(value) is dict else ([], [value])
+    for _ in range(budget):
+        children = list(
+            chain(chain.from_iterable(map(dict.values, dicts)), chain.from_iterable(lists))
+        )
+        kinds = set(map(type, children))
+        if dict not in kinds and list not in kinds:
             return True
-        children = value.values() if isinstance(value, dict) else value
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+        dicts = [child for child in children if type(child) is dict] if dict in kinds else []
+        lists = [child for child in children if type(child) is list] if list in kinds else []
     return False
+
+
+_CONTAINERS = (dict, list)
+
+
+def _orjson_writes(data) -> bool:
+    """orjson refuses lone surrogates (and integers beyond 64 bits), at C speed."""
+    try:
+        orjson.dumps(data)
+    except TypeError:
+        return False
+    return True
 
 
 def _has_surrogate(data) -> bool:

@@ -109,6 +109,7 @@ BAD_KEY = (
         ('{"' + "k" * 257 + '":1}', BAD_KEY),
         ("[1]", "X-Service-Metadata must be a JSON object"),
         ("{" * 2000, INVALID_JSON),
+        ('{"a":' + "[" * 1900 + "]" * 1900 + "}", INVALID_JSON),  # deeper than Python recurses
     ],
 )
 @pytest.mark.parametrize("stream", [False, True])
