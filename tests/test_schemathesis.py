@@ -7,6 +7,7 @@ examples are bounded and derandomized so that CI is stable and takes a few minut
 
 from __future__ import annotations
 
+import json
 import os
 
 import httpx
@@ -48,6 +49,18 @@ BEDROCK_MODELS = {
 }
 
 
+# Metadata objects with hostile scalars (NUL, lone surrogates, huge integers, 1e400 as inf).
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.sampled_from(["\x00", "\ud800", "a\udfffb"]),
+)
+METADATA = st.dictionaries(st.text(max_size=10), SCALARS, max_size=4)
+
+
 def _known_models(path: str, body) -> list:
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         return []
@@ -64,6 +77,22 @@ def api_schema(gateway, all_upstreams, license):
     schema = schemathesis.openapi.from_dict(document)
     schema.config.update(base_url=gateway.url)
     schema.config.generation.modes = list(GenerationMode)  # valid and invalid requests
+
+    @schema.hook
+    def flatmap_headers(context, headers):
+        if not headers:
+            return st.just(headers)
+        # A random provider pin mostly answers 400: half the requests go without one.
+        unpinned = {k: v for k, v in headers.items() if k != "X-Service-Provider"}
+        variants = st.sampled_from([headers, unpinned])
+        if "X-Service-Metadata" not in headers:
+            return variants
+        return (
+            st.tuples(variants, METADATA).map(
+                lambda pair: {**pair[0], "X-Service-Metadata": json.dumps(pair[1])}
+            )
+            | variants
+        )
 
     @schema.hook
     def flatmap_body(context, body):

@@ -90,15 +90,48 @@ def error_responses(*statuses: int) -> dict:
     return {status: shapes.get(status, ErrorBody) for status in sorted({*statuses, *ALWAYS})}
 
 
+# The optional headers of every provider-backed operation (spec: request headers).
+SERVICE_HEADERS = {
+    "parameters": [
+        {
+            "name": "X-Service-Provider",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string"},
+            "description": "A provider slug or `<provider>/<connection>`; only narrows the "
+            "providers the license allows",
+        },
+        {
+            "name": "X-Service-Metadata",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string", "maxLength": 4096},
+            "description": "A JSON object of scalars, stored with the ledger row",
+        },
+    ]
+}
+
 # Chat completions and responses answer `stream: true` with server-sent events.
 SSE_RESPONSE = {
+    **SERVICE_HEADERS,
     "responses": {
         200: {
             "content": {
                 "text/event-stream": {
-                    "schema": {"type": "string", "description": "Server-sent events"}
+                    "schema": {
+                        "description": "One server-sent event; `data` holds a JSON chunk "
+                        "(chat completions: ending with `[DONE]`)",
+                        "type": "object",
+                        "properties": {
+                            "event": {"type": "string"},
+                            "data": {"type": "string"},
+                            "id": {"type": "string"},
+                            "retry": {"type": "integer"},
+                        },
+                        "required": ["data"],
+                    }
                 }
             }
         }
-    }
+    },
 }
