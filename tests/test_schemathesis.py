@@ -49,7 +49,7 @@ BEDROCK_MODELS = {
 }
 
 
-# Metadata objects with hostile scalars (NUL, lone surrogates, huge integers, 1e400 as inf).
+# Metadata objects with hostile scalars (NUL, lone surrogates, huge integers, infinities).
 SCALARS = st.one_of(
     st.none(),
     st.booleans(),
