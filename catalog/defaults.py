@@ -143,7 +143,21 @@ MODELS = [
     _image(
         "gpt-image-1",
         "direct",
-        {"type": "per_token", "prompt": 5, "completion": 40},
+        {
+            "type": "per_token",
+            "prompt": 5,
+            "completion": 40,
+            # OpenAI's per-image list prices, for answers that carry no token counts.
+            "without_tokens": {
+                "type": "per_image_by_size_quality",
+                "scale": "megapixels",
+                "qualities": {
+                    "low": {"1024x1024": 11000, "1024x1536": 16000, "1536x1024": 16000},
+                    "medium": {"1024x1024": 42000, "1024x1536": 63000, "1536x1024": 63000},
+                    "high": {"1024x1024": 167000, "1024x1536": 250000, "1536x1024": 250000},
+                },
+            },
+        },
         watermark="c2pa",
         family="gpt-image",
         max_n=1,
@@ -268,7 +282,17 @@ MODELS = [
     _image(
         "gemini-2.5-flash-image",
         "multimodal",
-        {"type": "per_token", "prompt": 0.3, "completion": 30},
+        {
+            "type": "per_token",
+            "prompt": 0.3,
+            "completion": 30,
+            # 1,290 output tokens per 1024x1024 image at the list rate: for answers without counts.
+            "without_tokens": {
+                "type": "per_image_by_size_quality",
+                "scale": "megapixels",
+                "qualities": {"standard": {"1024x1024": 38700}},
+            },
+        },
         watermark="synthid",
         family="flash-image",
         max_n=1,

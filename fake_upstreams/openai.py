@@ -369,6 +369,7 @@ class OpenAIFake(FakeUpstream):
         reasoning_tokens: reasoning tokens added to every completion's usage.
         cached_tokens: prompt tokens reported as cached (capped at the prompt).
         moderation_terms: words that make ``/v1/moderations`` flag a text (violence).
+        image_usage: False answers gpt-image requests without ``usage`` (no token counts).
         plus the stream/latency knobs of :class:`FakeUpstream`.
     """
 
@@ -391,6 +392,7 @@ class OpenAIFake(FakeUpstream):
         "reasoning_tokens": 0,
         "cached_tokens": 0,
         "moderation_terms": ("kill", "bomb"),
+        "image_usage": True,
     }
 
     def __init__(self, api_key: str | None = None, chat_models: set[str] | None = None):
@@ -765,7 +767,7 @@ class OpenAIFake(FakeUpstream):
         per_image = GPT_IMAGE_TOKENS[(quality, size == "1024x1024")]
         text_tokens = synth.count_tokens(prompt)
         background = body.get("background") or "auto"
-        return {
+        answer = {
             "created": created,
             "background": "opaque" if background == "auto" else background,
             "data": [{"b64_json": _b64(image)} for image in images],
@@ -779,6 +781,9 @@ class OpenAIFake(FakeUpstream):
                 "total_tokens": text_tokens + per_image * len(images),
             },
         }
+        if not self.image_usage:
+            del answer["usage"]
+        return answer
 
     def file(self, request: RecordedRequest, file_id: str) -> Response:
         image = self._files.get(file_id)

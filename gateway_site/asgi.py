@@ -9,8 +9,10 @@ import django  # noqa: E402
 django.setup(set_prefix=False)
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
+from .bodylimit import BodyLimit  # noqa: E402
 from .handler import GatewayASGIHandler  # noqa: E402
 
 django_application = GatewayASGIHandler()
@@ -18,4 +20,7 @@ django_application = GatewayASGIHandler()
 # request, which would otherwise wait for it.
 get_resolver().resolve("/v1/health")
 
-application = ProtocolTypeRouter({"http": django_application})
+# /v1 bodies over the limit are refused before they are read (gateway_site.bodylimit).
+application = ProtocolTypeRouter(
+    {"http": BodyLimit(django_application, max_bytes=settings.GATEWAY_MAX_BODY_BYTES)}
+)

@@ -102,7 +102,9 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
 
 # Request bodies: embeddings batches are large, but an unbounded body is a denial of service.
-DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("GATEWAY_MAX_BODY_BYTES", str(8 * 1024 * 1024)))
+# /v1 bodies over the limit are refused by gateway_site.bodylimit before Django reads them.
+GATEWAY_MAX_BODY_BYTES = int(os.environ.get("GATEWAY_MAX_BODY_BYTES", str(8 * 1024 * 1024)))
+DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_BODY_BYTES
 
 REDIS_URL = os.environ.get("REDIS_URL") or None
 

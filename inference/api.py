@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 
-import orjson
 import psycopg
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
@@ -25,6 +24,7 @@ from ninja.renderers import BaseRenderer
 from ninja.security.http import HttpAuthBase
 
 from core.errors import GatewayError, ServiceUnavailable
+from core.jsonio import dumps, parse_json
 from gateway_site.middleware import internal_server_error
 from licensing.credentials import authenticate
 
@@ -32,11 +32,12 @@ logger = logging.getLogger("gateway")
 
 
 def json_response(body, status: int = 200) -> HttpResponse:
-    return HttpResponse(orjson.dumps(body), status=status, content_type="application/json")
+    return HttpResponse(dumps(body), status=status, content_type="application/json")
 
 
 class StrictJSONParser(Parser):
-    """JSON bodies as the spec wants them: UTF-8, no NaN/Infinity, offsets in characters."""
+    """JSON bodies as the spec wants them: UTF-8, no NaN/Infinity, offsets in characters, and
+    the limits of `core.jsonio.parse_json` (depth, number range, lone surrogates)."""
 
     def parse_body(self, request):
         raw = request.body
@@ -45,18 +46,14 @@ class StrictJSONParser(Parser):
         except UnicodeDecodeError as exc:
             prefix = raw[: exc.start].decode("utf-8", errors="replace")
             raise json.JSONDecodeError("Invalid UTF-8", "", len(prefix)) from exc
-
-        def reject_constant(name):
-            raise json.JSONDecodeError(f"Invalid constant {name}", text, text.find(name))
-
-        return json.loads(text, parse_constant=reject_constant)
+        return parse_json(text)
 
 
 class ORJSONRenderer(BaseRenderer):
     media_type = "application/json"
 
     def render(self, request, data, *, response_status):
-        return orjson.dumps(data, default=str)
+        return dumps(data)
 
 
 ANONYMOUS = object()  # no Authorization header: decided after body validation (check 3)

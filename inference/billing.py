@@ -12,12 +12,21 @@ Cost structures (catalog `cost`, shown to clients by GET /v1/models):
     {"type": "per_page", "page": n}                                            per fetched page
 A size missing from a table is billed at the next larger listed size (by pixel count), or the
 largest one; a quality missing from a table at its most expensive quality.
+
+A token-priced image model may carry, under `without_tokens`, a per-image table used when its
+provider answers without token counts (the images are then billed, never free):
+    {"type": "per_token", ..., "without_tokens":
+        {"type": "per_image_by_size_quality", "scale": "megapixels", "qualities": {...}}}
+With `"scale": "megapixels"` a size that is not listed is billed at the listed size nearest in
+aspect ratio (then in pixels), scaled by the ratio of the pixel counts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
+
+from .imagesizes import nearest_size
 
 
 @dataclass
@@ -60,8 +69,40 @@ def _price_for_size(table: dict, size: str | None):
     return ordered[-1][1]
 
 
+def _price_scaled(table: dict, size: str | None) -> Decimal:
+    """The listed price for `size`, or the nearest listed size's price scaled by pixels."""
+    if not table:
+        return Decimal(0)
+    if size in table:
+        return _d(table[size])
+    wanted = _parse(size) or (1024, 1024)
+    listed = nearest_size(f"{wanted[0]}x{wanted[1]}", tuple(table))
+    width, height = _parse(listed) or wanted
+    return _d(table[listed]) * Decimal(wanted[0] * wanted[1]) / Decimal(width * height)
+
+
+def _parse(size: str | None) -> tuple[int, int] | None:
+    try:
+        width, height = (int(edge) for edge in (size or "").lower().split("x"))
+    except ValueError:
+        return None
+    return (width, height) if width > 0 and height > 0 else None
+
+
+def _quality_table(cost: dict, quality: str | None) -> dict:
+    qualities = cost.get("qualities", {})
+    table = qualities.get(quality or "")
+    if table is None:
+        table = max(qualities.values(), key=lambda t: max(t.values()), default={})
+    return table
+
+
 def credits_for(cost: dict, usage: Usage) -> int:
     kind = cost.get("type", "per_token")
+    if kind == "per_token" and usage.completion_tokens is None and usage.images:
+        fallback = cost.get("without_tokens")
+        if fallback is not None:
+            return credits_for(fallback, usage)
     if kind == "per_token":
         prompt = usage.prompt_tokens or 0
         cached = min(usage.cached_tokens or 0, prompt) if "cached_prompt" in cost else 0
@@ -75,11 +116,12 @@ def credits_for(cost: dict, usage: Usage) -> int:
     elif kind == "per_image_by_size":
         total = (usage.images or 0) * _d(_price_for_size(cost.get("sizes", {}), usage.size))
     elif kind == "per_image_by_size_quality":
-        qualities = cost.get("qualities", {})
-        table = qualities.get(usage.quality or "")
-        if table is None:
-            table = max(qualities.values(), key=lambda t: max(t.values()), default={})
-        total = (usage.images or 0) * _d(_price_for_size(table, usage.size))
+        table = _quality_table(cost, usage.quality)
+        if cost.get("scale") == "megapixels":
+            price = _price_scaled(table, usage.size)
+        else:
+            price = _d(_price_for_size(table, usage.size))
+        total = (usage.images or 0) * price
     elif kind in ("per_call", "per_page"):
         total = (usage.units or 0) * _d(cost.get("call" if kind == "per_call" else "page"))
     else:

@@ -1,13 +1,24 @@
-"""Check 4: the X-Service-Provider and X-Service-Metadata headers."""
+"""Check 4: the X-Service-Provider and X-Service-Metadata headers.
+
+The metadata object is stored as it is in the ledger (a JSON column), so every value must be
+storable by every database we support: finite numbers, integers within int64, strings without
+NUL and lone surrogates, keys of at most `MAX_METADATA_KEY` characters.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import re
 
 from catalog.routing import ProviderPin
 from core.errors import BadRequest
 
 MAX_METADATA_BYTES = 4096
+MAX_METADATA_KEY = 256
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INVALID_JSON = "X-Service-Metadata must be a valid JSON object"
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def _header(request, name: str) -> str | None:
@@ -38,24 +49,57 @@ def _reject_constant(name):
     raise ValueError(name)
 
 
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise ValueError(literal)
+    return value
+
+
+def _storable_text(text: str) -> bool:
+    return _UNSTORABLE.search(text) is None
+
+
+def _check_value(key: str, item) -> None:
+    if isinstance(item, dict | list):
+        raise BadRequest(
+            f"X-Service-Metadata value for '{key}' must be a scalar; "
+            "nested objects/arrays are not allowed"
+        )
+    if isinstance(item, int) and not isinstance(item, bool):
+        if not INT64_MIN <= item <= INT64_MAX:
+            raise BadRequest(
+                f"X-Service-Metadata value for '{key}' must be an integer between "
+                f"{INT64_MIN} and {INT64_MAX}"
+            )
+    elif isinstance(item, str) and not _storable_text(item):
+        raise BadRequest(
+            f"X-Service-Metadata value for '{key}' must not contain NUL characters or "
+            "lone surrogates"
+        )
+
+
 def parse_metadata(request) -> dict:
     if "X-Service-Metadata" not in request.headers:
         return {}
     raw = _header(request, "X-Service-Metadata")
     if raw is None or len(raw) > MAX_METADATA_BYTES:
-        raise BadRequest("X-Service-Metadata must be a valid JSON object")
+        raise BadRequest(INVALID_JSON)
     try:
-        value = json.loads(raw, parse_constant=_reject_constant)
-    except ValueError as exc:
-        raise BadRequest("X-Service-Metadata must be a valid JSON object") from exc
+        # 1e400 would be inf, which no JSON column stores: not valid JSON here, like NaN.
+        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(INVALID_JSON) from exc
     if not isinstance(value, dict):
         raise BadRequest("X-Service-Metadata must be a JSON object")
     for key, item in value.items():
-        if isinstance(item, dict | list):
+        # A key is echoed in the messages below, so it is checked first and never echoed.
+        if len(key) > MAX_METADATA_KEY or not _storable_text(key):
             raise BadRequest(
-                f"X-Service-Metadata value for '{key}' must be a scalar; "
-                "nested objects/arrays are not allowed"
+                f"X-Service-Metadata keys must be at most {MAX_METADATA_KEY} characters, "
+                "without NUL characters or lone surrogates"
             )
+        _check_value(key, item)
     return value
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -271,8 +272,8 @@ def _resolve_jwt(token: str) -> Principal | None:
     except jwt.PyJWTError:
         return None
     iss, alg = claims.get("iss"), header.get("alg")
-    if not isinstance(iss, str) or not isinstance(alg, str):
-        return None
+    if not isinstance(alg, str) or not _storable(iss, JwtIssuer.issuer.field.max_length):
+        return None  # never looked up: unsigned claims may hold what no database takes
     issuer = _issuer_info(iss)
     if issuer is None or not issuer.active or alg not in issuer.algorithms:
         return None
@@ -293,12 +294,21 @@ def _resolve_jwt(token: str) -> Principal | None:
     if payload is None:
         return None
     subject = payload.get("sub")
-    if not isinstance(subject, str) or not subject or len(subject) > 500:
+    if not subject or not _storable(subject, EndUser.subject.field.max_length):
         return None
     license_info = _license_info(issuer.license_id)
     if license_info is None or not license_info.usable:
         return None
     return Principal(license=license_info, end_user_id=_end_user_id(issuer, subject))
+
+
+def _storable(value, max_length: int) -> bool:
+    """A claim that can be compared with, or stored in, a text column: no NUL, no lone
+    surrogates (not UTF-8), within the column's length."""
+    return isinstance(value, str) and len(value) <= max_length and _UNSTORABLE.search(value) is None
+
+
+_UNSTORABLE = re.compile("[\\x00\\ud800-\\udfff]")
 
 
 def _end_user_id(issuer: _IssuerInfo, subject: str) -> int:

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from fake_upstreams import png
-from licensing.models import Transaction
+from licensing.models import Transaction, Wallet
 
 pytestmark = pytest.mark.django_db(transaction=True)
 GPT_IMAGE = "gpt-image-1"
@@ -358,3 +358,88 @@ def test_budget_is_charged(client, catalog, make_license, make_key):
     usage = response.json()["usage"]
     assert usage["credits_used"] == 5 + 272 * 40
     assert usage["credits_remaining"] == 1_000_000 - usage["credits_used"]
+
+
+# --- answers without token counts are billed per megapixel, at the list price ------------------
+
+
+@pytest.mark.parametrize(
+    "extra,sent_size,credits,megapixels",
+    [
+        ({}, "1024x1024", 167_000, 1.0486),  # no quality: the provider makes (and bills) high
+        ({"quality": "low"}, "1024x1024", 11_000, 1.0486),
+        ({"quality": "medium", "size": "1536x1024"}, "1536x1024", 63_000, 1.5729),
+        ({"quality": "hd", "size": "1792x1024"}, "1536x1024", 250_000, 1.5729),
+        ({"quality": "low", "size": "1024x1536"}, "1024x1536", 16_000, 1.5729),
+    ],
+)
+def test_gpt_image_without_token_counts_is_billed_at_the_list_price(
+    client, catalog, make_license, make_key, extra, sent_size, credits, megapixels
+):
+    catalog["direct"].image_usage = False
+    license = make_license(name="limited", limit=1_000_000)
+    auth = {"Authorization": f"Bearer {make_key(license)}"}
+    response = generate(client, auth, {"model": GPT_IMAGE, "prompt": "owl", **extra})
+    assert response.status_code == 200, response.text
+    assert catalog["direct"].last.json["size"] == sent_size
+    assert response.json()["usage"] == {
+        "images": 1,
+        "input_tokens": None,
+        "output_tokens": None,
+        "total_tokens": None,
+        "megapixels": megapixels,
+        "credits_used": credits,
+        "credits_remaining": 1_000_000 - credits,
+    }
+    row = Transaction.objects.get()
+    assert (row.prompt_tokens, row.completion_tokens, row.images) == (None, None, 1)
+    assert (row.megapixels, row.credits) == (Decimal(str(megapixels)), credits)
+    assert Wallet.objects.get().spent == credits
+
+
+def test_per_megapixel_fallback_scales_unlisted_sizes():
+    from catalog.defaults import MODELS
+    from inference.billing import Usage, credits_for
+
+    costs = {entry["model_id"]: entry["cost"] for entry in MODELS}
+    gpt_image, flash = costs[GPT_IMAGE], costs["gemini-2.5-flash-image"]
+    # Four times the pixels of the listed square size: four times its price.
+    assert credits_for(gpt_image, Usage(images=1, size="2048x2048", quality="high")) == 668_000
+    assert credits_for(gpt_image, Usage(images=2, size="1024x1024", quality="auto")) == 334_000
+    assert credits_for(gpt_image, Usage(images=1, size="auto", quality="low")) == 11_000
+    assert credits_for(flash, Usage(images=1, size="1024x1024")) == 38_700
+    # rounded up to a whole micro-credit
+    assert credits_for(flash, Usage(images=1, size="1344x768")) == -(
+        -38_700 * 1344 * 768 // 1024**2
+    )
+    # Token counts, when present, decide.
+    assert credits_for(gpt_image, Usage(prompt_tokens=1, completion_tokens=2, images=1)) == 85
+
+
+@pytest.mark.parametrize(
+    "size,sent",
+    [("8x8", "1024x1024"), ("auto", "auto"), ("100000x1", "1536x1024"), ("3x4", "1024x1536")],
+)
+def test_any_positive_wxh_size_is_accepted_and_snapped(client, auth, catalog, size, sent):
+    response = generate(client, auth, {"model": GPT_IMAGE, "prompt": "owl", "size": size})
+    assert response.status_code == 200, response.text
+    assert catalog["direct"].last.json["size"] == sent
+
+
+@pytest.mark.parametrize(
+    "size,type_",
+    [
+        ("100001x8", "value_error"),
+        ("8x1000000", "string_pattern_mismatch"),
+        ("0x8", "string_pattern_mismatch"),
+        ("8X8", "string_pattern_mismatch"),
+        ("-8x8", "string_pattern_mismatch"),
+        ("8x8x8", "string_pattern_mismatch"),
+    ],
+)
+def test_absurd_sizes_are_422(client, auth, catalog, size, type_):
+    response = generate(client, auth, {"model": GPT_IMAGE, "prompt": "owl", "size": size})
+    assert response.status_code == 422, response.text
+    item = response.json()["detail"][0]
+    assert (item["type"], item["loc"], item["input"]) == (type_, ["body", "size"], size)
+    assert catalog["direct"].requests == []

@@ -21,7 +21,7 @@ from ..schemas.bedrock import (
     BedrockEmbeddingsResponse,
     TitanEmbeddingsRequest,
 )
-from ..schemas.common import error_responses
+from ..schemas.common import SERVICE_HEADERS, error_responses
 from .embeddings import EmbeddingOperation
 
 router = Router(tags=["embeddings"])
@@ -57,6 +57,7 @@ _operation = BedrockEmbeddings()
         200: BedrockEmbeddingsResponse,
         **error_responses(400, 401, 403, 404, 422, 500, 503),
     },
+    openapi_extra=SERVICE_HEADERS,
     summary="Create embeddings with the cloud provider's native bodies",
 )
 async def create_bedrock_embeddings(request, body: BedrockEmbeddingsRequest = Body(...)):

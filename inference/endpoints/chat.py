@@ -13,7 +13,7 @@ from ..billing import Usage, credits_for
 from ..providers import adapter_for
 from ..providers.base import ProviderFailure
 from ..schemas.chat import PART_MODALITY, ChatCompletionRequest, InputSchemaTool
-from ..schemas.common import error_responses
+from ..schemas.common import SSE_RESPONSE, error_responses
 from ..streaming import ChatSSE, ProviderStream
 
 router = Router(tags=["chat"])
@@ -106,7 +106,10 @@ class ChatCompletions(TextGeneration):
         if body.stream:
             # Usage comes in the last chunk only when asked for: a stream is billed like the
             # same request unstreamed.
-            payload["stream_options"] = {**payload.get("stream_options", {}), "include_usage": True}
+            payload["stream_options"] = {
+                **(payload.get("stream_options") or {}),
+                "include_usage": True,
+            }
         return payload
 
     async def call(self, route: Route, body: ChatCompletionRequest, call):
@@ -141,6 +144,7 @@ _operation = ChatCompletions()
 @router.post(
     "/chat/completions",
     response={200: dict, **error_responses(400, 401, 403, 404, 422, 500, 503)},
+    openapi_extra=SSE_RESPONSE,
     summary="Create a chat completion (stream: true answers with server-sent events)",
 )
 async def create_chat_completion(request, body: ChatCompletionRequest):

@@ -14,7 +14,7 @@ from ..api import json_response
 from ..billing import Usage, credits_for
 from ..providers import adapter_for
 from ..providers.base import ProviderFailure
-from ..schemas.common import error_responses
+from ..schemas.common import SERVICE_HEADERS, error_responses
 from ..schemas.embeddings import EmbeddingsRequest, EmbeddingsResponse
 
 router = Router(tags=["embeddings"])
@@ -97,6 +97,7 @@ _operation = Embeddings()
 @router.post(
     "/embeddings",
     response={200: EmbeddingsResponse, **error_responses(400, 401, 403, 404, 422, 500, 503)},
+    openapi_extra=SERVICE_HEADERS,
     summary="Create embeddings",
 )
 async def create_embeddings(request, body: EmbeddingsRequest):

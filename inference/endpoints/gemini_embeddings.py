@@ -16,7 +16,7 @@ from core.errors import PROVIDER_ERROR
 from .. import pipeline
 from ..providers import adapter_for
 from ..providers.base import ProviderFailure
-from ..schemas.common import error_responses
+from ..schemas.common import SERVICE_HEADERS, error_responses
 from ..schemas.gemini import GeminiEmbeddingsRequest, GeminiEmbeddingsResponse
 from .embeddings import EmbeddingOperation
 
@@ -53,6 +53,7 @@ _operation = GeminiEmbeddings()
         200: GeminiEmbeddingsResponse,
         **error_responses(400, 401, 403, 404, 422, 500, 503),
     },
+    openapi_extra=SERVICE_HEADERS,
     summary="Create embeddings with the multimodal provider's native fields",
 )
 async def create_gemini_embeddings(request, body: GeminiEmbeddingsRequest):

@@ -20,7 +20,7 @@ from ..billing import Usage, credits_for
 from ..imagesizes import megapixels
 from ..providers import adapter_for, refined_route
 from ..providers.base import ProviderFailure
-from ..schemas.common import error_responses
+from ..schemas.common import SERVICE_HEADERS, error_responses
 from ..schemas.images import ImageGenerationRequest, ImageGenerationResponse
 
 router = Router(tags=["images"])
@@ -166,6 +166,7 @@ _operation = ImageGeneration()
 @router.post(
     "/images/generations",
     response={200: ImageGenerationResponse, **error_responses(400, 401, 403, 404, 422, 500, 503)},
+    openapi_extra=SERVICE_HEADERS,
     summary="Generate images",
 )
 async def create_images(request, body: ImageGenerationRequest):

@@ -67,7 +67,7 @@ def _database_answers() -> bool:
         return cursor.fetchone() == (1,)
 
 
-@router.get("/health", auth=None, response={200: HealthBody, 503: HealthBody})
+@router.get("/health", auth=None, response={200: HealthBody, 503: HealthBody, **error_responses()})
 async def health(request):
     try:
         ok = await run_db(_database_answers)
@@ -78,7 +78,7 @@ async def health(request):
     return json_response({"status": "error", "database": "unreachable"}, status=503)
 
 
-@router.get("/models", response={200: ModelList, **error_responses(400, 401)})
+@router.get("/models", response={200: ModelList, **error_responses(400, 401, 503)})
 async def models(request):
     require_principal(request)
     parse_service_headers(request)
@@ -86,7 +86,7 @@ async def models(request):
     return json_response({"object": "list", "data": listed_models(catalog)})
 
 
-@router.get("/license", response={200: LicenseOut, **error_responses(400, 401, 500)})
+@router.get("/license", response={200: LicenseOut, **error_responses(400, 401, 500, 503)})
 async def license_info(request):
     principal = require_principal(request)
     parse_service_headers(request)

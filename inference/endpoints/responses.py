@@ -11,8 +11,13 @@ from .. import pipeline
 from ..billing import Usage
 from ..providers import adapter_for
 from ..providers.base import ProviderFailure
-from ..schemas.common import error_responses
-from ..schemas.responses import PART_MODALITY, InputSchemaTool, Message, ResponseRequest
+from ..schemas.common import SSE_RESPONSE, error_responses
+from ..schemas.responses import (
+    PART_MODALITY,
+    ResponseInputSchemaTool,
+    ResponseMessage,
+    ResponseRequest,
+)
 from ..streaming import ProviderStream, ResponsesSSE
 from .chat import TextGeneration, check_model_support
 
@@ -34,7 +39,7 @@ class Responses(TextGeneration):
             yield body.input
             return
         for item in body.input:
-            if isinstance(item, Message):
+            if isinstance(item, ResponseMessage):
                 if isinstance(item.content, str):
                     yield item.content
                 else:
@@ -50,7 +55,7 @@ class Responses(TextGeneration):
         modalities = set()
         if not isinstance(body.input, str):
             for item in body.input:
-                if isinstance(item, Message) and not isinstance(item.content, str):
+                if isinstance(item, ResponseMessage) and not isinstance(item.content, str):
                     modalities |= {
                         PART_MODALITY[p.type] for p in item.content if p.type in PART_MODALITY
                     }
@@ -63,7 +68,7 @@ class Responses(TextGeneration):
             payload["tools"] = []
             for tool in body.tools:
                 dumped = tool.model_dump(exclude_unset=True, by_alias=True)
-                if isinstance(tool, InputSchemaTool):
+                if isinstance(tool, ResponseInputSchemaTool):
                     dumped = {
                         "type": "function",
                         "name": dumped["name"],
@@ -107,6 +112,7 @@ _operation = Responses()
 @router.post(
     "/responses",
     response={200: dict, **error_responses(400, 401, 403, 404, 422, 500, 503)},
+    openapi_extra=SSE_RESPONSE,
     summary="Create a model response (stream: true answers with server-sent events)",
 )
 async def create_response(request, body: ResponseRequest):

@@ -217,12 +217,14 @@ class GeminiTransport(Transport):
                 inline = part.get("inlineData")
                 if isinstance(inline, dict) and isinstance(inline.get("data"), str):
                     images.append(inline["data"])
-        usage = answer.get("usageMetadata") or {}
+        usage = answer.get("usageMetadata")
+        input_tokens = output_tokens = None  # no counts: billed per megapixel
         try:
-            input_tokens = int(usage.get("promptTokenCount") or 0)
-            output_tokens = int(usage.get("candidatesTokenCount") or 0) + int(
-                usage.get("thoughtsTokenCount") or 0
-            )
+            if usage is not None and usage.get("candidatesTokenCount") is not None:
+                input_tokens = int(usage.get("promptTokenCount") or 0)
+                output_tokens = int(usage.get("candidatesTokenCount") or 0) + int(
+                    usage.get("thoughtsTokenCount") or 0
+                )
         except (AttributeError, TypeError, ValueError) as exc:
             raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
         revised = "".join(texts).strip() or None

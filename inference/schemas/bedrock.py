@@ -10,13 +10,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from .common import StrictBody
+from .common import ModelId, StrictBody
 
 MODEL_PREFIXES = {"amazon.titan-": "titan", "cohere.": "cohere"}
 
 
 class TitanEmbeddingsRequest(StrictBody):
-    model: str = Field(min_length=1, description="An `amazon.titan-` embeddings model id")
+    model: ModelId = Field(description="An `amazon.titan-` embeddings model id")
     inputText: str = Field(description="The text to embed")
     dimensions: Literal[256, 512, 1024] | None = Field(
         default=None, description="Output size (v2 models); the provider's default is 1024"
@@ -28,7 +28,7 @@ class TitanEmbeddingsRequest(StrictBody):
 
 
 class CohereEmbeddingsRequest(StrictBody):
-    model: str = Field(min_length=1, description="A `cohere.` embeddings model id")
+    model: ModelId = Field(description="A `cohere.` embeddings model id")
     texts: list[str] = Field(description="The texts to embed, one vector each")
     input_type: Literal["search_document", "search_query", "classification", "clustering"]
     truncate: Literal["NONE", "START", "END"] | None = None

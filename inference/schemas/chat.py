@@ -8,11 +8,11 @@ content parts are `text` and `image_url`, plus `input_audio`, `video_url` and `f
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from .common import StrictBody
+from .common import Int64, JSONObject, ModelId, PositiveInt64, StrictBody
 
 Effort = Literal["none", "low", "medium", "high"]
 
@@ -128,7 +128,7 @@ Message = Annotated[
 class FunctionDefinition(StrictBody):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: JSONObject | None = None
     strict: bool | None = None
 
 
@@ -142,7 +142,7 @@ class InputSchemaTool(StrictBody):
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
     description: str | None = None
-    input_schema: dict[str, Any]
+    input_schema: JSONObject
 
 
 class ToolChoiceFunctionName(StrictBody):
@@ -165,7 +165,7 @@ class ResponseFormatJSONObject(StrictBody):
 class JSONSchema(StrictBody):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
     description: str | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    schema_: JSONObject | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
@@ -180,7 +180,7 @@ ResponseFormat = Annotated[
 ]
 
 
-class Reasoning(StrictBody):
+class ChatReasoning(StrictBody):
     effort: Effort
     exclude: bool | None = None
 
@@ -204,24 +204,24 @@ class ReasoningChoice:
 
 
 class ChatCompletionRequest(ReasoningChoice, StrictBody):
-    model: str = Field(min_length=1)
+    model: ModelId
     messages: list[Message] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: PositiveInt64 | None = None
+    max_completion_tokens: PositiveInt64 | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     n: int | None = Field(default=None, ge=1, le=128)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: Int64 | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     tools: list[FunctionTool | InputSchemaTool] | None = None
     tool_choice: Literal["auto", "required", "none"] | ToolChoiceFunction | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
-    reasoning: Reasoning | None = None
+    reasoning: ChatReasoning | None = None
     reasoning_effort: Effort | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)

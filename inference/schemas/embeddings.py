@@ -2,16 +2,16 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from .common import StrictBody
+from .common import ModelId, PositiveInt64, StrictBody
 
 
 class EmbeddingsRequest(StrictBody):
-    model: str = Field(min_length=1, description="Model identifier from the catalog")
+    model: ModelId = Field(description="Model identifier from the catalog")
     input: str | Annotated[list[str], Field(min_length=1)] = Field(
         description="A string (one vector) or a non-empty list of strings (one vector each)"
     )
-    dimensions: int | None = Field(
-        default=None, ge=1, description="Only text-embedding-3-small and -3-large"
+    dimensions: PositiveInt64 | None = Field(
+        default=None, description="Only text-embedding-3-small and -3-large"
     )
     encoding_format: Literal["float"] | None = Field(
         default="float", description="Only `float` is accepted"

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, GetPydanticSchema, model_validator
 from pydantic_core import core_schema
 
-from .common import StrictBody
+from .common import ModelId, PositiveInt64, StrictBody
 
 TaskType = Literal[
     "RETRIEVAL_QUERY",
@@ -36,9 +36,7 @@ TextInput = Annotated[str | list[str], GetPydanticSchema(_text_input_schema)]
 
 
 class GeminiEmbeddingsRequest(StrictBody):
-    model: str = Field(
-        min_length=1, description="An embeddings model id, e.g. gemini-embedding-001"
-    )
+    model: ModelId = Field(description="An embeddings model id, e.g. gemini-embedding-001")
     input: TextInput = Field(
         description="A string (one vector, `:embedContent`) or a non-empty list of strings "
         "(one vector each, `:batchEmbedContents`). Empty strings are refused: the provider "
@@ -47,8 +45,8 @@ class GeminiEmbeddingsRequest(StrictBody):
     task_type: TaskType | None = Field(
         default=None, description="What the vectors are for; the provider's default if absent"
     )
-    output_dimensionality: int | None = Field(
-        default=None, ge=1, description="Truncate vectors to this size (the model's max applies)"
+    output_dimensionality: PositiveInt64 | None = Field(
+        default=None, description="Truncate vectors to this size (the model's max applies)"
     )
     title: NonEmptyText | None = Field(
         default=None, description="Title of the document(s); only with task_type RETRIEVAL_DOCUMENT"

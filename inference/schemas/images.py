@@ -1,18 +1,36 @@
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
-from .common import StrictBody
+from .common import ModelId, StrictBody
+
+# Pixels per edge; providers snap sizes to what they make, this only stops absurd ones.
+MAX_IMAGE_EDGE = 100_000
+
+
+def _bounded_size(value: str) -> str:
+    if value != "auto":
+        width, height = (int(edge) for edge in value.split("x"))
+        if max(width, height) > MAX_IMAGE_EDGE:
+            raise ValueError(f"width and height must be at most {MAX_IMAGE_EDGE}")
+    return value
+
+
+ImageSize = Annotated[
+    str,
+    Field(pattern=r"^(auto|[1-9][0-9]{0,5}x[1-9][0-9]{0,5})$"),
+    AfterValidator(_bounded_size),
+]
 
 
 class ImageGenerationRequest(StrictBody):
-    model: str = Field(min_length=1)
+    model: ModelId
     prompt: str = Field(min_length=1)
     n: int = Field(default=1, ge=1, le=10, description="Per-model maximums apply upstream")
-    size: str = Field(
+    size: ImageSize = Field(
         default="1024x1024",
-        pattern=r"^(auto|[1-9][0-9]{1,4}x[1-9][0-9]{1,4})$",
-        description="`WxH` or `auto`; normalized per provider to the nearest aspect ratio",
+        description="`WxH` (positive integers, each at most 100000) or `auto`; normalized per "
+        "provider to the nearest supported size or aspect ratio",
     )
     quality: Literal["standard", "hd", "low", "medium", "high", "auto"] | None = None
     style: Literal["vivid", "natural"] | None = None

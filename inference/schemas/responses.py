@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag
 
 from .chat import Effort, ReasoningChoice
-from .common import StrictBody
+from .common import JSONObject, ModelId, PositiveInt64, StrictBody
 
 
 class InputText(StrictBody):
@@ -30,7 +30,7 @@ class InputFile(StrictBody):
     filename: str | None = None
 
 
-class InputAudio(StrictBody):
+class ResponseInputAudio(StrictBody):
     type: Literal["input_audio"]
     input_audio: dict[str, str]
 
@@ -38,16 +38,17 @@ class InputAudio(StrictBody):
 class OutputText(StrictBody):
     type: Literal["output_text"]
     text: str
-    annotations: list[dict[str, Any]] | None = None
+    annotations: list[JSONObject] | None = None
 
 
 ContentPart = Annotated[
-    InputText | InputImage | InputFile | InputAudio | OutputText, Field(discriminator="type")
+    InputText | InputImage | InputFile | ResponseInputAudio | OutputText,
+    Field(discriminator="type"),
 ]
 PART_MODALITY = {"input_image": "image", "input_file": "file", "input_audio": "audio"}
 
 
-class Message(StrictBody):
+class ResponseMessage(StrictBody):
     type: Literal["message"] | None = None
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[ContentPart]
@@ -84,7 +85,7 @@ def _item_kind(value: Any) -> str | None:
 
 
 InputItem = Annotated[
-    Annotated[Message, Tag("message")]
+    Annotated[ResponseMessage, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
     | Annotated[ItemReference, Tag("item_reference")],
@@ -92,21 +93,21 @@ InputItem = Annotated[
 ]
 
 
-class FunctionTool(StrictBody):
+class ResponseFunctionTool(StrictBody):
     type: Literal["function"]
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: JSONObject | None = None
     strict: bool | None = None
 
 
-class InputSchemaTool(StrictBody):
+class ResponseInputSchemaTool(StrictBody):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
     description: str | None = None
-    input_schema: dict[str, Any]
+    input_schema: JSONObject
 
 
-class ToolChoiceFunction(StrictBody):
+class ResponseToolChoiceFunction(StrictBody):
     type: Literal["function"]
     name: str
 
@@ -122,7 +123,7 @@ class FormatJSONObject(StrictBody):
 class FormatJSONSchema(StrictBody):
     type: Literal["json_schema"]
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
-    schema_: dict[str, Any] = Field(alias="schema")
+    schema_: JSONObject = Field(alias="schema")
     description: str | None = None
     strict: bool | None = None
 
@@ -135,27 +136,27 @@ class TextConfig(StrictBody):
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
-class Reasoning(StrictBody):
+class ResponseReasoning(StrictBody):
     effort: Effort
     exclude: bool | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
 
 
 class ResponseRequest(ReasoningChoice, StrictBody):
-    model: str = Field(min_length=1)
+    model: ModelId
     input: str | Annotated[list[InputItem], Field(min_length=1)]
     instructions: str | None = None
     previous_response_id: str | None = Field(default=None, min_length=1)
-    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_output_tokens: PositiveInt64 | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     stream: bool | None = None
     store: bool | None = None
-    tools: list[FunctionTool | InputSchemaTool] | None = None
-    tool_choice: Literal["auto", "required", "none"] | ToolChoiceFunction | None = None
+    tools: list[ResponseFunctionTool | ResponseInputSchemaTool] | None = None
+    tool_choice: Literal["auto", "required", "none"] | ResponseToolChoiceFunction | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
-    reasoning: Reasoning | None = None
+    reasoning: ResponseReasoning | None = None
     reasoning_effort: Effort | None = None
     truncation: Literal["auto", "disabled"] | None = None
     metadata: dict[str, str] | None = None
