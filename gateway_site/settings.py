@@ -108,6 +108,9 @@ GATEWAY = {
     # Upstream time-outs in seconds.
     "UPSTREAM_CONNECT_TIMEOUT": float(os.environ.get("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", "5")),
     "UPSTREAM_TIMEOUT": float(os.environ.get("GATEWAY_UPSTREAM_TIMEOUT", "120")),
+    # Seconds the upstream of a stream the client left is still read (not sent), waiting for
+    # the provider's usage event; without it the 499 is billed on the gateway's own count.
+    "STREAM_USAGE_GRACE": float(os.environ.get("GATEWAY_STREAM_USAGE_GRACE", "2")),
 }
 
 LOGGING = {

@@ -148,10 +148,10 @@ def gateway(live_gateway):
 def _wait_for_background_ledger_writes(timeout: float = 10.0) -> None:
     """A stream's ledger row is written by a task of its own just after the stream ends. Let
     those land before the test's database is flushed (and blocked) under them."""
-    from inference import pipeline
+    from inference import pipeline, streaming
 
     deadline = time.monotonic() + timeout
-    while pipeline._background and time.monotonic() < deadline:
+    while (streaming._background or pipeline._background) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 

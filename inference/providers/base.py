@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import httpx
 import orjson
@@ -28,6 +28,10 @@ from core.errors import (
     NotFound,
     ServiceUnavailable,
 )
+
+if TYPE_CHECKING:
+    from inference.billing import Usage
+    from inference.endpoints.images import GeneratedImages
 
 logger = logging.getLogger("gateway")
 
@@ -69,6 +73,13 @@ def unavailable(reason: str) -> ProviderFailure:
     return ProviderFailure(ServiceUnavailable().message, status=503, retryable=True)
 
 
+def malformed(reason: str = "") -> ProviderFailure:
+    """A provider answer the gateway cannot read (500 "An error occurred", not retryable):
+    `raise malformed("why") from exc`. The reason goes to the log, never to the client."""
+    logger.warning("malformed provider answer: %s", reason or "unreadable")
+    return ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+
+
 CLIENTS_PER_CONNECTION = 4
 
 
@@ -82,9 +93,17 @@ class _Ring:
 
 
 class Transport:
-    """Base class of a provider adapter. Subclasses set `kind` and implement the endpoints."""
+    """Base class of a provider adapter. Subclasses set `kind` and implement the capabilities
+    (the protocols below) of the endpoints their provider serves."""
 
     kind: ClassVar[str] = ""
+    # Whether `previous_response_id` works (the provider stores responses).
+    stateful_responses: ClassVar[bool] = False
+
+    def refine_route(self, route: Route) -> Route:
+        """The route this adapter serves the request on (e.g. another connection of the same
+        provider in the one region a model is served in); raises the 400 when none can."""
+        return route
 
     def __init__(self):
         self._clients: dict[tuple, _Ring] = {}
@@ -190,7 +209,7 @@ class Transport:
         try:
             return orjson.loads(response.content)
         except orjson.JSONDecodeError as exc:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+            raise malformed(f"{self.kind} answered invalid JSON") from exc
 
     # --- status mapping ------------------------------------------------------------------------
 
@@ -229,15 +248,70 @@ class Transport:
             )
         if status in (401, 403, 429) or status >= 500:
             raise unavailable(f"{self.kind} answered {status}")
+        logger.warning("%s answered unmapped status %s", self.kind, status)
         raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
 
 
+# --- capabilities: what an endpoint asks of an adapter ------------------------------------------
+
+
+@runtime_checkable
+class ChatProvider(Protocol):
+    async def chat(self, route: Route, payload: dict) -> dict: ...
+
+    async def chat_stream(self, route: Route, payload: dict) -> httpx.Response: ...
+
+
+@runtime_checkable
+class ResponsesProvider(Protocol):
+    stateful_responses: bool
+
+    async def responses(self, route: Route, payload: dict) -> dict: ...
+
+    async def responses_stream(self, route: Route, payload: dict) -> httpx.Response: ...
+
+
+@runtime_checkable
+class EmbeddingsProvider(Protocol):
+    """OpenAI-shaped embeddings (`/v1/embeddings`)."""
+
+    async def embeddings(self, route: Route, payload: dict) -> dict: ...
+
+
+@runtime_checkable
+class ImageProvider(Protocol):
+    async def generate_images(self, route: Route, body) -> GeneratedImages: ...
+
+
+@runtime_checkable
+class BedrockEmbedder(Protocol):
+    """`/v1/bedrock/embeddings`: the model's own body and answer, and its usage."""
+
+    async def invoke_embeddings(self, route: Route, payload: dict) -> tuple[dict, Usage]: ...
+
+
+@runtime_checkable
+class GeminiEmbedder(Protocol):
+    """`/v1/gemini/embeddings`: the vectors of `texts` and the input tokens billed."""
+
+    async def embed(
+        self, route: Route, texts: list[str], *, batch: bool, options: dict
+    ) -> tuple[list[list[float]], int]: ...
+
+
 __all__ = [
+    "BedrockEmbedder",
+    "ChatProvider",
+    "EmbeddingsProvider",
+    "GeminiEmbedder",
+    "ImageProvider",
+    "ResponsesProvider",
     "BadRequest",
     "ContentBlocked",
     "NotFound",
     "ProviderFailure",
     "Transport",
+    "malformed",
     "sanitize_message",
     "unavailable",
 ]
