@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -302,8 +303,10 @@ class _Upstream:
         self.outcome = StreamOutcome()
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.client_gone = False
+        self.relay_started = False
         self.usage_seen = asyncio.Event()
-        self.task = asyncio.get_running_loop().create_task(self._read())
+        self.loop = asyncio.get_running_loop()
+        self.task = self.loop.create_task(self._read())
 
     def _send(self, data: bytes | None) -> None:
         if not self.client_gone:
@@ -341,6 +344,22 @@ class _Upstream:
             self._send(out)
         return True
 
+    def client_left(self, finished: Callable) -> None:
+        self.client_gone = True
+        grace = settings.GATEWAY["STREAM_USAGE_GRACE"]
+        task = self.loop.create_task(self.settle_disconnect(grace, finished))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+    def never_relayed(self, finished: Callable) -> None:
+        """The relay was dropped unstarted: the client left between the response's headers
+        and its first byte (the server never iterated the body)."""
+        if not self.relay_started:
+            try:
+                self.loop.call_soon_threadsafe(self.client_left, finished)
+            except RuntimeError:  # the loop is gone (shutdown)
+                logger.warning("stream dropped unstarted at shutdown; no ledger row")
+
     async def settle_disconnect(self, grace: float, finished: Callable) -> None:
         """The client left: read on (unsent) until the usage event, the end, or `grace`."""
         outcome = self.outcome
@@ -364,19 +383,23 @@ class _Upstream:
             finished(outcome)
 
 
-async def relay(
+def relay(
     stream: ProviderStream, finished: Callable[[StreamOutcome], None]
 ) -> AsyncIterator[bytes]:
-    """Yield the upstream's events; tell `finished` how it ended (always, exactly once)."""
+    """The upstream's events, read from now on; `finished` is told how the stream ended
+    (always, exactly once, even when the body is never iterated)."""
     upstream = _Upstream(stream)
+    events = _relay(upstream, finished)
+    weakref.finalize(events, upstream.never_relayed, finished)
+    return events
+
+
+async def _relay(upstream: _Upstream, finished: Callable) -> AsyncIterator[bytes]:
+    upstream.relay_started = True
     try:
         while (data := await upstream.queue.get()) is not _END:
             yield data
     except BaseException:  # the client went away (CancelledError / GeneratorExit)
-        upstream.client_gone = True
-        grace = settings.GATEWAY["STREAM_USAGE_GRACE"]
-        task = asyncio.get_running_loop().create_task(upstream.settle_disconnect(grace, finished))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
+        upstream.client_left(finished)
         raise
     finished(upstream.outcome)

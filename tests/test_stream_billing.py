@@ -443,3 +443,49 @@ def test_chat_prompt_formula():
     }
     expected = (3 + o200k("Be brief.")) + (3 + o200k(PROMPT) + 1 + o200k("ana")) + (3 + 85) + 3
     assert tokens.chat_prompt_tokens(payload, MINI) == expected
+
+
+def test_a_relay_dropped_before_its_first_byte_still_settles(upstreams, grace):
+    """The client can leave between the response's headers and its first byte, so that the
+    server never iterates the body: the stream is still read, settled and told once."""
+    import asyncio
+    import gc
+
+    from inference import streaming
+
+    fake = upstreams["direct"]
+    body = {
+        "model": MINI,
+        "messages": HELLO,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+    async def scenario():
+        told = []
+        async with httpx.AsyncClient() as http:
+            request = http.build_request(
+                "POST",
+                fake.base_url + "/chat/completions",
+                json=body,
+                headers={"Authorization": f"Bearer {UPSTREAM_KEY}"},
+            )
+            response = await http.send(request, stream=True)
+            events = streaming.relay(
+                streaming.ProviderStream(response, streaming.ChatSSE(body, MINI)), told.append
+            )
+            del events
+            gc.collect()
+            for _ in range(100):
+                if told and not streaming._background:
+                    break
+                await asyncio.sleep(0.05)
+        return told
+
+    told = asyncio.run(scenario())
+    assert len(told) == 1
+    assert (told[0].status, told[0].usage.prompt_tokens, told[0].usage.completion_tokens) == (
+        499,
+        3,
+        4,
+    )
