@@ -303,16 +303,24 @@ class _Upstream:
         self.outcome = StreamOutcome()
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.client_gone = False
+        self.ended = False  # the relay has its last event (END is queued)
         self.relay_started = False
         self.usage_seen = asyncio.Event()
         self.loop = asyncio.get_running_loop()
         self.task = self.loop.create_task(self._read())
 
     def _send(self, data: bytes | None) -> None:
-        if not self.client_gone:
+        if not self.client_gone and not self.ended:
             self.queue.put_nowait(data)
 
+    def _end(self) -> None:
+        self._send(_END)
+        self.ended = True
+
     def _fail(self, message: str) -> None:
+        if self.ended:  # after the upstream's own end marker: the client has its answer
+            logger.warning("upstream failed after the end of its stream: %s", message)
+            return
         self.outcome.status, self.outcome.failure = 503, message
         self._send(self.stream.protocol.error_event(message))
 
@@ -330,7 +338,7 @@ class _Upstream:
             self._fail(SERVICE_UNAVAILABLE)
         finally:
             await self.stream.response.aclose()
-            self._send(_END)
+            self._end()
 
     def _take(self, blocks: list[bytes]) -> bool:
         protocol, outcome = self.stream.protocol, self.outcome
@@ -342,6 +350,11 @@ class _Upstream:
                 self._fail(outcome.failure or SERVICE_UNAVAILABLE)
                 return False
             self._send(out)
+            if outcome.completed and not self.ended:
+                # The relay ends with the end marker, in the same step: a client that hangs up
+                # once it has it (as the openai SDK does at [DONE]) got a complete stream. The
+                # upstream is still read to its end, for its connection's reuse.
+                self._end()
         return True
 
     def client_left(self, finished: Callable) -> None:

@@ -489,3 +489,29 @@ def test_a_relay_dropped_before_its_first_byte_still_settles(upstreams, grace):
         3,
         4,
     )
+
+
+def test_a_client_hanging_up_at_the_end_marker_got_a_complete_stream(gateway, raw_upstream, funded):
+    """The openai SDK closes its connection once it reads `[DONE]`; the upstream may not have
+    closed its own yet. That stream is complete: 200, billed from the usage."""
+    raw_upstream.chunks = [
+        b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n',
+        b'data: {"id":"c1","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n',
+        b"data: [DONE]\n\n",
+        b": the upstream lingers before closing\n\n",
+    ]
+    raw_upstream.stream_stall_after = 3
+    raw_upstream.stream_stall_seconds = 1.5
+    body = {"model": MINI, "messages": HELLO, "stream": True}
+    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+        with http.stream("POST", "/v1/chat/completions", json=body, headers=funded[1]) as r:
+            received = b""
+            for chunk in r.iter_raw():
+                received += chunk
+                if b"[DONE]" in received:
+                    break
+            request_id = r.headers["X-Request-Id"]
+    wait_until(lambda: Transaction.objects.filter(request_id=request_id).exists())
+    row = Transaction.objects.get(request_id=request_id)
+    assert (row.status_code, row.prompt_tokens, row.completion_tokens) == (200, 3, 1)
+    assert row.credits == price(MINI, Usage(prompt_tokens=3, completion_tokens=1))
