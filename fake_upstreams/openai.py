@@ -321,6 +321,7 @@ def chat_chunks(
     extra: dict | None = None,
     finish_extra: dict | None = None,
     usage: dict | None = None,
+    pieces: int = 4,
 ) -> list[dict]:
     """The chunk objects of a streamed completion, in order (without ``[DONE]``)."""
     base = {
@@ -343,7 +344,7 @@ def chat_chunks(
         return body
 
     chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    chunks += [chunk({"content": piece}) for piece in synth.split_pieces(turn.reply)]
+    chunks += [chunk({"content": piece}) for piece in synth.split_pieces(turn.reply, pieces)]
     chunks.append(chunk({}, turn.finish_reason))
     if include_usage:
         chunks.append({**base, "choices": [], "usage": usage or chat_usage(turn)})
@@ -370,6 +371,9 @@ class OpenAIFake(FakeUpstream):
         cached_tokens: prompt tokens reported as cached (capped at the prompt).
         moderation_terms: words that make ``/v1/moderations`` flag a text (violence).
         image_usage: False answers gpt-image requests without ``usage`` (no token counts).
+        stream_pieces: how many content events a streamed reply is split into.
+        usage_delay: seconds between a stream's last content event and its usage
+            (chat's usage-only chunk, responses' final event).
         plus the stream/latency knobs of :class:`FakeUpstream`.
     """
 
@@ -393,6 +397,8 @@ class OpenAIFake(FakeUpstream):
         "cached_tokens": 0,
         "moderation_terms": ("kill", "bomb"),
         "image_usage": True,
+        "stream_pieces": 4,
+        "usage_delay": 0.0,
     }
 
     def __init__(self, api_key: str | None = None, chat_models: set[str] | None = None):
@@ -609,12 +615,15 @@ class OpenAIFake(FakeUpstream):
             n = body.get("n") or 1
             return json_response(chat_completion(turn, answer_model, completion_id, n=n))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        chunks = chat_chunks(turn, answer_model, completion_id, include_usage)
+        chunks = chat_chunks(
+            turn, answer_model, completion_id, include_usage, pieces=self.stream_pieces
+        )
         events = [sse_data(c) for c in chunks] + [sse_data("[DONE]")]
         error = {
             "error": {"message": SERVER_ERROR, "type": "server_error", "param": None, "code": None}
         }
-        return sse_response(events, error_event=lambda _i: sse_data(error))
+        pauses = {len(chunks) - 1: self.usage_delay} if include_usage else {}
+        return sse_response(events, error_event=lambda _i: sse_data(error), pauses=pauses)
 
     # -- /v1/responses -----------------------------------------------------------------
 
@@ -670,7 +679,9 @@ class OpenAIFake(FakeUpstream):
             self._responses[response_id] = final
         if not body.get("stream"):
             return json_response(final)
-        return _response_stream(body, final, message_id, turn)
+        return _response_stream(
+            body, final, message_id, turn, pieces=self.stream_pieces, usage_delay=self.usage_delay
+        )
 
     def get_response(self, request: RecordedRequest, response_id: str) -> Response:
         stored = self._responses.get(response_id)
@@ -904,7 +915,15 @@ def _text_part(text: str) -> dict:
     return {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
 
 
-def _response_stream(body: dict, final: dict, message_id: str, turn: Turn) -> Response:
+def _response_stream(
+    body: dict,
+    final: dict,
+    message_id: str,
+    turn: Turn,
+    *,
+    pieces: int = 4,
+    usage_delay: float = 0.0,
+) -> Response:
     sequence = itertools.count()
     started = {
         **final,
@@ -930,7 +949,7 @@ def _response_stream(body: dict, final: dict, message_id: str, turn: Turn) -> Re
         ),
         event("response.content_part.added", **where, part=_text_part("")),
     ]
-    for piece in synth.split_pieces(turn.reply):
+    for piece in synth.split_pieces(turn.reply, pieces):
         events.append(event("response.output_text.delta", **where, delta=piece, logprobs=[]))
     events += [
         event("response.output_text.done", **where, text=turn.reply, logprobs=[]),
@@ -954,4 +973,4 @@ def _response_stream(body: dict, final: dict, message_id: str, turn: Turn) -> Re
             },
         )
 
-    return sse_response(events, error_event=error_event)
+    return sse_response(events, error_event=error_event, pauses={len(events) - 1: usage_delay})

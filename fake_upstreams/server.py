@@ -68,7 +68,8 @@ class Response:
     For streams, ``preamble`` is sent first and is not counted by the stream
     knobs (OpenRouter's keep-alive comment lives there); ``error_event(i)``
     renders the protocol's own mid-stream error for ``stream_fail_mode =
-    "error_event"``.
+    "error_event"``; ``pauses`` maps an event's index to seconds waited before
+    it (a usage event that comes late).
     """
 
     def __init__(
@@ -80,6 +81,7 @@ class Response:
         events: list[bytes] | None = None,
         preamble: bytes = b"",
         error_event: Callable[[int], bytes] | None = None,
+        pauses: dict[int, float] | None = None,
     ):
         self.status = status
         self.body = body
@@ -87,6 +89,7 @@ class Response:
         self.events = events
         self.preamble = preamble
         self.error_event = error_event
+        self.pauses = pauses or {}
 
     @property
     def is_stream(self) -> bool:
@@ -120,6 +123,7 @@ def sse_response(
     headers: list[tuple[str, str]] | None = None,
     preamble: bytes = b"",
     error_event: Callable[[int], bytes] | None = None,
+    pauses: dict[int, float] | None = None,
 ) -> Response:
     base = [
         ("content-type", "text/event-stream; charset=utf-8"),
@@ -131,6 +135,7 @@ def sse_response(
         events=events,
         preamble=preamble,
         error_event=error_event,
+        pauses=pauses,
     )
 
 
@@ -209,6 +214,8 @@ class FakeUpstream:
         self.origin: str | None = None
         # Streams whose client hung up before the last event (the client cancelled).
         self.streams_abandoned = 0
+        # Per stream, in the order streams ended: the events sent before it ended.
+        self.streams_sent: list[list[bytes]] = []
         self._apply_knob_defaults()
 
     # -- knobs -------------------------------------------------------------------------
@@ -251,6 +258,7 @@ class FakeUpstream:
             self._requests.clear()
             self._modes.clear()
             self.streams_abandoned = 0
+            self.streams_sent = []
 
     def reset(self) -> None:
         """:meth:`clear` and put every knob back to its default (for shared fixtures)."""
@@ -470,10 +478,43 @@ class FakeUpstream:
         self, send, response, headers, hung_up, failure, stall_after, stall_seconds, chunk_delay
     ) -> None:
         fail_after, fail_mode = failure
+        sent: list[bytes] = []
+        try:
+            await self._send_each(
+                send,
+                response,
+                headers,
+                hung_up,
+                fail_after,
+                fail_mode,
+                stall_after,
+                stall_seconds,
+                chunk_delay,
+                sent,
+            )
+        finally:
+            with self._lock:
+                self.streams_sent.append(sent)
+
+    async def _send_each(
+        self,
+        send,
+        response,
+        headers,
+        hung_up,
+        fail_after,
+        fail_mode,
+        stall_after,
+        stall_seconds,
+        chunk_delay,
+        sent,
+    ) -> None:
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         if response.preamble:
             await send({"type": "http.response.body", "body": response.preamble, "more_body": True})
         for index, event in enumerate(response.events or []):
+            if response.pauses.get(index):
+                await self._sleep(response.pauses[index])
             if hung_up.done():
                 with self._lock:
                     self.streams_abandoned += 1
@@ -487,7 +528,12 @@ class FakeUpstream:
                 await self._sleep(stall_seconds)
             elif index and chunk_delay:
                 await self._sleep(chunk_delay)
+            if hung_up.done():  # left while this event was being waited for
+                with self._lock:
+                    self.streams_abandoned += 1
+                return
             await send({"type": "http.response.body", "body": event, "more_body": True})
+            sent.append(event)
         await send({"type": "http.response.body", "body": b""})
 
 

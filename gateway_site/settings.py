@@ -142,6 +142,9 @@ GATEWAY = {
     ),
     "FETCH_TIMEOUT": float(os.environ.get("GATEWAY_FETCH_TIMEOUT", "15")),
     "FETCH_MAX_BYTES": int(os.environ.get("GATEWAY_FETCH_MAX_BYTES", str(5 * 1024 * 1024))),
+    # Seconds the upstream of a stream the client left is still read (not sent), waiting for
+    # the provider's usage event; without it the 499 is billed on the gateway's own count.
+    "STREAM_USAGE_GRACE": float(os.environ.get("GATEWAY_STREAM_USAGE_GRACE", "2")),
 }
 
 LOGGING = {

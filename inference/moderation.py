@@ -15,6 +15,7 @@ from catalog.routing import Catalog, Route
 from core.errors import GUARDRAIL_BLOCKED, BadRequest, GatewayError, ServiceUnavailable
 
 from .providers import adapter_for
+from .providers.base import Moderator
 
 logger = logging.getLogger("gateway")
 
@@ -45,13 +46,13 @@ async def check(catalog: Catalog, texts: list[str]) -> None:
     if not texts:
         return
     route = _route(catalog)
-    moderate = getattr(adapter_for(route.provider.kind), "moderate", None) if route else None
-    if moderate is None:
+    if route is None:
         logger.warning("moderation: no usable '%s' connection; refusing", MODERATION_PROVIDER)
         raise ServiceUnavailable()
     started = time.perf_counter()
     try:
-        flagged = await moderate(route, texts)
+        moderator = adapter_for(route.provider.kind, Moderator)
+        flagged = await moderator.moderate(route, texts)
     except GatewayError as exc:
         logger.warning("moderation call failed (%s %s); refusing", exc.status, exc.message)
         raise ServiceUnavailable() from exc

@@ -187,7 +187,8 @@ _background: set[asyncio.Task] = set()
 def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
     def finished(outcome: StreamOutcome) -> None:
         result = None
-        if outcome.status == 200 and outcome.usage is not None:
+        # 499: a client that left pays for what the provider produced (README, Decisions).
+        if outcome.status in (200, 499) and outcome.usage is not None:
             result = operation.stream_result(call.route, call.body, outcome.usage)
         elif outcome.status == 200:
             logger.warning("stream %s ended without usage; recorded at zero cost", call.request_id)

@@ -7,53 +7,96 @@ failure is reported inside the stream, in the endpoint's own way (spec: Events):
 - responses: `event: error` with `data: {"message"}`, and no `[DONE]`.
 Usage is picked out of the events on the way (the request is billed exactly like a
 non-streamed one) and the ledger row is written once the stream ends, whatever way it ends.
+
+The upstream is read by a task of its own, so that a client who leaves does not cut the read
+short: the reader goes on, without sending, for at most `STREAM_USAGE_GRACE` seconds, and the
+usage event the provider sends in that time is what the 499 is billed. Without it the prompt
+and the text the provider produced are counted (inference.tokens), only then: a stream that
+ends normally does no counting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import httpx
 import orjson
+from django.conf import settings
 
 from core.errors import PROVIDER_ERROR, SERVICE_UNAVAILABLE
 
+from . import tokens
 from .billing import Usage
-from .providers.base import sanitize_message
+from .providers import usage as usage_formats
+from .providers.base import ProviderFailure, sanitize_message
 
 logger = logging.getLogger("gateway")
 
+BOM = b"\xef\xbb\xbf"
 
-async def sse_blocks(response: httpx.Response) -> AsyncIterator[bytes]:
-    """Complete SSE events (each ending in a blank line), as soon as each has arrived."""
-    buffer = b""
-    async for chunk in response.aiter_raw():
-        buffer += chunk
-        if b"\r\n" in buffer:
-            buffer = buffer.replace(b"\r\n", b"\n")
+
+class SSEDecoder:
+    """Splits a byte stream into SSE events (each ending in a blank line) the moment each is
+    complete. Lines may end in CRLF, LF or CR (the standard allows all three, mixed); they are
+    relayed as LF. A CR at the end of a chunk waits for the next one (it may be half a CRLF)."""
+
+    def __init__(self):
+        self.buffer = b""
+        self.started = False
+        self.pending_cr = False
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        if not self.started and chunk:
+            self.started = True
+            chunk = chunk.removeprefix(BOM)
+        if self.pending_cr:
+            chunk, self.pending_cr = b"\r" + chunk, False
+        if b"\r" in chunk:
+            if chunk.endswith(b"\r"):
+                chunk, self.pending_cr = chunk[:-1], True
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buffer = self.buffer + chunk if self.buffer else chunk
+        blocks = []
         while True:
+            buffer = buffer.lstrip(b"\n")  # blank lines between events dispatch nothing
             end = buffer.find(b"\n\n")
             if end < 0:
                 break
-            block, buffer = buffer[: end + 2], buffer[end + 2 :]
-            yield block
-    if buffer.strip():
-        yield buffer + b"\n\n"
+            blocks.append(buffer[: end + 2])
+            buffer = buffer[end + 2 :]
+        self.buffer = buffer
+        return blocks
+
+    def flush(self) -> list[bytes]:
+        """What is left when the upstream closes: relayed as a last event (lenient: a final
+        usage event without its blank line is still billed)."""
+        rest = self.buffer.strip(b"\n")
+        self.buffer = b""
+        return [rest + b"\n\n"] if rest else []
 
 
-def event_name(block: bytes) -> bytes | None:
-    if block.startswith(b"event:"):
-        return block[6 : block.find(b"\n")].strip()
-    return None
-
-
-def event_data(block: bytes) -> bytes:
-    """The concatenated `data:` lines of an event."""
-    lines = [line[5:].lstrip(b" ") for line in block.split(b"\n") if line.startswith(b"data:")]
-    return b"\n".join(lines)
+def parse_event(block: bytes) -> tuple[bytes | None, bytes | None]:
+    """(event name, data) of one event block; fields may come in any order, comments (`:`)
+    and `id:`/`retry:` lines are skipped. data is None when the block has no `data:` line."""
+    if block.startswith(b"data: ") and block.find(b"\n") == len(block) - 2:
+        return None, block[6:-2]  # the common case: one data line
+    event = None
+    data: list[bytes] = []
+    for line in block.split(b"\n"):
+        if not line or line.startswith(b":"):
+            continue
+        name, colon, value = line.partition(b":")
+        if colon and value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            data.append(value)
+        elif name == b"event":
+            event = value
+    return event, b"\n".join(data) if data else None
 
 
 @dataclass
@@ -62,10 +105,17 @@ class StreamOutcome:
     completed: bool = False  # the upstream's own end-of-stream marker was seen
     failure: str | None = None  # message sent to the client when the stream broke
     status: int = 200
+    estimated: bool = False  # usage counted by the gateway (a client that left early)
 
 
 class SSEProtocol:
-    """How one endpoint's events are read and how a failure is told."""
+    """How one endpoint's events are read, how a failure is told, and how the tokens of a
+    stream the client left are estimated. One instance per stream."""
+
+    def __init__(self, payload: dict | None = None, model: str = ""):
+        self.payload = payload or {}
+        self.model = model
+        self.kept: list[tuple[bytes | None, bytes]] = []  # events with text, for an estimate
 
     def inspect(self, block: bytes, outcome: StreamOutcome) -> bytes | None:
         """Note usage/completion; return the bytes to send (None: the upstream failed)."""
@@ -74,33 +124,48 @@ class SSEProtocol:
     def error_event(self, message: str) -> bytes:
         raise NotImplementedError
 
+    def produced_texts(self) -> list[str]:
+        """The text the provider produced so far, one string per choice or output item."""
+        raise NotImplementedError
 
-def _chat_usage(usage: dict) -> Usage:
-    details = usage.get("prompt_tokens_details") or {}
-    return Usage(
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        completion_tokens=int(usage.get("completion_tokens") or 0),
-        total_tokens=int(usage.get("total_tokens") or 0),
-        cached_tokens=int(details.get("cached_tokens") or 0),
-    )
+    def prompt_tokens(self) -> int:
+        raise NotImplementedError
+
+    def estimate(self) -> Usage | None:
+        """Prompt + produced tokens; None when the provider produced no text yet."""
+        completion = tokens.completion_tokens(self.produced_texts(), self.model)
+        if completion == 0:
+            return None
+        prompt = self.prompt_tokens()
+        return Usage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            cached_tokens=0,
+        )
 
 
-def _responses_usage(usage: dict) -> Usage:
-    details = usage.get("input_tokens_details") or {}
-    return Usage(
-        prompt_tokens=int(usage.get("input_tokens") or 0),
-        completion_tokens=int(usage.get("output_tokens") or 0),
-        total_tokens=int(usage.get("total_tokens") or 0),
-        cached_tokens=int(details.get("cached_tokens") or 0),
-    )
+def _failure_message(error) -> str:
+    message = error.get("message") if isinstance(error, dict) else None
+    return sanitize_message(str(message or PROVIDER_ERROR))
+
+
+def _usage_or_none(parse, value) -> Usage | None:
+    try:
+        return parse(value)
+    except ProviderFailure:
+        return None  # logged by the parser; the stream is recorded without usage
 
 
 class ChatSSE(SSEProtocol):
     def inspect(self, block, outcome):
-        data = event_data(block)
+        _, data = parse_event(block)
+        if data is None:
+            return block  # a comment (keep-alive) or an id/retry-only block
         if data == b"[DONE]":
             outcome.completed = True
             return block
+        self.kept.append((None, data))
         if b'"usage"' in data or b'"error"' in data:
             try:
                 chunk = orjson.loads(data)
@@ -108,45 +173,114 @@ class ChatSSE(SSEProtocol):
                 return block
             if isinstance(chunk, dict):
                 if chunk.get("error"):
-                    error = chunk["error"] if isinstance(chunk["error"], dict) else {}
-                    outcome.failure = sanitize_message(str(error.get("message") or PROVIDER_ERROR))
+                    outcome.failure = _failure_message(chunk["error"])
                     return None
                 if isinstance(chunk.get("usage"), dict):
-                    outcome.usage = _chat_usage(chunk["usage"])
+                    outcome.usage = _usage_or_none(usage_formats.openai_chat, chunk["usage"])
         return block
 
     def error_event(self, message):
         body = {"error": {"message": message, "type": "server_error"}}
         return b"data: " + orjson.dumps(body) + b"\n\ndata: [DONE]\n\n"
 
+    def produced_texts(self):
+        by_choice: dict = {}
+        for _, data in self.kept:
+            try:
+                chunk = orjson.loads(data)
+                choices = chunk.get("choices") or ()
+                for choice in choices:
+                    parts = by_choice.setdefault(choice.get("index", 0), [])
+                    parts.extend(_chat_delta_texts(choice.get("delta") or {}))
+            except (orjson.JSONDecodeError, AttributeError, TypeError):
+                continue
+        return ["".join(parts) for parts in by_choice.values()]
+
+    def prompt_tokens(self):
+        return tokens.chat_prompt_tokens(self.payload, self.model)
+
+
+def _chat_delta_texts(delta: dict) -> list[str]:
+    texts = [
+        delta[key]
+        for key in ("content", "refusal", "reasoning", "reasoning_content")
+        if isinstance(delta.get(key), str)
+    ]
+    for call in delta.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            texts += [f for k in ("name", "arguments") if isinstance(f := function.get(k), str)]
+    return texts
+
 
 class ResponsesSSE(SSEProtocol):
     FINAL = {b"response.completed", b"response.incomplete", b"response.failed"}
+    # Events whose `delta` is text the model produced (audio deltas are not text).
+    TEXT_DELTAS = {
+        b"response.output_text.delta",
+        b"response.refusal.delta",
+        b"response.function_call_arguments.delta",
+        b"response.custom_tool_call_input.delta",
+        b"response.reasoning_text.delta",
+        b"response.reasoning_summary_text.delta",
+        b"response.audio.transcript.delta",
+    }
 
     def inspect(self, block, outcome):
-        name = event_name(block)
+        name, data = parse_event(block)
+        if data is None:
+            return block
+        if name is None:
+            name = _type_of(data)  # an upstream that names events only inside the data
+        if name in self.TEXT_DELTAS:
+            self.kept.append((name, data))
+            return block
         if name == b"error":
             try:
-                error = orjson.loads(event_data(block))
+                error = orjson.loads(data)
             except orjson.JSONDecodeError:
                 error = {}
-            message = error.get("message") if isinstance(error, dict) else None
-            outcome.failure = sanitize_message(str(message or PROVIDER_ERROR))
+            outcome.failure = _failure_message(error)
             return None
         if name in self.FINAL:
             outcome.completed = True
             try:
-                response = orjson.loads(event_data(block)).get("response") or {}
+                response = orjson.loads(data).get("response") or {}
             except (orjson.JSONDecodeError, AttributeError):
                 response = {}
-            if isinstance(response.get("usage"), dict):
-                outcome.usage = _responses_usage(response["usage"])
+            if isinstance(response, dict) and isinstance(response.get("usage"), dict):
+                outcome.usage = _usage_or_none(usage_formats.openai_responses, response["usage"])
         return block
 
     def error_event(self, message):
         # `type` lets the openai SDK read it as its ResponseErrorEvent.
         data = orjson.dumps({"type": "error", "message": message})
         return b"event: error\ndata: " + data + b"\n\n"
+
+    def produced_texts(self):
+        by_item: dict = {}
+        for _, data in self.kept:
+            try:
+                event = orjson.loads(data)
+                if isinstance(event.get("delta"), str):
+                    key = (event.get("item_id"), event.get("output_index"))
+                    by_item.setdefault(key, []).append(event["delta"])
+            except (orjson.JSONDecodeError, AttributeError, TypeError):
+                continue
+        return ["".join(parts) for parts in by_item.values()]
+
+    def prompt_tokens(self):
+        return tokens.responses_prompt_tokens(self.payload, self.model)
+
+
+def _type_of(data: bytes) -> bytes | None:
+    if b'"type"' not in data:
+        return None
+    try:
+        kind = orjson.loads(data).get("type")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return kind.encode() if isinstance(kind, str) else None
 
 
 @dataclass
@@ -157,30 +291,128 @@ class ProviderStream:
     protocol: SSEProtocol
 
 
-async def relay(
+_END = None
+_background: set[asyncio.Task] = set()  # grace reads after a disconnect (tests wait on it)
+
+
+class _Upstream:
+    """Reads the upstream into a queue on a task of its own."""
+
+    def __init__(self, stream: ProviderStream):
+        self.stream = stream
+        self.outcome = StreamOutcome()
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.client_gone = False
+        self.ended = False  # the relay has its last event (END is queued)
+        self.relay_started = False
+        self.usage_seen = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        self.task = self.loop.create_task(self._read())
+
+    def _send(self, data: bytes | None) -> None:
+        if not self.client_gone and not self.ended:
+            self.queue.put_nowait(data)
+
+    def _end(self) -> None:
+        self._send(_END)
+        self.ended = True
+
+    def _fail(self, message: str) -> None:
+        if self.ended:  # after the upstream's own end marker: the client has its answer
+            logger.warning("upstream failed after the end of its stream: %s", message)
+            return
+        self.outcome.status, self.outcome.failure = 503, message
+        self._send(self.stream.protocol.error_event(message))
+
+    async def _read(self) -> None:
+        outcome = self.outcome
+        decoder = SSEDecoder()
+        try:
+            async for chunk in self.stream.response.aiter_raw():
+                if not self._take(decoder.feed(chunk)):
+                    return
+            if self._take(decoder.flush()) and not outcome.completed:
+                self._fail(SERVICE_UNAVAILABLE)
+        except httpx.HTTPError as exc:
+            logger.warning("stream broke: %s", type(exc).__name__)
+            self._fail(SERVICE_UNAVAILABLE)
+        finally:
+            await self.stream.response.aclose()
+            self._end()
+
+    def _take(self, blocks: list[bytes]) -> bool:
+        protocol, outcome = self.stream.protocol, self.outcome
+        for block in blocks:
+            out = protocol.inspect(block, outcome)
+            if outcome.usage is not None:
+                self.usage_seen.set()
+            if out is None:
+                self._fail(outcome.failure or SERVICE_UNAVAILABLE)
+                return False
+            self._send(out)
+            if outcome.completed and not self.ended:
+                # The relay ends with the end marker, in the same step: a client that hangs up
+                # once it has it (as the openai SDK does at [DONE]) got a complete stream. The
+                # upstream is still read to its end, for its connection's reuse.
+                self._end()
+        return True
+
+    def client_left(self, finished: Callable) -> None:
+        self.client_gone = True
+        grace = settings.GATEWAY["STREAM_USAGE_GRACE"]
+        task = self.loop.create_task(self.settle_disconnect(grace, finished))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+    def never_relayed(self, finished: Callable) -> None:
+        """The relay was dropped unstarted: the client left between the response's headers
+        and its first byte (the server never iterated the body)."""
+        if not self.relay_started:
+            try:
+                self.loop.call_soon_threadsafe(self.client_left, finished)
+            except RuntimeError:  # the loop is gone (shutdown)
+                logger.warning("stream dropped unstarted at shutdown; no ledger row")
+
+    async def settle_disconnect(self, grace: float, finished: Callable) -> None:
+        """The client left: read on (unsent) until the usage event, the end, or `grace`."""
+        outcome = self.outcome
+        try:
+            if outcome.usage is None and not self.task.done():
+                usage = asyncio.ensure_future(self.usage_seen.wait())
+                await asyncio.wait({self.task, usage}, timeout=grace)
+                usage.cancel()
+            if not self.task.done():
+                self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+            if outcome.failure is None:
+                outcome.status = 499
+                if outcome.usage is None:
+                    outcome.usage = await asyncio.to_thread(self.stream.protocol.estimate)
+                    outcome.estimated = outcome.usage is not None
+        except Exception:
+            logger.exception("settling a left stream failed; recorded without usage")
+            outcome.status = 499
+        finally:
+            finished(outcome)
+
+
+def relay(
     stream: ProviderStream, finished: Callable[[StreamOutcome], None]
 ) -> AsyncIterator[bytes]:
-    """Yield the upstream's events; tell `finished` how it ended (always, exactly once)."""
-    outcome = StreamOutcome()
-    protocol = stream.protocol
+    """The upstream's events, read from now on; `finished` is told how the stream ended
+    (always, exactly once, even when the body is never iterated)."""
+    upstream = _Upstream(stream)
+    events = _relay(upstream, finished)
+    weakref.finalize(events, upstream.never_relayed, finished)
+    return events
+
+
+async def _relay(upstream: _Upstream, finished: Callable) -> AsyncIterator[bytes]:
+    upstream.relay_started = True
     try:
-        async for block in sse_blocks(stream.response):
-            out = protocol.inspect(block, outcome)
-            if out is None:
-                outcome.status = 503
-                yield protocol.error_event(outcome.failure or SERVICE_UNAVAILABLE)
-                return
-            yield out
-        if not outcome.completed:
-            outcome.status, outcome.failure = 503, SERVICE_UNAVAILABLE
-            yield protocol.error_event(SERVICE_UNAVAILABLE)
-    except httpx.HTTPError as exc:
-        logger.warning("stream broke: %s", type(exc).__name__)
-        outcome.status, outcome.failure = 503, SERVICE_UNAVAILABLE
-        yield protocol.error_event(SERVICE_UNAVAILABLE)
-    except (asyncio.CancelledError, GeneratorExit):
-        outcome.status = 499  # the client went away: the upstream request is closed below
+        while (data := await upstream.queue.get()) is not _END:
+            yield data
+    except BaseException:  # the client went away (CancelledError / GeneratorExit)
+        upstream.client_left(finished)
         raise
-    finally:
-        await stream.response.aclose()
-        finished(outcome)
+    finished(upstream.outcome)

@@ -3,6 +3,7 @@ real wire protocols, and the catalog and licenses the tests act on."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -29,9 +30,15 @@ class LiveGateway:
             application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
         )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
+        self.loop = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        async def serve():
+            self.loop = asyncio.get_running_loop()
+            await self.server.serve(sockets=[self.sock])
+
+        asyncio.run(serve())
 
     def start(self):
         self.thread.start()
@@ -42,8 +49,16 @@ class LiveGateway:
             time.sleep(0.01)
 
     def stop(self):
+        self._close_provider_pools()
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+    def _close_provider_pools(self):
+        """Close the adapters' pools on the server's own loop (aiohttp logs unclosed ones)."""
+        from inference.providers import close_adapters
+
+        if self.loop is not None and self.loop.is_running():
+            asyncio.run_coroutine_threadsafe(close_adapters(), self.loop).result(timeout=10)
 
 
 def _close_other_connections():
@@ -148,10 +163,10 @@ def gateway(live_gateway):
 def _wait_for_background_ledger_writes(timeout: float = 10.0) -> None:
     """A stream's ledger row is written by a task of its own just after the stream ends. Let
     those land before the test's database is flushed (and blocked) under them."""
-    from inference import pipeline
+    from inference import pipeline, streaming
 
     deadline = time.monotonic() + timeout
-    while pipeline._background and time.monotonic() < deadline:
+    while (streaming._background or pipeline._background) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 

@@ -240,20 +240,11 @@ def test_missing_connection_credentials(client, auth, catalog):
 # --- provider status mapping -------------------------------------------------------------------
 
 
+# One end-to-end case; the whole table is tests/test_provider_status_mapping.py.
 @pytest.mark.parametrize(
     "upstream,status,message",
     [
-        (400, 400, "Bad thing happened."),
-        (422, 400, "Bad thing happened."),
-        (404, 404, "Bad thing happened."),
-        (401, 503, "Service temporarily unavailable"),
-        (403, 503, "Service temporarily unavailable"),
         (429, 503, "Service temporarily unavailable"),
-        (500, 503, "Service temporarily unavailable"),
-        (502, 503, "Service temporarily unavailable"),
-        (503, 503, "Service temporarily unavailable"),
-        (409, 500, "An error occurred"),
-        (418, 500, "An error occurred"),
     ],
 )
 def test_status_mapping(client, auth, catalog, upstream, status, message):

@@ -417,13 +417,11 @@ def test_unknown_model_is_forwarded(client, auth, all_upstreams):
     assert Transaction.objects.get().status_code == 404
 
 
+# One end-to-end case; the whole table is tests/test_provider_status_mapping.py.
 @pytest.mark.parametrize(
     "upstream,status,message",
     [
-        (429, 503, "Service temporarily unavailable"),
         (500, 503, "Service temporarily unavailable"),
-        (403, 503, "Service temporarily unavailable"),
-        (409, 500, "An error occurred"),
     ],
 )
 def test_status_mapping(client, auth, all_upstreams, upstream, status, message):

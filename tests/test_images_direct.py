@@ -284,15 +284,11 @@ def test_unknown_model_is_forwarded_unchanged(client, auth, catalog):
 # --- failures -------------------------------------------------------------------------------------
 
 
+# One end-to-end case; the whole table is tests/test_provider_status_mapping.py.
 @pytest.mark.parametrize(
     "upstream,status,message",
     [
-        (400, 400, "Invalid size."),
-        (404, 404, "Invalid size."),
         (403, 503, "Service temporarily unavailable"),  # e.g. organization not verified
-        (429, 503, "Service temporarily unavailable"),
-        (500, 503, "Service temporarily unavailable"),
-        (409, 500, "An error occurred"),
     ],
 )
 def test_status_mapping(client, auth, catalog, upstream, status, message):

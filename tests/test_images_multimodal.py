@@ -403,15 +403,10 @@ def test_missing_connection_key(client, auth, all_upstreams, activate_rows):
 # --- provider failures ----------------------------------------------------------------------------
 
 
+# One end-to-end case; the whole table is tests/test_provider_status_mapping.py.
 @pytest.mark.parametrize(
     "upstream,status,message",
     [
-        (400, 400, "Request contains an invalid argument."),
-        (404, 404, "Requested entity was not found."),
-        (403, 503, UNAVAILABLE),
-        (429, 503, UNAVAILABLE),
-        (500, 503, UNAVAILABLE),
-        (503, 503, UNAVAILABLE),
         (409, 500, "An error occurred"),
     ],
 )

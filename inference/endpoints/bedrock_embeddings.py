@@ -10,12 +10,10 @@ from __future__ import annotations
 from ninja import Body, Router
 
 from catalog.routing import Route
-from core.errors import PROVIDER_ERROR
 
 from .. import pipeline
 from ..providers import adapter_for, refined_route
-from ..providers.base import ProviderFailure
-from ..providers.bedrock import BedrockTransport
+from ..providers.base import BedrockEmbedder
 from ..schemas.bedrock import (
     BedrockEmbeddingsRequest,
     BedrockEmbeddingsResponse,
@@ -39,13 +37,11 @@ class BedrockEmbeddings(EmbeddingOperation):
 
     async def call(self, route: Route, body, call) -> pipeline.ProviderResult:
         call.route = route = refined_route(route)
-        adapter = adapter_for(route.provider.kind)
-        if not isinstance(adapter, BedrockTransport):
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+        adapter = adapter_for(route.provider.kind, BedrockEmbedder)
         # An explicit null means "the provider's default", which the provider spells by omission.
         payload = body.model_dump(exclude_unset=True, exclude_none=True, exclude={"model"})
-        answer, prompt_tokens = await adapter.embeddings(route, payload)
-        return self.result(route, body, answer, prompt_tokens)
+        answer, usage = await adapter.invoke_embeddings(route, payload)
+        return self.result(route, body, answer, usage.prompt_tokens)
 
 
 _operation = BedrockEmbeddings()

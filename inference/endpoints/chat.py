@@ -5,13 +5,14 @@ from __future__ import annotations
 from ninja import Router
 
 from catalog.routing import Route
-from core.errors import PROVIDER_ERROR, BadRequest
+from core.errors import BadRequest
 
 from .. import pipeline
 from ..api import json_response
 from ..billing import Usage, credits_for
 from ..providers import adapter_for
-from ..providers.base import ProviderFailure
+from ..providers import usage as usage_formats
+from ..providers.base import ChatProvider, malformed
 from ..schemas.chat import PART_MODALITY, ChatCompletionRequest, InputSchemaTool
 from ..schemas.common import SSE_RESPONSE, error_responses
 from ..streaming import ChatSSE, ProviderStream
@@ -113,28 +114,24 @@ class ChatCompletions(TextGeneration):
         return payload
 
     async def call(self, route: Route, body: ChatCompletionRequest, call):
-        adapter = adapter_for(route.provider.kind)
+        adapter = adapter_for(route.provider.kind, ChatProvider)
         payload = self.payload(route, body)
         if body.stream:
             response = await adapter.chat_stream(route, payload)
-            return ProviderStream(response=response, protocol=ChatSSE())
+            protocol = ChatSSE(payload, model=route.upstream_model)
+            return ProviderStream(response=response, protocol=protocol)
         answer = await adapter.chat(route, payload)
+        if not isinstance(answer, dict):
+            raise malformed("chat answer is not an object")
+        usage = usage_formats.openai_chat(answer.get("usage"))
         try:
-            usage_in = answer.get("usage") or {}
-            details = usage_in.get("prompt_tokens_details") or {}
-            usage = Usage(
-                prompt_tokens=int(usage_in.get("prompt_tokens") or 0),
-                completion_tokens=int(usage_in.get("completion_tokens") or 0),
-                total_tokens=int(usage_in.get("total_tokens") or 0),
-                cached_tokens=int(details.get("cached_tokens") or 0),
-            )
             texts = [
                 choice["message"].get("content") or ""
                 for choice in answer.get("choices") or []
                 if isinstance(choice.get("message"), dict)
             ]
-        except (AttributeError, TypeError, ValueError, KeyError) as exc:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+        except (AttributeError, TypeError, KeyError) as exc:
+            raise malformed("chat choices") from exc
         return self.answer_result(route, body, answer, usage, texts)
 
 

@@ -7,13 +7,14 @@ import logging
 from ninja import Router
 
 from catalog.routing import Route
-from core.errors import PROVIDER_ERROR, BadRequest
+from core.errors import BadRequest
 
 from .. import pipeline
 from ..api import json_response
 from ..billing import Usage, credits_for
 from ..providers import adapter_for
-from ..providers.base import ProviderFailure
+from ..providers import usage as usage_formats
+from ..providers.base import EmbeddingsProvider, malformed
 from ..schemas.common import SERVICE_HEADERS, error_responses
 from ..schemas.embeddings import EmbeddingsRequest, EmbeddingsResponse
 
@@ -64,7 +65,7 @@ class Embeddings(EmbeddingOperation):
             )
 
     async def call(self, route: Route, body: EmbeddingsRequest, call) -> pipeline.ProviderResult:
-        adapter = adapter_for(route.provider.kind)
+        adapter = adapter_for(route.provider.kind, EmbeddingsProvider)
         payload = {"model": route.upstream_model, "input": body.input, "encoding_format": "float"}
         if body.dimensions is not None:
             payload["dimensions"] = body.dimensions
@@ -77,17 +78,16 @@ class Embeddings(EmbeddingOperation):
                 {"object": "embedding", "index": item["index"], "embedding": item["embedding"]}
                 for item in data
             ]
-            usage = answer.get("usage") or {}
-            prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            usage = usage_formats.openai_embeddings(answer.get("usage"))
             model = answer.get("model") or route.upstream_model
         except (KeyError, TypeError, ValueError) as exc:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+            raise malformed("embeddings answer") from exc
         if len(items) != len(body.texts()) or any(
             not isinstance(item["embedding"], list) for item in items
         ):
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+            raise malformed("embeddings data")
         return self.result(
-            route, body, {"object": "list", "model": model, "data": items}, prompt_tokens
+            route, body, {"object": "list", "model": model, "data": items}, usage.prompt_tokens
         )
 
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 from ninja import Router
 
 from catalog.routing import Route
-from core.errors import PROVIDER_ERROR
 
 from .. import pipeline
 from ..providers import adapter_for
-from ..providers.base import ProviderFailure
+from ..providers.base import GeminiEmbedder
 from ..schemas.common import SERVICE_HEADERS, error_responses
 from ..schemas.gemini import GeminiEmbeddingsRequest, GeminiEmbeddingsResponse
 from .embeddings import EmbeddingOperation
@@ -33,11 +32,8 @@ class GeminiEmbeddings(EmbeddingOperation):
     async def call(
         self, route: Route, body: GeminiEmbeddingsRequest, call
     ) -> pipeline.ProviderResult:
-        adapter = adapter_for(route.provider.kind)
-        embed = getattr(adapter, "embed", None)
-        if embed is None:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
-        vectors, tokens = await embed(
+        adapter = adapter_for(route.provider.kind, GeminiEmbedder)
+        vectors, tokens = await adapter.embed(
             route, body.texts(), batch=not isinstance(body.input, str), options=body.options()
         )
         answer = {"model": body.model, "embeddings": [{"values": v} for v in vectors]}

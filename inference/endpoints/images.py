@@ -12,14 +12,13 @@ from decimal import Decimal
 from ninja import Router
 
 from catalog.routing import Route
-from core.errors import PROVIDER_ERROR
 
 from .. import pipeline
 from ..api import json_response
 from ..billing import Usage, credits_for
 from ..imagesizes import megapixels
 from ..providers import adapter_for, refined_route
-from ..providers.base import ProviderFailure
+from ..providers.base import ImageProvider
 from ..schemas.common import SERVICE_HEADERS, error_responses
 from ..schemas.images import ImageGenerationRequest, ImageGenerationResponse
 
@@ -78,11 +77,8 @@ class ImageGeneration(pipeline.Operation):
         return refined_route(route)
 
     async def call(self, route: Route, body, call) -> pipeline.ProviderResult:
-        adapter = adapter_for(route.provider.kind)
-        generate = getattr(adapter, "generate_images", None)
-        if generate is None:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
-        generated: GeneratedImages = await generate(route, body)
+        adapter = adapter_for(route.provider.kind, ImageProvider)
+        generated: GeneratedImages = await adapter.generate_images(route, body)
         return self.result(route, body, generated)
 
     def result(self, route: Route, body, generated: GeneratedImages) -> pipeline.ProviderResult:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from ninja import Router
 
 from catalog.routing import Route
-from core.errors import PROVIDER_ERROR, BadRequest
+from core.errors import BadRequest
 
 from .. import pipeline
-from ..billing import Usage
 from ..providers import adapter_for
-from ..providers.base import ProviderFailure
+from ..providers import usage as usage_formats
+from ..providers.base import ResponsesProvider, malformed
 from ..schemas.common import SSE_RESPONSE, error_responses
 from ..schemas.responses import (
     PART_MODALITY,
@@ -50,7 +50,8 @@ class Responses(TextGeneration):
                 yield item.output
 
     def prepare(self, route: Route, body: ResponseRequest) -> None:
-        if body.previous_response_id and not adapter_for(route.provider.kind).stateful_responses:
+        adapter = adapter_for(route.provider.kind, ResponsesProvider)
+        if body.previous_response_id and not adapter.stateful_responses:
             raise BadRequest(STATELESS_MESSAGE)
         modalities = set()
         if not isinstance(body.input, str):
@@ -79,21 +80,17 @@ class Responses(TextGeneration):
         return payload
 
     async def call(self, route: Route, body: ResponseRequest, call):
-        adapter = adapter_for(route.provider.kind)
+        adapter = adapter_for(route.provider.kind, ResponsesProvider)
         payload = self.payload(route, body)
         if body.stream:
             response = await adapter.responses_stream(route, payload)
-            return ProviderStream(response=response, protocol=ResponsesSSE())
+            protocol = ResponsesSSE(payload, model=route.upstream_model)
+            return ProviderStream(response=response, protocol=protocol)
         answer = await adapter.responses(route, payload)
+        if not isinstance(answer, dict):
+            raise malformed("responses answer is not an object")
+        usage = usage_formats.openai_responses(answer.get("usage"))
         try:
-            usage_in = answer.get("usage") or {}
-            details = usage_in.get("input_tokens_details") or {}
-            usage = Usage(
-                prompt_tokens=int(usage_in.get("input_tokens") or 0),
-                completion_tokens=int(usage_in.get("output_tokens") or 0),
-                total_tokens=int(usage_in.get("total_tokens") or 0),
-                cached_tokens=int(details.get("cached_tokens") or 0),
-            )
             texts = [
                 part.get("text") or ""
                 for item in answer.get("output") or []
@@ -101,8 +98,8 @@ class Responses(TextGeneration):
                 for part in item.get("content") or []
                 if part.get("type") == "output_text"
             ]
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+        except (AttributeError, TypeError) as exc:
+            raise malformed("responses output") from exc
         return self.answer_result(route, body, answer, usage, texts)
 
 

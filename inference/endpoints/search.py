@@ -11,13 +11,13 @@ from ninja import Router
 
 from catalog.defaults import SERVICE_ENTRIES
 from catalog.routing import Route, select_route
-from core.errors import PROVIDER_ERROR, BadRequest
+from core.errors import BadRequest
 
 from .. import pipeline
 from ..api import json_response
 from ..billing import Usage, credits_for
 from ..providers import adapter_for
-from ..providers.base import ProviderFailure
+from ..providers.base import PageFetcher, Searcher
 from ..schemas.common import error_responses
 from ..schemas.search import FetchRequest, FetchResponse, WebSearchRequest, WebSearchResponse
 
@@ -64,10 +64,7 @@ class WebSearch(pipeline.Operation):
             raise BadRequest("'search_domain_filter' is only supported with type 'web'")
 
     async def call(self, route: Route, body: WebSearchRequest, call) -> pipeline.ProviderResult:
-        search = getattr(adapter_for(route.provider.kind), "search", None)
-        if search is None:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
-        hits = await search(route, body)
+        hits = await adapter_for(route.provider.kind, Searcher).search(route, body)
         results = [hit.as_dict() for hit in hits]
         return pipeline.ProviderResult(
             body={
@@ -101,10 +98,7 @@ class Fetch(pipeline.Operation):
         return list(body.urls)
 
     async def call(self, route: Route, body: FetchRequest, call) -> pipeline.ProviderResult:
-        fetch_pages = getattr(adapter_for(route.provider.kind), "fetch_pages", None)
-        if fetch_pages is None:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
-        pages = await fetch_pages(
+        pages = await adapter_for(route.provider.kind, PageFetcher).fetch_pages(
             body.urls,
             max_characters=body.max_characters,
             fmt=body.format,

@@ -1,6 +1,14 @@
-"""Provider adapters, one per wire protocol, each a singleton holding its pooled clients."""
+"""Provider adapters, one per wire protocol, each a singleton holding its pooled clients.
 
-from .base import Transport
+An endpoint asks for the capability it needs (a protocol in `.base`); an adapter without it,
+or a provider kind without an adapter, is a configuration error (500, logged), never a probe.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from .base import Transport, malformed
 from .bedrock import BedrockTransport
 from .fetch import FetchTransport
 from .gemini import GeminiTransport
@@ -8,7 +16,6 @@ from .openai import OpenAITransport
 from .openrouter import OpenRouterTransport
 from .search import BraveTransport, OpenAlexTransport
 
-_ADAPTERS: dict[str, Transport] = {}
 _CLASSES: dict[str, type[Transport]] = {
     cls.kind: cls
     for cls in (
@@ -21,17 +28,34 @@ _CLASSES: dict[str, type[Transport]] = {
         FetchTransport,
     )
 }
+_ADAPTERS: dict[str, Transport] = {}
+_CAPABLE: dict[tuple[str, type], bool] = {}
+
+T = TypeVar("T")
 
 
-def adapter_for(kind: str) -> Transport | None:
+def adapter_for(kind: str, capability: type[T] = Transport) -> T:
+    """The adapter of provider kind `kind`, checked to have `capability`."""
     adapter = _ADAPTERS.get(kind)
-    if adapter is None and kind in _CLASSES:
+    if adapter is None:
+        if kind not in _CLASSES:
+            raise malformed(f"no adapter for provider kind {kind!r}")
         adapter = _ADAPTERS[kind] = _CLASSES[kind]()
-    return adapter
+    key = (kind, capability)
+    capable = _CAPABLE.get(key)
+    if capable is None:
+        capable = _CAPABLE[key] = isinstance(adapter, capability)
+    if not capable:
+        raise malformed(f"provider kind {kind!r} has no {capability.__name__}")
+    return adapter  # type: ignore[return-value]
 
 
 def refined_route(route):
-    """The route as its provider's adapter refines it (`refine_route`), e.g. another connection
-    of the same provider in the one region a model is served in. Raises the 400 otherwise."""
-    refine = getattr(adapter_for(route.provider.kind), "refine_route", None)
-    return refine(route) if refine is not None else route
+    """The route as its provider's adapter refines it (Transport.refine_route)."""
+    return adapter_for(route.provider.kind).refine_route(route)
+
+
+async def close_adapters() -> None:
+    """Close every adapter's connection pools (shutdown, tests)."""
+    for adapter in list(_ADAPTERS.values()):
+        await adapter.aclose()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import httpx
 import orjson
@@ -28,6 +28,10 @@ from core.errors import (
 )
 
 from .pool import Upstream, UpstreamTimeout, UpstreamUnreachable
+
+if TYPE_CHECKING:
+    from inference.billing import Usage
+    from inference.endpoints.images import GeneratedImages
 
 logger = logging.getLogger("gateway")
 
@@ -69,12 +73,27 @@ def unavailable(reason: str) -> ProviderFailure:
     return ProviderFailure(ServiceUnavailable().message, status=503, retryable=True)
 
 
+def malformed(reason: str = "") -> ProviderFailure:
+    """A provider answer the gateway cannot read (500 "An error occurred", not retryable):
+    `raise malformed("why") from exc`. The reason goes to the log, never to the client."""
+    logger.warning("malformed provider answer: %s", reason or "unreadable")
+    return ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+
+
 class Transport:
-    """Base class of a provider adapter. Subclasses set `kind` and implement the endpoints."""
+    """Base class of a provider adapter. Subclasses set `kind` and implement the capabilities
+    (the protocols below) of the endpoints their provider serves."""
 
     kind: ClassVar[str] = ""
     # aiohttp re-quotes a URL's path; a protocol that signs the exact path (SigV4) keeps httpcore.
     aiohttp_transport: ClassVar[bool] = True
+    # Whether `previous_response_id` works (the provider stores responses).
+    stateful_responses: ClassVar[bool] = False
+
+    def refine_route(self, route: Route) -> Route:
+        """The route this adapter serves the request on (e.g. another connection of the same
+        provider in the one region a model is served in); raises the 400 when none can."""
+        return route
 
     def __init__(self):
         self._upstreams: dict[tuple, Upstream] = {}
@@ -89,7 +108,7 @@ class Transport:
                 timeout=connection.timeout, aiohttp_transport=self.aiohttp_transport
             )
             for old in [k for k in self._upstreams if k[:2] == key[:2] and k != key]:
-                self._upstreams.pop(old)  # superseded by an edit; closed once garbage
+                self._upstreams.pop(old).close_when_idle()  # superseded by an edit
         return upstream
 
     def client(self, connection: ConnectionInfo) -> httpx.AsyncClient:
@@ -162,7 +181,7 @@ class Transport:
         try:
             return orjson.loads(response.content)
         except orjson.JSONDecodeError as exc:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+            raise malformed(f"{self.kind} answered invalid JSON") from exc
 
     # --- status mapping ------------------------------------------------------------------------
 
@@ -201,15 +220,91 @@ class Transport:
             )
         if status in (401, 403, 429) or status >= 500:
             raise unavailable(f"{self.kind} answered {status}")
+        logger.warning("%s answered unmapped status %s", self.kind, status)
         raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
 
 
+# --- capabilities: what an endpoint asks of an adapter ------------------------------------------
+
+
+@runtime_checkable
+class ChatProvider(Protocol):
+    async def chat(self, route: Route, payload: dict) -> dict: ...
+
+    async def chat_stream(self, route: Route, payload: dict) -> httpx.Response: ...
+
+
+@runtime_checkable
+class ResponsesProvider(Protocol):
+    stateful_responses: bool
+
+    async def responses(self, route: Route, payload: dict) -> dict: ...
+
+    async def responses_stream(self, route: Route, payload: dict) -> httpx.Response: ...
+
+
+@runtime_checkable
+class EmbeddingsProvider(Protocol):
+    """OpenAI-shaped embeddings (`/v1/embeddings`)."""
+
+    async def embeddings(self, route: Route, payload: dict) -> dict: ...
+
+
+@runtime_checkable
+class ImageProvider(Protocol):
+    async def generate_images(self, route: Route, body) -> GeneratedImages: ...
+
+
+@runtime_checkable
+class BedrockEmbedder(Protocol):
+    """`/v1/bedrock/embeddings`: the model's own body and answer, and its usage."""
+
+    async def invoke_embeddings(self, route: Route, payload: dict) -> tuple[dict, Usage]: ...
+
+
+@runtime_checkable
+class GeminiEmbedder(Protocol):
+    """`/v1/gemini/embeddings`: the vectors of `texts` and the input tokens billed."""
+
+    async def embed(
+        self, route: Route, texts: list[str], *, batch: bool, options: dict
+    ) -> tuple[list[list[float]], int]: ...
+
+
 __all__ = [
+    "BedrockEmbedder",
+    "ChatProvider",
+    "EmbeddingsProvider",
+    "GeminiEmbedder",
+    "ImageProvider",
+    "ResponsesProvider",
     "BadRequest",
     "ContentBlocked",
     "NotFound",
     "ProviderFailure",
     "Transport",
+    "malformed",
     "sanitize_message",
     "unavailable",
 ]
+
+
+@runtime_checkable
+class Searcher(Protocol):
+    """`/v1/web-search`: the hits of one query (web or academic)."""
+
+    async def search(self, route: Route, body) -> list: ...
+
+
+@runtime_checkable
+class PageFetcher(Protocol):
+    """`/v1/fetch`: one entry per URL, fetched by the gateway itself."""
+
+    async def fetch_pages(self, urls: list[str], *, max_characters: int, fmt: str, allowed): ...
+
+
+@runtime_checkable
+class Moderator(Protocol):
+    """The moderation guardrail: whether any of the texts is flagged."""
+
+    async def moderate(self, route: Route, texts: list[str]) -> bool: ...

@@ -21,10 +21,12 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from catalog.routing import ConnectionInfo, Route
-from core.errors import PROVIDER_ERROR, BadRequest
+from core.errors import BadRequest
+from inference.billing import Usage
 from inference.imagesizes import nearest_aspect_ratio, nearest_size, parse_size
 
-from .base import ContentBlocked, ProviderFailure, Transport
+from . import usage as usage_formats
+from .base import ContentBlocked, Transport, malformed
 
 SERVICE = "bedrock"
 DEFAULT_REGION = "us-east-1"
@@ -223,9 +225,9 @@ class BedrockTransport(Transport):
         try:
             answer = orjson.loads(response.content)
         except orjson.JSONDecodeError as exc:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+            raise malformed("bedrock answered invalid JSON") from exc
         if not isinstance(answer, dict):
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+            raise malformed("bedrock answer is not an object")
         return answer, response.headers
 
     # --- images --------------------------------------------------------------------------------
@@ -251,9 +253,9 @@ class BedrockTransport(Transport):
         if not images and isinstance(error, str) and CONTENT_FILTER_MARKER in error.lower():
             return GeneratedImages(flagged=True)
         if not isinstance(images, list) or not images or error:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+            raise malformed("titan answer without images")
         if not all(isinstance(image, str) for image in images):
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+            raise malformed("titan image is not a string")
         # The answer names no seed: the one sent is the one used (null when none was sent).
         return GeneratedImages(
             images=[GeneratedImage(b64_json=image, seed=body.seed) for image in images],
@@ -270,16 +272,16 @@ class BedrockTransport(Transport):
         if any(isinstance(r, str) and r.lower().startswith("filter reason") for r in reasons):
             return GeneratedImages(flagged=True)  # "Filter reason: prompt" / "... output image"
         if reasons:  # "Inference error"
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+            raise malformed("stability inference error")
         images = answer.get("images")
         if not isinstance(images, list) or not images:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+            raise malformed("stability answer without images")
         seeds = answer.get("seeds")
         seeds = seeds if isinstance(seeds, list) else []
         items = []
         for index, image in enumerate(images):
             if not isinstance(image, str):
-                raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+                raise malformed("stability image is not a string")
             seed = seeds[index] if index < len(seeds) else None
             items.append(
                 GeneratedImage(
@@ -291,14 +293,7 @@ class BedrockTransport(Transport):
 
     # --- native embeddings ----------------------------------------------------------------------
 
-    async def embeddings(self, route: Route, payload: dict) -> tuple[dict, int]:
-        """The model's own answer and the input tokens it reports (titan in the body, cohere
-        only in the `X-Amzn-Bedrock-Input-Token-Count` header)."""
+    async def invoke_embeddings(self, route: Route, payload: dict) -> tuple[dict, Usage]:
+        """The model's own answer and the input tokens it reports."""
         answer, headers = await self.invoke_json(route, payload)
-        tokens = answer.get("inputTextTokenCount")
-        if tokens is None:
-            tokens = headers.get("x-amzn-bedrock-input-token-count")
-        try:
-            return answer, int(tokens or 0)
-        except (TypeError, ValueError) as exc:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+        return answer, usage_formats.bedrock_embeddings(answer, headers)

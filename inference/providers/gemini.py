@@ -17,10 +17,10 @@ import httpx
 import orjson
 
 from catalog.routing import Route
-from core.errors import PROVIDER_ERROR
 from inference.imagesizes import nearest_aspect_ratio, parse_size
 
-from .base import ContentBlocked, ProviderFailure, Transport, unavailable
+from . import usage as usage_formats
+from .base import ContentBlocked, ProviderFailure, Transport, malformed, unavailable
 
 logger = logging.getLogger("gateway")
 
@@ -159,7 +159,7 @@ class GeminiTransport(Transport):
             return GeneratedImages(flagged=True)
         predictions = answer.get("predictions") if isinstance(answer, dict) else None
         if predictions is not None and not isinstance(predictions, list):
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+            raise malformed("imagen predictions is not a list")
         images = [
             GeneratedImage(b64_json=item["bytesBase64Encoded"])
             for item in predictions or ()
@@ -193,11 +193,11 @@ class GeminiTransport(Transport):
             route, self._path(route.upstream_model, "generateContent"), payload
         )
         if not isinstance(answer, dict):
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+            raise malformed("flash-image answer is not an object")
         feedback = answer.get("promptFeedback") or {}
         candidates = answer.get("candidates") or []
         if not isinstance(feedback, dict) or not isinstance(candidates, list):
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+            raise malformed("flash-image promptFeedback or candidates")
         if feedback.get("blockReason"):
             return GeneratedImages(flagged=True)
         texts: list[str] = []
@@ -217,16 +217,11 @@ class GeminiTransport(Transport):
                 inline = part.get("inlineData")
                 if isinstance(inline, dict) and isinstance(inline.get("data"), str):
                     images.append(inline["data"])
-        usage = answer.get("usageMetadata")
+        metadata = answer.get("usageMetadata")
         input_tokens = output_tokens = None  # no counts: billed per megapixel
-        try:
-            if usage is not None and usage.get("candidatesTokenCount") is not None:
-                input_tokens = int(usage.get("promptTokenCount") or 0)
-                output_tokens = int(usage.get("candidatesTokenCount") or 0) + int(
-                    usage.get("thoughtsTokenCount") or 0
-                )
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+        if isinstance(metadata, dict) and metadata.get("candidatesTokenCount") is not None:
+            usage = usage_formats.gemini(metadata)
+            input_tokens, output_tokens = usage.prompt_tokens, usage.completion_tokens
         revised = "".join(texts).strip() or None
         width, height = FLASH_IMAGE_PIXELS[aspect]
         return GeneratedImages(
@@ -280,9 +275,9 @@ class GeminiTransport(Transport):
             else:
                 vectors = [answer["embedding"]["values"]]
         except (KeyError, TypeError) as exc:
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+            raise malformed("embed answer without vectors") from exc
         if len(vectors) != len(texts) or not all(isinstance(v, list) for v in vectors):
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+            raise malformed("embed vectors do not match the texts")
         return vectors, tokens
 
     async def _count_tokens(self, route: Route, texts: list[str], title: str | None) -> int:
@@ -297,8 +292,8 @@ class GeminiTransport(Transport):
             answer = await self.post_json(
                 route, self._path(route.upstream_model, "countTokens"), payload
             )
-            return int(answer["totalTokens"])
-        except (ProviderFailure, KeyError, TypeError, ValueError) as exc:
+            return usage_formats.gemini_count(answer)
+        except ProviderFailure as exc:
             logger.warning(
                 "gemini countTokens failed (%s); billing %s on an estimate",
                 getattr(exc, "message", type(exc).__name__),

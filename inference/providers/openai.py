@@ -9,10 +9,10 @@ import httpx
 import orjson
 
 from catalog.routing import Route
-from core.errors import PROVIDER_ERROR
 from inference.imagesizes import nearest_size
 
-from .base import ContentBlocked, ProviderFailure, Transport, unavailable
+from . import usage as usage_formats
+from .base import ContentBlocked, Transport, malformed, unavailable
 
 
 class OpenAITransport(Transport):
@@ -35,7 +35,7 @@ class OpenAITransport(Transport):
             or len(results) != len(texts)
             or not all(isinstance(r, dict) and isinstance(r.get("flagged"), bool) for r in results)
         ):
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+            raise malformed("moderation answer without results")
         return any(result["flagged"] for result in results)
 
     # --- images ------------------------------------------------------------------------------
@@ -53,7 +53,7 @@ class OpenAITransport(Transport):
             return GeneratedImages(flagged=True)
         items = answer.get("data") if isinstance(answer, dict) else None
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+            raise malformed("images data")
         # The retired models answer with short-lived URLs; clients only ever get base64.
         encoded = await asyncio.gather(*(self._image_b64(route, item) for item in items))
         images = [
@@ -65,21 +65,14 @@ class OpenAITransport(Transport):
             )
             for item, data in zip(items, encoded, strict=True)
         ]
-        usage = answer.get("usage")
-        input_tokens = output_tokens = None
-        if isinstance(usage, dict) and usage.get("output_tokens") is not None:
-            try:
-                input_tokens = int(usage.get("input_tokens") or 0)
-                output_tokens = int(usage["output_tokens"])
-            except (TypeError, ValueError) as exc:
-                raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False) from exc
+        usage = usage_formats.openai_images(answer.get("usage"))
         created = answer.get("created")
         answered_size = answer.get("size")
         return GeneratedImages(
             images=images,
             created=created if isinstance(created, int) and not isinstance(created, bool) else 0,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
+            input_tokens=usage.prompt_tokens if usage else None,
+            output_tokens=usage.completion_tokens if usage else None,
             size=answered_size if _is_pixel_size(answered_size) else size,
             quality=answer.get("quality") if isinstance(answer.get("quality"), str) else quality,
         )
@@ -89,7 +82,7 @@ class OpenAITransport(Transport):
             return item["b64_json"]
         url = item.get("url")
         if not isinstance(url, str) or not url.startswith(("https://", "http://")):
-            raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+            raise malformed("image item without b64_json or url")
         # Pre-signed: the connection's key is not sent along.
         try:
             response = await self.client(route.connection).get(url, follow_redirects=True)
@@ -103,7 +96,7 @@ class OpenAITransport(Transport):
 
     # --- chat completions and responses ---------------------------------------------------
 
-    stateful_responses = True  # `previous_response_id` works: the provider stores responses
+    stateful_responses = True
 
     def chat_payload(self, payload: dict) -> dict:
         """OpenAI's chat API takes the effort as `reasoning_effort` and has no `exclude`."""

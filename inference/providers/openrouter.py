@@ -7,14 +7,14 @@ import httpx
 
 from catalog.routing import Route
 
-from .base import ProviderFailure
+from .base import malformed
 from .openai import OpenAITransport
 
 
 class OpenRouterTransport(OpenAITransport):
     kind = "openrouter"
 
-    stateful_responses = False  # its Responses API is stateless: no previous_response_id
+    stateful_responses = False  # its Responses API is stateless
 
     async def post_json(self, route: Route, path: str, body, **kwargs):
         answer = await super().post_json(route, path, body, **kwargs)
@@ -24,7 +24,7 @@ class OpenRouterTransport(OpenAITransport):
                 error = answer["error"] if isinstance(answer["error"], dict) else {}
                 status = error.get("code") if isinstance(error.get("code"), int) else 502
                 self.raise_for_response(httpx.Response(status, json=answer))
-                raise ProviderFailure("An error occurred", status=500, retryable=False)
+                raise malformed("openrouter error object with a non-error code")
             answer.pop("provider", None)  # the serving vendor's name stays ours to know
         return answer
 

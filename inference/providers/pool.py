@@ -11,6 +11,8 @@ aiohttp would re-quote, uses httpcore instead (`aiohttp=False`).
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import httpx
 from django.conf import settings
@@ -93,3 +95,22 @@ class Upstream:
         await self.http.aclose()
         if self._session is not None:
             await self._session.close()
+
+    def close_when_idle(self) -> None:
+        """Close a pool that an edit of its connection row replaced, once the requests it may
+        still be serving have had their time-out to finish (closing it at once would cut them)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+
+        async def close_later():
+            await asyncio.sleep(self.read_timeout + 5)
+            await self.aclose()
+
+        task = loop.create_task(close_later())
+        _closing.add(task)  # referenced until done: the pool is not left to the garbage collector
+        task.add_done_callback(_closing.discard)
+
+
+_closing: set[asyncio.Task] = set()

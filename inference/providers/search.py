@@ -15,9 +15,8 @@ import lxml.html
 import orjson
 
 from catalog.routing import Route
-from core.errors import PROVIDER_ERROR
 
-from .base import ProviderFailure, Transport, unavailable
+from .base import Transport, malformed, unavailable
 
 
 @dataclass
@@ -30,10 +29,6 @@ class SearchHit:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def _malformed() -> ProviderFailure:
-    return ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
 
 
 def _str(value) -> str | None:
@@ -82,9 +77,9 @@ class BraveTransport(Transport):
             answer = orjson.loads(response.content)
             items = (answer.get("web") or {}).get("results") or []
         except (orjson.JSONDecodeError, AttributeError) as exc:
-            raise _malformed() from exc
+            raise malformed(f"{self.kind} answer unreadable") from exc
         if not isinstance(items, list):
-            raise _malformed()
+            raise malformed(f"{self.kind} answer without results")
         hits = []
         for item in items[: body.num_results]:
             if not isinstance(item, dict) or not _str(item.get("url")):
@@ -138,9 +133,9 @@ class OpenAlexTransport(Transport):
         try:
             items = orjson.loads(response.content).get("results")
         except (orjson.JSONDecodeError, AttributeError) as exc:
-            raise _malformed() from exc
+            raise malformed(f"{self.kind} answer unreadable") from exc
         if not isinstance(items, list):
-            raise _malformed()
+            raise malformed(f"{self.kind} answer without results")
         hits = []
         for work in items[: body.num_results]:
             if not isinstance(work, dict):
