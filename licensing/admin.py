@@ -185,6 +185,7 @@ class InstitutionAdmin(ScopedAdminMixin, admin.ModelAdmin):
                 _types=Count("license_types", distinct=True),
                 _issuers=Count("jwt_issuers", distinct=True),
             )
+            .order_by("name")  # GROUP BY drops Meta.ordering
         )
 
     @admin.display(description="licenses", ordering="_licenses")
@@ -214,7 +215,7 @@ class LicenseTypeAdmin(ScopedAdminMixin, admin.ModelAdmin):
     change_form_template = "admin/licensing/licensetype/change_form.html"
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(_licenses=Count("licenses"))
+        return super().get_queryset(request).annotate(_licenses=Count("licenses")).order_by("name")
 
     def get_urls(self):
         view = self.admin_site.admin_view(require_POST(self.try_request_view))

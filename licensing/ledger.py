@@ -15,6 +15,7 @@ from decimal import Decimal
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
+from .alerts import after_charge
 from .budget import BudgetState, wallet_charge
 from .models import Transaction
 from .spool import spool_append
@@ -67,6 +68,7 @@ def _commit(entry: LedgerEntry, budget: BudgetState) -> int:
     with transaction.atomic():
         wallet_id, spent = wallet_charge(budget, entry.credits)
         _insert({**entry.__dict__, "wallet_id": wallet_id})
+        after_charge(api_key_id=entry.api_key_id, budget=budget, credits=entry.credits, spent=spent)
     return spent
 
 

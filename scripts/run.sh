@@ -10,7 +10,10 @@ HOST="${HOST:-127.0.0.1}"
 PORT="${PORT:-8000}"
 SIM_PORT="${SIMULATOR_PORT:-9100}"
 
+# DATABASE_URL (if set) picks the database, as everywhere; default: db.sqlite3 here.
 python manage.py migrate --verbosity 0
+# Static files (admin, /v1/docs) into var/static, served by WhiteNoise (compressed copies).
+python manage.py collectstatic --noinput --verbosity 0
 python manage.py load_catalog
 DJANGO_SETTINGS_MODULE=gateway_site.settings python - <<'PY'
 import secrets
