@@ -7,6 +7,8 @@
   end users are otherwise view-only; wallets and the ledger (transactions) are read-only.
 """
 
+from datetime import UTC
+
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -15,7 +17,6 @@ from django.contrib.auth.admin import UserAdmin
 from django.db.models import Count
 from django.http import Http404, HttpResponse, JsonResponse
 from django.urls import path, reverse
-from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
@@ -315,12 +316,10 @@ class LicenseAdmin(ScopedAdminMixin, admin.ModelAdmin):
         "institution",
         "license_type",
         "active",
-        "budget_period",
         "budget_limit_display",
         "spent_display",
         "remaining_display",
         "resets_display",
-        "transactions_link",
     )
     list_filter = ("active", "budget_period", "budget_strategy", "institution", "license_type")
     list_select_related = ("institution", "license_type")
@@ -370,11 +369,13 @@ class LicenseAdmin(ScopedAdminMixin, admin.ModelAdmin):
             usage = obj._usage = licenses_usage([obj])[obj.pk]
         return usage
 
-    @admin.display(description="budget limit", ordering="budget_limit")
+    @admin.display(description="limit", ordering="budget_limit")
     def budget_limit_display(self, obj):
         limit = _credits(obj.budget_limit)
-        if obj.budget_limit is not None and obj.budget_strategy == License.Strategy.PER_USER:
-            return f"{limit} per holder"
+        if obj.budget_limit is not None:
+            limit = f"{limit} {obj.get_budget_period_display().lower()}"
+            if obj.budget_strategy == License.Strategy.PER_USER:
+                limit += " per holder"
         return limit
 
     @admin.display(description="spent")
@@ -404,7 +405,10 @@ class LicenseAdmin(ScopedAdminMixin, admin.ModelAdmin):
         usage = self._usage(obj)
         if usage.resets_at is None:
             return "never"
-        return timezone.localtime(usage.resets_at).strftime("%Y-%m-%d %H:%M UTC")
+        return format_html(
+            '<span style="white-space: nowrap">{}</span>',
+            usage.resets_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        )
 
     @admin.display(description="ledger")
     def transactions_link(self, obj):

@@ -105,7 +105,7 @@ def _try(client, license_type, service, body):
 
 def test_try_a_request_allowed_with_providers(admin_client, license_type):
     page = admin_client.get(url(LicenseType, "change", license_type.pk)).content.decode()
-    assert 'id="try-request-form"' in page
+    assert 'id="try-request"' in page
     body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
     answer = _try(admin_client, license_type, "chat_completions", body).json()
     assert answer["outcome"] == "allowed" and answer["providers"] == ["direct"]
