@@ -64,7 +64,8 @@ class RunScript:
             text=True,
             start_new_session=True,
         )
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self):
         for line in self.proc.stdout:
@@ -94,6 +95,9 @@ class RunScript:
             self.proc.wait(timeout=20)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.reader.join(timeout=10)
+        self.proc.stdout.close()
 
 
 @pytest.fixture(scope="module")
