@@ -279,3 +279,18 @@ def test_institution_admins_cannot_manage_users(world):
     client = login_as("admin", world["a"]["institution"])
     assert client.get("/admin/auth/user/").status_code == 403
     assert client.get(url(AdminProfile, "changelist")).status_code == 403
+
+
+def test_usage_figures_and_holder_names_in_the_lists(world, admin_client):
+    listing = admin_client.get(url(License, "changelist")).content.decode()
+    # license-a: per user, monthly, limit 1,000,000, one wallet with 1,234 spent.
+    assert "1,234 (1 holders, highest 1,234)" in listing
+    assert "998,766 (least-left holder)" in listing
+    assert "1,000,000 monthly per holder" in listing
+    page = admin_client.get(url(License, "change", world["a"]["license"].pk)).content.decode()
+    assert "monthly from" in page and "Usage in the current window" in page
+    assert f"/admin/licensing/transaction/?license__id__exact={world['a']['license'].pk}" in page
+    wallets = admin_client.get(url(Wallet, "changelist")).content.decode()
+    assert "user-a (https://idp-a.example)" in wallets
+    keys = admin_client.get(url(ApiKey, "changelist"))
+    assert "last used" in keys.content.decode().lower()
