@@ -4,6 +4,7 @@ license's threshold) and API keys' last use, through the real API and ledger."""
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -107,7 +108,7 @@ def _charge(lic, holder, credits):
         config=config, key=wallet_key(license_id=lic.pk, config=config, holder=holder)
     )
     entry = LedgerEntry(
-        request_id="r",
+        request_id=uuid.uuid4().hex,
         license_id=lic.pk,
         api_key_id=None,
         end_user_id=None,

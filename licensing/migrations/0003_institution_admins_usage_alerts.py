@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('licensing', '0001_initial'),
+        ('licensing', '0002_transaction_request_id_unique'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
