@@ -51,6 +51,14 @@ def _credits(value) -> str:
     return "unlimited" if value is None else f"{value:,}"
 
 
+def _short_time(value):
+    """A compact UTC time that keeps list columns narrow (the admin's own format wraps)."""
+    if value is None:
+        return "-"
+    text = value.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    return format_html('<span style="white-space: nowrap">{} UTC</span>', text)
+
+
 class ScopedRelatedFilter(admin.RelatedFieldListFilter):
     """A relation filter that offers only the related rows the user may see."""
 
@@ -432,9 +440,9 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
         "license",
         "name",
         "active",
-        "expires_at",
-        "last_used_at",
-        "created_at",
+        "expires",
+        "last_used",
+        "created",
     )
     list_filter = ("active", "license__institution", "license")
     list_select_related = ("license",)
@@ -468,6 +476,18 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     @admin.display(description="key", ordering="prefix")
     def key_prefix(self, obj):
         return f"{obj.prefix}…" if obj.prefix else "-"
+
+    @admin.display(description="expires", ordering="expires_at")
+    def expires(self, obj):
+        return _short_time(obj.expires_at)
+
+    @admin.display(description="last used", ordering="last_used_at")
+    def last_used(self, obj):
+        return _short_time(obj.last_used_at)
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj):
+        return _short_time(obj.created_at)
 
     def save_model(self, request, obj, form, change):
         if change:

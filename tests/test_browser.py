@@ -194,7 +194,7 @@ def test_the_admin_in_a_browser(server, page):
     shot(page, "05-license-page-usage")
     page.goto(server.url + "/admin/licensing/apikey/")
     assert "made in the browser" in page.inner_text("#result_list")
-    assert "-" != page.inner_text("#result_list tbody tr td.field-last_used_at").strip()
+    assert "-" != page.inner_text("#result_list tbody tr td.field-last_used").strip()
     shot(page, "06-api-key-list-last-used")
 
     # A license type with a policy, then the "try a request" panel.
