@@ -4,6 +4,7 @@ Called once from InferenceConfig.ready."""
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from typing import Any
@@ -53,12 +54,34 @@ def parameter_names(body: Any) -> set[str]:
     return names
 
 
+def _loads(text: str) -> Any:
+    """JSON as the API's StrictJSONParser reads it (no NaN/Infinity), errors as its 422."""
+
+    def reject_constant(name):
+        raise json.JSONDecodeError(f"Invalid constant {name}", text, text.find(name))
+
+    try:
+        return json.loads(text, parse_constant=reject_constant)
+    except json.JSONDecodeError as exc:
+        item = {
+            "type": "json_invalid",
+            "loc": ["body", exc.pos],
+            "msg": "JSON decode error",
+            "input": {},
+            "ctx": {"error": exc.msg},
+        }
+        raise BodyInvalid([item]) from exc
+
+
 def _parser(body: Any):
     adapter = TypeAdapter(body)
 
     def parse(text: str) -> dict:
+        if not text.strip():  # as the API answers an empty body
+            raise BodyInvalid([{"type": "missing", "loc": ["body"], "msg": "Field required"}])
+        data = _loads(text)
         try:
-            value = adapter.validate_json(text)
+            value = adapter.validate_python(data)
         except ValidationError as exc:
             raise BodyInvalid(
                 [

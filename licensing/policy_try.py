@@ -4,6 +4,7 @@ and which rule decided, without calling any provider."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from catalog.models import Provider
@@ -22,8 +23,30 @@ def _active_providers() -> list[str]:
     )
 
 
+def _finite(value: Any) -> Any:
+    """JSON for a browser: 1e400 arrives as inf, which JSON cannot carry."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def try_request(policy_document: Any, service: str, body_text: str) -> dict:
     """{"outcome": "allowed" | "denied" | "invalid" | "error", ...} for the panel."""
+    return _finite(_evaluate(policy_document, service, body_text))
+
+
+def _strict_loads(text: str) -> Any:
+    def reject_constant(name):
+        raise ValueError(f"Invalid constant {name}")
+
+    return json.loads(text, parse_constant=reject_constant)
+
+
+def _evaluate(policy_document: Any, service: str, body_text: str) -> dict:
     try:
         policy = compile_policy(policy_document)
     except PolicyDocumentError as exc:
@@ -34,7 +57,7 @@ def try_request(policy_document: Any, service: str, body_text: str) -> dict:
         }
     parse = parser_for(service)
     try:
-        fields = parse(body_text) if parse is not None else json.loads(body_text)
+        fields = parse(body_text) if parse is not None else _strict_loads(body_text)
     except BodyInvalid as exc:
         return {"outcome": "invalid", "status": 422, "body": {"detail": exc.detail}}
     except ValueError as exc:

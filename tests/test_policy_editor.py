@@ -185,3 +185,21 @@ def test_the_examples_in_docs_policy_md_are_valid():
     assert len(documents) == 3
     for document in documents:
         validate_policy_document(document)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ('{"model": "m", "input": NaN}', "json_invalid"),
+        ("", "missing"),
+        ('{"model": "m", "input": 1e400}', "string_type"),
+        ("[1, 2]", "model_type"),
+        ('{"model": "m", "input": "x", "dimensions": "5"}', "int_type"),
+    ],
+)
+def test_try_a_request_hostile_bodies_are_clear_json(admin_client, license_type, text, kind):
+    response = _try(admin_client, license_type, "embeddings", text)
+    assert response.status_code == 200
+    answer = json.loads(response.content, parse_constant=pytest.fail)  # no NaN/Infinity
+    assert answer["outcome"] == "invalid" and answer["status"] == 422
+    assert answer["body"]["detail"][0]["type"] == kind
