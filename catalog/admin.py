@@ -12,9 +12,50 @@ from gateway_site.localcache import clear_all
 from .forms import FORMFIELD_OVERRIDES, CatalogModelForm, ConnectionForm
 from .models import Connection, Model, Provider, ProviderModel
 
+# Predicates of users (besides superusers) who may view the catalog; the app that knows about
+# institution roles registers one (the catalog imports no app above it).
+_catalog_viewers = []
+
+
+def register_catalog_viewer(predicate) -> None:
+    _catalog_viewers.append(predicate)
+
+
+class SuperuserCatalogMixin:
+    """The catalog is changed by superusers only; registered viewers may read it. Provider
+    connections (credentials) are superuser-only altogether (`viewable = False`)."""
+
+    viewable = True
+
+    def _superuser(self, request) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        if self._superuser(request):
+            return True
+        user = request.user
+        return (
+            self.viewable
+            and user.is_active
+            and user.is_staff
+            and any(viewer(user) for viewer in _catalog_viewers)
+        )
+
+    def has_module_permission(self, request):
+        return self.has_view_permission(request)
+
+    def has_add_permission(self, request, *args):
+        return self._superuser(request)
+
+    def has_change_permission(self, request, obj=None):
+        return self._superuser(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return self._superuser(request)
+
 
 @admin.register(Provider)
-class ProviderAdmin(admin.ModelAdmin):
+class ProviderAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
     list_display = ("slug", "kind", "description", "connection_count", "model_count")
     list_filter = ("kind",)
     search_fields = ("slug", "description")
@@ -39,7 +80,8 @@ class ProviderAdmin(admin.ModelAdmin):
 
 
 @admin.register(Connection)
-class ConnectionAdmin(admin.ModelAdmin):
+class ConnectionAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
+    viewable = False
     form = ConnectionForm
     formfield_overrides = FORMFIELD_OVERRIDES
     list_display = (
@@ -80,7 +122,7 @@ class ConnectionAdmin(admin.ModelAdmin):
         return obj.has_credentials
 
 
-class ProviderModelInline(admin.TabularInline):
+class ProviderModelInline(SuperuserCatalogMixin, admin.TabularInline):
     model = ProviderModel
     fields = ("provider", "upstream_model_id", "active", "priority")
     autocomplete_fields = ("provider",)
@@ -91,7 +133,7 @@ class ProviderModelInline(admin.TabularInline):
 
 
 @admin.register(Model)
-class CatalogModelAdmin(admin.ModelAdmin):
+class CatalogModelAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
     form = CatalogModelForm
     list_display = ("model_id", "owned_by", "features", "listed", "active_rows", "updated_at")
     list_filter = ("listed", "owned_by")
@@ -130,7 +172,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
 
 
 @admin.register(ProviderModel)
-class ProviderModelAdmin(admin.ModelAdmin):
+class ProviderModelAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
     list_display = ("model", "provider", "upstream_model_id", "active", "priority")
     list_display_links = ("model", "provider")
     list_editable = ("active",)

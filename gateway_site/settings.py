@@ -29,6 +29,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
     "ninja",
     "catalog",
     "licensing",
@@ -43,6 +46,7 @@ MIDDLEWARE = [
 ]
 ADMIN_MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "gateway_site.staticfiles.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -99,7 +103,17 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "var" / "static"
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or BASE_DIR / "var" / "static")
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# WhiteNoise serves /static/ (gateway_site.staticfiles, on the admin stack only, never on /v1):
+# from STATIC_ROOT after `collectstatic` (gzip/brotli variants made there), and from the apps'
+# own folders as well, so a run without collectstatic still renders the admin and /v1/docs.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
 
 # Request bodies: embeddings batches are large, but an unbounded body is a denial of service.
 # /v1 bodies over the limit are refused by gateway_site.bodylimit before Django reads them.
@@ -169,8 +183,17 @@ MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 # The admin's middleware is installed, through AdminStack, outside MIDDLEWARE.
 SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410"]
 
+# The management API (/manage/v1/, licensing.manage): DRF's own error shapes, not /v1's.
 REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
 # --- Secrets at rest, cache invalidation, admin hardening (README: "Production") -----------
@@ -222,3 +245,23 @@ if os.environ.get("SECURE_PROXY_SSL_HEADER"):
 # The security, CSRF and clickjacking middlewares (and axes') run in ADMIN_MIDDLEWARE, not
 # MIDDLEWARE; gateway_site.checks verifies them there instead.
 SILENCED_SYSTEM_CHECKS += ["security.W001", "security.W002", "security.W003", "axes.W002"]
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Inference Gateway management API",
+    "DESCRIPTION": "Licenses, API keys and end users of the caller's institution.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/manage/v1",
+}
+
+# Budget alerts and other mail (Django's email framework). The console backend prints the
+# message; set EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend and EMAIL_HOST etc.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = _env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = _env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = 30
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "gateway@localhost")

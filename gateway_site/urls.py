@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from django.views.generic import RedirectView
 
 from inference.api import api
@@ -10,5 +10,6 @@ admin.site.site_title = "Inference Gateway admin"
 urlpatterns = [
     path("v1/", api.urls),
     path("admin/", admin.site.urls),
+    path("manage/v1/", include("licensing.manage_api")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

@@ -7,16 +7,29 @@
   end users are otherwise view-only; wallets and the ledger (transactions) are read-only.
 """
 
-from django.contrib import admin, messages
-from django.db.models import Count
+from datetime import UTC
 
+from django.conf import settings
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.db.models import Count
+from django.http import Http404, HttpResponse, JsonResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_POST
+
+from catalog.admin import register_catalog_viewer
 from catalog.forms import FORMFIELD_OVERRIDES
 from gateway_site.localcache import clear_all
 
 from .credentials import api_key_create
 from .forms import ApiKeyForm, JwtIssuerForm, LicenseForm, LicenseTypeForm
 from .models import (
+    AdminProfile,
     ApiKey,
+    BudgetAlert,
     EndUser,
     Institution,
     JwtIssuer,
@@ -25,6 +38,113 @@ from .models import (
     Transaction,
     Wallet,
 )
+from .policy import SERVICES
+from .policy_try import try_request
+from .scoping import institution_id_of, owns, scope_of, scoped
+from .usage import holder_names, licenses_usage
+
+register_catalog_viewer(lambda user: scope_of(user).is_institution_admin)
+POLICY_DOCS = settings.BASE_DIR / "docs" / "policy.md"
+
+
+def _credits(value) -> str:
+    return "unlimited" if value is None else f"{value:,}"
+
+
+def _short_time(value):
+    """A compact UTC time that keeps list columns narrow (the admin's own format wraps)."""
+    if value is None:
+        return "-"
+    text = value.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    return format_html('<span style="white-space: nowrap">{} UTC</span>', text)
+
+
+class ScopedRelatedFilter(admin.RelatedFieldListFilter):
+    """A relation filter that offers only the related rows the user may see."""
+
+    def field_choices(self, field, request, model_admin):
+        related = field.related_model
+        queryset = scoped(related._default_manager.all(), scope_of(request.user))
+        return [(obj.pk, str(obj)) for obj in queryset]
+
+
+class ScopedAdminMixin:
+    """Institution scoping (see licensing.scoping) for every licensing admin: the rows, the
+    foreign-key choices, the relation filters, the permissions by role; an object outside
+    the scope is a 404 on every object URL (change, delete, history)."""
+
+    def get_queryset(self, request):
+        return scoped(super().get_queryset(request), scope_of(request.user))
+
+    def _may(self, request, action, obj=None) -> bool:
+        scope = scope_of(request.user)
+        if not scope.allows(self.model, action):
+            return False
+        if obj is None or scope.superuser:
+            return True
+        if action == "view":
+            return institution_id_of(obj) in (scope.institution_id, None)
+        return owns(scope, obj)
+
+    def has_module_permission(self, request):
+        return self._may(request, "view")
+
+    def has_view_permission(self, request, obj=None):
+        return self._may(request, "view", obj)
+
+    def has_add_permission(self, request, *args):
+        return self._may(request, "add")
+
+    def has_change_permission(self, request, obj=None):
+        return self._may(request, "change", obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return self._may(request, "delete", obj)
+
+    def _get_obj_does_not_exist_redirect(self, request, opts, object_id):
+        raise Http404(f"No {opts.verbose_name} with this id")
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        scope = scope_of(request.user)
+        related = db_field.related_model
+        if not scope.superuser and "queryset" not in kwargs:
+            kwargs["queryset"] = scoped(related._default_manager.all(), scope)
+            if related is Institution:
+                kwargs["required"] = True  # never a shared row from an institution admin
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def get_changeform_initial_data(self, request):
+        initial = super().get_changeform_initial_data(request)
+        scope = scope_of(request.user)
+        field_names = {f.name for f in self.model._meta.get_fields()}
+        if scope.institution_id is not None and "institution" in field_names:
+            initial.setdefault("institution", scope.institution_id)
+        return initial
+
+    def get_list_filter(self, request):
+        filters = []
+        superuser = scope_of(request.user).superuser
+        for spec in super().get_list_filter(request):
+            name = spec if isinstance(spec, str) else spec[0]
+            if not superuser and name.split("__")[-1] == "institution":
+                continue  # one institution: nothing to filter
+            field = _relation(self.model, name)
+            filters.append((name, ScopedRelatedFilter) if field is not None else spec)
+        return filters
+
+
+def _relation(model, lookup: str):
+    """The relation field a list_filter path ends on, else None."""
+    field = None
+    for part in lookup.split("__"):
+        try:
+            field = model._meta.get_field(part)
+        except Exception:
+            return None
+        if not field.is_relation:
+            return None
+        model = field.related_model
+    return field
 
 
 class ReadOnlyAdminMixin:
@@ -60,7 +180,7 @@ class KeepLedgerIntactMixin:
 
 
 @admin.register(Institution)
-class InstitutionAdmin(admin.ModelAdmin):
+class InstitutionAdmin(ScopedAdminMixin, admin.ModelAdmin):
     list_display = ("name", "license_count", "license_type_count", "issuer_count", "created_at")
     search_fields = ("name",)
     date_hierarchy = "created_at"
@@ -74,6 +194,7 @@ class InstitutionAdmin(admin.ModelAdmin):
                 _types=Count("license_types", distinct=True),
                 _issuers=Count("jwt_issuers", distinct=True),
             )
+            .order_by("name")  # GROUP BY drops Meta.ordering
         )
 
     @admin.display(description="licenses", ordering="_licenses")
@@ -90,7 +211,7 @@ class InstitutionAdmin(admin.ModelAdmin):
 
 
 @admin.register(LicenseType)
-class LicenseTypeAdmin(admin.ModelAdmin):
+class LicenseTypeAdmin(ScopedAdminMixin, admin.ModelAdmin):
     form = LicenseTypeForm
     formfield_overrides = FORMFIELD_OVERRIDES
     list_display = ("name", "institution", "active", "services", "license_count", "updated_at")
@@ -100,9 +221,55 @@ class LicenseTypeAdmin(admin.ModelAdmin):
     autocomplete_fields = ("institution",)
     readonly_fields = ("updated_at",)
     fields = ("name", "institution", "active", "policy", "guardrails", "updated_at")
+    change_form_template = "admin/licensing/licensetype/change_form.html"
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(_licenses=Count("licenses"))
+        return super().get_queryset(request).annotate(_licenses=Count("licenses")).order_by("name")
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(require_POST(self.try_request_view))
+        docs = self.admin_site.admin_view(self.policy_docs_view)
+        return [
+            path("policy-docs/", docs, name="licensing_policy_docs"),
+            path("<path:object_id>/try/", view, name="licensing_licensetype_try"),
+            *super().get_urls(),
+        ]
+
+    def policy_docs_view(self, request):
+        """docs/policy.md, for the link in the policy field's help."""
+        if not self.has_view_permission(request):
+            raise Http404("Not found")
+        return HttpResponse(
+            POLICY_DOCS.read_text(encoding="utf-8"), content_type="text/plain; charset=utf-8"
+        )
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name == "policy" and field is not None:
+            field.help_text = format_html(
+                "The policy document: which services, providers and parameter values are "
+                "allowed. Format, rule keys, the exact 403 messages and examples: "
+                '<a href="{}" target="_blank">docs/policy.md</a>. Rules must name parameters '
+                "of the service's request (unknown names are refused).",
+                reverse("admin:licensing_policy_docs"),
+            )
+        return field
+
+    def try_request_view(self, request, object_id):
+        """The "try a request" panel: the policy as saved, a service and a body."""
+        obj = self.get_object(request, object_id)
+        if obj is None or not self.has_view_permission(request, obj):
+            raise Http404("No license type with this id")
+        service = request.POST.get("service", "")
+        if service not in SERVICES:
+            return JsonResponse({"outcome": "invalid", "message": "Choose a service"}, status=400)
+        return JsonResponse(try_request(obj.policy, service, request.POST.get("body", "")))
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:
+            context["try_services"] = SERVICES
+            context["try_url"] = reverse("admin:licensing_licensetype_try", args=[obj.pk])
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     @admin.display(description="enabled services")
     def services(self, obj):
@@ -120,7 +287,7 @@ class ApiKeyInline(admin.TabularInline):
     """The license's keys, listed read-only; keys are created from the API key admin."""
 
     model = ApiKey
-    fields = ("prefix", "name", "active", "expires_at", "created_at")
+    fields = ("prefix", "name", "active", "expires_at", "last_used_at", "created_at")
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -135,42 +302,148 @@ class ApiKeyInline(admin.TabularInline):
     def has_change_permission(self, request, obj=None):
         return False
 
+    def has_view_permission(self, request, obj=None):
+        return scope_of(request.user).allows(ApiKey, "view")
+
+
+class UsageChangeList(ChangeList):
+    """Reads the current window's usage of a page of licenses in one query."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        usage = licenses_usage(list(self.result_list))
+        for obj in self.result_list:
+            obj._usage = usage[obj.pk]
+
 
 @admin.register(License)
-class LicenseAdmin(admin.ModelAdmin):
+class LicenseAdmin(ScopedAdminMixin, admin.ModelAdmin):
     form = LicenseForm
     list_display = (
         "name",
         "institution",
         "license_type",
         "active",
-        "budget_strategy",
-        "budget_period",
         "budget_limit_display",
-        "budget_unit",
-        "created_at",
+        "spent_display",
+        "remaining_display",
+        "resets_display",
     )
     list_filter = ("active", "budget_period", "budget_strategy", "institution", "license_type")
     list_select_related = ("institution", "license_type")
     search_fields = ("name", "institution__name", "license_type__name")
     autocomplete_fields = ("institution", "license_type")
-    readonly_fields = ("created_at", "updated_at")
-    inlines = (ApiKeyInline,)
-    fieldsets = (
-        (None, {"fields": ("name", "institution", "license_type", "active")}),
-        ("Budget", {"fields": ("budget_unit", "budget_strategy", "budget_period", "budget_limit")}),
-        ("Dates", {"fields": ("created_at", "updated_at")}),
+    readonly_fields = (
+        "created_at",
+        "updated_at",
+        "spent_display",
+        "remaining_display",
+        "window_display",
+        "resets_display",
+        "transactions_link",
     )
+    inlines = (ApiKeyInline,)
 
-    @admin.display(description="budget limit", ordering="budget_limit")
+    def get_fieldsets(self, request, obj=None):
+        budget = [
+            "budget_unit",
+            "budget_strategy",
+            "budget_period",
+            "budget_limit",
+            "alert_threshold_percent",
+        ]
+        fieldsets = [
+            (None, {"fields": ["name", "institution", "license_type", "active"]}),
+            ("Budget", {"fields": budget}),
+        ]
+        if obj is not None:
+            usage = [
+                "spent_display",
+                "remaining_display",
+                "window_display",
+                "resets_display",
+                "transactions_link",
+            ]
+            fieldsets.append(("Usage in the current window", {"fields": usage}))
+            fieldsets.append(("Dates", {"fields": ["created_at", "updated_at"]}))
+        return fieldsets
+
+    def get_changelist(self, request, **kwargs):
+        return UsageChangeList
+
+    def _usage(self, obj):
+        usage = getattr(obj, "_usage", None)
+        if usage is None:
+            usage = obj._usage = licenses_usage([obj])[obj.pk]
+        return usage
+
+    @admin.display(description="limit", ordering="budget_limit")
     def budget_limit_display(self, obj):
-        return "unlimited" if obj.budget_limit is None else f"{obj.budget_limit:,}"
+        limit = _credits(obj.budget_limit)
+        if obj.budget_limit is not None:
+            limit = f"{limit} {obj.get_budget_period_display().lower()}"
+            if obj.budget_strategy == License.Strategy.PER_USER:
+                limit += " per holder"
+        return limit
+
+    @admin.display(description="spent")
+    def spent_display(self, obj):
+        usage = self._usage(obj)
+        if not usage.pooled and usage.holders:
+            return f"{usage.spent:,} ({usage.holders} holders, highest {usage.highest:,})"
+        return f"{usage.spent:,}"
+
+    @admin.display(description="remaining")
+    def remaining_display(self, obj):
+        usage = self._usage(obj)
+        text = _credits(usage.remaining)
+        if usage.remaining is not None and not usage.pooled:
+            return f"{text} (least-left holder)"
+        return text
+
+    @admin.display(description="window")
+    def window_display(self, obj):
+        usage = self._usage(obj)
+        if usage.window_start is None:
+            return "lifetime (never resets)"
+        return f"{usage.period} from {usage.window_start:%Y-%m-%d %H:%M} UTC"
+
+    @admin.display(description="resets")
+    def resets_display(self, obj):
+        usage = self._usage(obj)
+        if usage.resets_at is None:
+            return "never"
+        return format_html(
+            '<span style="white-space: nowrap">{}</span>',
+            usage.resets_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        )
+
+    @admin.display(description="ledger")
+    def transactions_link(self, obj):
+        transactions = reverse("admin:licensing_transaction_changelist")
+        wallets = reverse("admin:licensing_wallet_changelist")
+        return format_html(
+            '<a href="{}?license__id__exact={}">transactions</a> · '
+            '<a href="{}?license__id__exact={}">wallets</a>',
+            transactions,
+            obj.pk,
+            wallets,
+            obj.pk,
+        )
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(KeepLedgerIntactMixin, admin.ModelAdmin):
+class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = ApiKeyForm
-    list_display = ("key_prefix", "license", "name", "active", "expires_at", "created_at")
+    list_display = (
+        "key_prefix",
+        "license",
+        "name",
+        "active",
+        "expires",
+        "last_used",
+        "created",
+    )
     list_filter = ("active", "license__institution", "license")
     list_select_related = ("license",)
     search_fields = ("prefix", "name", "license__name")
@@ -181,12 +454,21 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         if obj is None:
             return ("license", "name", "active", "expires_at")
-        return ("key_prefix", "license", "name", "active", "expires_at", "created_at", "updated_at")
+        return (
+            "key_prefix",
+            "license",
+            "name",
+            "active",
+            "expires_at",
+            "last_used_at",
+            "created_at",
+            "updated_at",
+        )
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
-        return ("key_prefix", "license", "created_at", "updated_at")
+        return ("key_prefix", "license", "last_used_at", "created_at", "updated_at")
 
     def ledger_rows(self, obj):
         return Transaction.objects.filter(api_key=obj)
@@ -194,6 +476,18 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, admin.ModelAdmin):
     @admin.display(description="key", ordering="prefix")
     def key_prefix(self, obj):
         return f"{obj.prefix}…" if obj.prefix else "-"
+
+    @admin.display(description="expires", ordering="expires_at")
+    def expires(self, obj):
+        return _short_time(obj.expires_at)
+
+    @admin.display(description="last used", ordering="last_used_at")
+    def last_used(self, obj):
+        return _short_time(obj.last_used_at)
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj):
+        return _short_time(obj.created_at)
 
     def save_model(self, request, obj, form, change):
         if change:
@@ -230,7 +524,7 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, admin.ModelAdmin):
 
 
 @admin.register(JwtIssuer)
-class JwtIssuerAdmin(KeepLedgerIntactMixin, admin.ModelAdmin):
+class JwtIssuerAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = JwtIssuerForm
     formfield_overrides = FORMFIELD_OVERRIDES
     list_display = (
@@ -283,7 +577,7 @@ class JwtIssuerAdmin(KeepLedgerIntactMixin, admin.ModelAdmin):
 
 
 @admin.register(EndUser)
-class EndUserAdmin(KeepLedgerIntactMixin, admin.ModelAdmin):
+class EndUserAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     """Created by a user's first valid token: view only (delete while it has no ledger rows)."""
 
     list_display = ("subject", "issuer", "license", "created_at")
@@ -302,11 +596,21 @@ class EndUserAdmin(KeepLedgerIntactMixin, admin.ModelAdmin):
         return False
 
 
+class HolderNameChangeList(ChangeList):
+    """Names the holders of a page of wallets in two queries."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        names = holder_names([obj.holder for obj in self.result_list])
+        for obj in self.result_list:
+            obj._holder_name = names.get(obj.holder, obj.holder)
+
+
 @admin.register(Wallet)
-class WalletAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     list_display = (
         "license",
-        "holder",
+        "holder_name",
         "period",
         "window_start",
         "unit",
@@ -319,6 +623,18 @@ class WalletAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ("holder", "license__name")
     date_hierarchy = "window_start"
 
+    readonly_fields = ("holder_name",)
+
+    def get_changelist(self, request, **kwargs):
+        return HolderNameChangeList
+
+    @admin.display(description="holder", ordering="holder")
+    def holder_name(self, obj):
+        name = getattr(obj, "_holder_name", None)
+        if name is None:
+            name = holder_names([obj.holder]).get(obj.holder, obj.holder)
+        return name
+
     @admin.display(description="spent", ordering="spent")
     def spent_display(self, obj):
         return f"{obj.spent:,}"
@@ -330,7 +646,7 @@ class WalletAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Transaction)
-class TransactionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     """The ledger: rows are never added, changed or deleted here."""
 
     list_display = (
@@ -371,3 +687,78 @@ class TransactionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         ),
         ("Metadata", {"fields": ("metadata",)}),
     )
+
+
+@admin.register(BudgetAlert)
+class BudgetAlertAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
+    """One row per license and window whose alert threshold was crossed."""
+
+    list_display = ("license", "window_start", "holder", "spent", "threshold", "limit", "sent_at")
+    list_filter = ("license",)
+    list_select_related = ("license",)
+    search_fields = ("license__name",)
+    date_hierarchy = "created_at"
+
+
+# --- users and their institution role (superusers only) ---------------------------------------
+
+
+class SuperuserOnlyMixin:
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_superuser
+
+    has_add_permission = has_change_permission = has_delete_permission = has_view_permission
+
+
+class AdminProfileInline(admin.StackedInline):
+    model = AdminProfile
+    can_delete = True
+    extra = 0
+    max_num = 1
+    autocomplete_fields = ("institution",)
+    verbose_name = "institution and role"
+    verbose_name_plural = "institution and role (leave empty for a superuser)"
+
+
+@admin.register(AdminProfile)
+class AdminProfileAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
+    list_display = ("user", "institution", "role")
+    list_filter = ("role", "institution")
+    list_select_related = ("user", "institution")
+    search_fields = ("user__username", "institution__name")
+    autocomplete_fields = ("institution", "user")
+
+
+User = get_user_model()
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class GatewayUserAdmin(SuperuserOnlyMixin, UserAdmin):
+    """Superusers tie a staff user to an institution and a role here (or with
+    `manage.py create_institution_admin`); only superusers manage users."""
+
+    inlines = (AdminProfileInline,)
+    list_display = (
+        "username",
+        "email",
+        "is_staff",
+        "is_superuser",
+        "institution",
+        "role",
+        "is_active",
+    )
+    list_select_related = ("gateway_profile__institution",)
+
+    @admin.display(description="institution", ordering="gateway_profile__institution__name")
+    def institution(self, obj):
+        profile = getattr(obj, "gateway_profile", None)
+        return profile.institution if profile else "-"
+
+    @admin.display(description="role", ordering="gateway_profile__role")
+    def role(self, obj):
+        profile = getattr(obj, "gateway_profile", None)
+        return profile.get_role_display().split(":")[0] if profile else "-"

@@ -37,6 +37,7 @@ class BudgetConfig:
     strategy: str
     period: str
     limit: int | None
+    alert_at: int | None = None  # spend that triggers the budget alert (licensing.alerts)
 
     def validate(self) -> None:
         if (

@@ -166,6 +166,7 @@ def _license_info(license_id: int) -> LicenseInfo | None:
             strategy=row.budget_strategy,
             period=row.budget_period,
             limit=row.budget_limit,
+            alert_at=row.alert_at,
         ),
     )
     _license_cache.set(license_id, info, generation)

@@ -27,6 +27,7 @@ from django.utils import timezone
 from gateway_site import pgpool
 from gateway_site.db import run_db
 
+from .alerts import follow_up, follow_ups_write
 from .budget import BudgetState, known_wallet_id, wallet_open
 from .ledger import FIELDS, WALLET_ADD_SQL, LedgerEntry, insert_statement, row_values
 from .models import Transaction
@@ -51,19 +52,51 @@ def _wallet_sums(batch: list[Pending]) -> list[tuple[int, int]]:
     return sorted(sums.items())
 
 
-def _remaining(batch: list[Pending], spent_after: dict[int, int]) -> list[int | None]:
-    """Walk the batch backwards: each request sees the wallet as it was after its own charge."""
+def _spent_each(batch: list[Pending], spent_after: dict[int, int]) -> list[int]:
+    """Walk the batch backwards: each request's wallet as it was after its own charge."""
     later: dict[int, int] = {}
-    result: list[int | None] = []
+    result: list[int] = []
     for item in reversed(batch):
-        wallet_id, budget = item.wallet_id, item.budget
+        wallet_id = item.wallet_id
         if wallet_id in spent_after and item.entry.credits:
             spent = spent_after[wallet_id] - later.get(wallet_id, 0)
             later[wallet_id] = later.get(wallet_id, 0) + item.entry.credits
         else:
-            spent = budget.spent + item.entry.credits
-        result.append(budget.remaining_after(spent))
+            spent = item.budget.spent + item.entry.credits
+        result.append(spent)
     return result[::-1]
+
+
+def _remaining(batch: list[Pending], spent_after: dict[int, int]) -> list[int | None]:
+    return [
+        item.budget.remaining_after(spent)
+        for item, spent in zip(batch, _spent_each(batch, spent_after), strict=True)
+    ]
+
+
+async def _follow_up(batch: list[Pending], spent_after: dict[int, int]) -> None:
+    """A committed batch's keys' last use and budget alerts (licensing.alerts): decided in
+    memory, written (rarely: once a minute per key, or a threshold crossed) before the batch's
+    requests answer, so an alert is in place when the request that crossed it returns."""
+    items = []
+    for item, spent in zip(batch, _spent_each(batch, spent_after), strict=True):
+        entry = item.entry
+        found = follow_up(
+            api_key_id=entry.api_key_id, budget=item.budget, credits=entry.credits, spent=spent
+        )
+        if found is not None:
+            items.append(found)
+    if not items:
+        return
+    try:
+        await run_db(_follow_ups_atomic, items)
+    except Exception:  # last use and alerts are worth a log line, never a failed request
+        logger.exception("writing last use / budget alerts failed")
+
+
+def _follow_ups_atomic(items) -> None:
+    with transaction.atomic():
+        follow_ups_write(items)
 
 
 def commit_batch_sync(batch: list[Pending]) -> dict[int, int]:
@@ -154,6 +187,7 @@ class GroupCommit:
                 spent = await commit_batch_async(batch)
             else:
                 spent = await run_db(commit_batch_sync, batch)
+            await _follow_up(batch, spent)
         except Exception as exc:
             # An outage, or anything else: the provider calls happened all the same, keep them.
             outage = isinstance(exc, DatabaseError | psycopg.Error)

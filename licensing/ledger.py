@@ -15,6 +15,7 @@ from decimal import Decimal
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
+from .alerts import after_charge
 from .budget import BudgetState, wallet_charge
 from .models import Transaction
 from .spool import spool_append
@@ -77,6 +78,7 @@ def _commit(entry: LedgerEntry, budget: BudgetState) -> int:
         sql, params = insert_statement([row_values(entry, wallet_id)])
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
+        after_charge(api_key_id=entry.api_key_id, budget=budget, credits=entry.credits, spent=spent)
     return spent
 
 

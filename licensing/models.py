@@ -1,4 +1,6 @@
+from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -86,6 +88,14 @@ class License(models.Model):
     budget_limit = models.BigIntegerField(
         null=True, blank=True, help_text="Micro-credits per wallet and period; empty = unlimited"
     )
+    alert_threshold_percent = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        verbose_name="alert threshold (%)",
+        help_text="Email the institution's admins once per window when a wallet's spend "
+        "reaches this share of the limit (e.g. 80); empty = no alert",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -95,6 +105,17 @@ class License(models.Model):
     def __str__(self):
         return self.name
 
+    @property
+    def alert_at(self) -> int | None:
+        """The spend (micro-credits) at which the budget alert goes out; None = no alert."""
+        if self.budget_limit is None or self.alert_threshold_percent is None:
+            return None
+        return alert_at(self.budget_limit, self.alert_threshold_percent)
+
+
+def alert_at(limit: int, percent: int) -> int:
+    return -(-limit * percent // 100)  # ceiling: 80% of 5 credits alerts at 4, not 3
+
 
 class ApiKey(models.Model):
     license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="api_keys")
@@ -103,6 +124,12 @@ class ApiKey(models.Model):
     digest = models.CharField(max_length=64, unique=True, editable=False)
     active = models.BooleanField(default=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="Last request that reached a provider (updated at most once a minute)",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -230,3 +257,52 @@ class Transaction(models.Model):
 
     def __str__(self):
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.service} {self.credits}"
+
+
+class AdminProfile(models.Model):
+    """Ties a staff user to one institution with a role (superusers need none: they see all)."""
+
+    class Role(models.TextChoices):
+        ADMIN = "admin", "Institution admin: licenses, license types, keys, end users, issuers"
+        REVIEWER = "reviewer", "Reviewer: reads licenses, wallets and transactions"
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="gateway_profile"
+    )
+    institution = models.ForeignKey(
+        Institution, on_delete=models.CASCADE, related_name="admin_profiles"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.ADMIN)
+
+    class Meta:
+        verbose_name = "institution role"
+
+    def __str__(self):
+        return f"{self.user} ({self.role}, {self.institution})"
+
+
+class BudgetAlert(models.Model):
+    """One row per license and budget window whose alert threshold was crossed: the email
+    goes out once per window, whatever the concurrency (the unique constraint decides)."""
+
+    license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="budget_alerts")
+    period = models.CharField(max_length=32)
+    window_start = models.DateTimeField()
+    holder = models.CharField(max_length=100)
+    spent = models.BigIntegerField(help_text="The wallet's spend after the crossing request")
+    threshold = models.BigIntegerField(help_text="Micro-credits")
+    limit = models.BigIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    recipients = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["license", "period", "window_start"], name="uniq_budget_alert_window"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.license} {self.window_start:%Y-%m-%d}"

@@ -259,7 +259,11 @@ def compile_policy(document: Any) -> Policy:
 
 
 def validate_policy_document(document: Any) -> None:
+    """The save-time check: compiles, and every rule names a parameter of its service."""
+    from .policy_schema import check_param_names
+
     compile_policy(document)
+    check_param_names(document)
 
 
 def load_policy(document: Any) -> Policy:

@@ -53,3 +53,53 @@ def license_create(
         budget_period=period,
         budget_strategy=strategy,
     )
+
+
+@transaction.atomic
+def institution_admin_create(
+    *, institution: str, username: str, role: str, password: str, email: str = ""
+):
+    """A staff user tied to one institution with a role (see licensing.scoping)."""
+    from django.contrib.auth import get_user_model
+
+    from .models import AdminProfile
+
+    if role not in AdminProfile.Role.values:
+        raise ValidationError(f"Unknown role {role!r}; use one of {AdminProfile.Role.values}")
+    owner = Institution.objects.filter(name=institution).first()
+    if owner is None:
+        known = list(Institution.objects.values_list("name", flat=True)[:20])
+        raise ValidationError(f"No institution named {institution!r}; known: {known}")
+    if not password:
+        raise ValidationError("The password cannot be empty")
+    User = get_user_model()
+    if User.objects.filter(username=username).exists():
+        raise ValidationError(f"A user named {username!r} already exists")
+    user = User.objects.create_user(username, email=email, password=password, is_staff=True)
+    AdminProfile.objects.create(user=user, institution=owner, role=role)
+    return user
+
+
+@transaction.atomic
+def api_key_revoke(*, key_id: int) -> None:
+    from .models import ApiKey
+
+    row = ApiKey.objects.select_for_update().get(pk=key_id)
+    if row.active:
+        row.active = False
+        row.save(update_fields=["active", "updated_at"])  # post_save clears the API's caches
+
+
+@transaction.atomic
+def api_key_rotate(*, key_id: int):
+    """A new key on the same license, with the same name and expiry; the old one is revoked.
+    Returns (new row, full new key)."""
+    from .credentials import api_key_create
+    from .models import ApiKey
+
+    old = ApiKey.objects.select_for_update().select_related("license").get(pk=key_id)
+    row, key = api_key_create(license=old.license, name=old.name, expires_at=old.expires_at)
+    if old.active:
+        old.active = False
+        old.save(update_fields=["active", "updated_at"])
+    return row, key

@@ -11,6 +11,7 @@ HOST="${HOST:-127.0.0.1}"
 PORT="${PORT:-8000}"
 SIM_PORT="${SIMULATOR_PORT:-9100}"
 
+# DATABASE_URL (if set) picks the database, as everywhere; default: db.sqlite3 here.
 # The ports first: on a busy port nothing may be touched (the database, the connection another
 # running instance uses).
 PORTS=("$PORT")
@@ -38,6 +39,8 @@ PY
 
 # A bad DATABASE_URL or an unreachable database stops here with one line (see manage.py).
 python manage.py migrate --verbosity 0
+# Static files (admin, /v1/docs) into var/static, served by WhiteNoise (compressed copies).
+python manage.py collectstatic --noinput --verbosity 0
 python manage.py load_catalog
 DJANGO_SETTINGS_MODULE=gateway_site.settings python - <<'PY'
 import secrets

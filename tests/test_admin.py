@@ -20,7 +20,9 @@ from django.utils import timezone
 from catalog.models import Connection, Model, Provider, ProviderModel
 from core.crypto import reveal
 from licensing.models import (
+    AdminProfile,
     ApiKey,
+    BudgetAlert,
     EndUser,
     Institution,
     JwtIssuer,
@@ -48,8 +50,9 @@ ADDABLE = {
     License,
     ApiKey,
     JwtIssuer,
+    AdminProfile,
 }
-READ_ONLY = {EndUser, Wallet, Transaction}
+READ_ONLY = {EndUser, Wallet, Transaction, BudgetAlert}
 ALL_MODELS = sorted(ADDABLE | READ_ONLY, key=lambda m: m._meta.label)
 
 
@@ -167,9 +170,24 @@ def make_licensing(suffix: str) -> dict:
         )
         for i in range(3)
     ]
+    from django.contrib.auth import get_user_model
+
+    staff = get_user_model().objects.create_user(f"staff-{suffix}", is_staff=True)
+    profile = AdminProfile.objects.create(user=staff, institution=lic.institution)
+    alert = BudgetAlert.objects.create(
+        license=lic,
+        period="monthly",
+        window_start=wallet.window_start,
+        holder=wallet.holder,
+        spent=900_000,
+        threshold=800_000,
+        limit=1_000_000,
+    )
     return {
         "license": lic,
         "license_type": lic.license_type,
+        "admin_profile": profile,
+        "budget_alert": alert,
         "institution": lic.institution,
         "api_key": key_row,
         "key": key,

@@ -1,0 +1,104 @@
+"""Tells licensing which parameters each policy service's request carries, and how to parse a
+body exactly as the endpoint does (the policy editor's name check and "try a request" panel).
+Called once from InferenceConfig.ready."""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from core.jsonio import parse_json
+from licensing.policy_schema import BodyInvalid, register_service
+
+from .schemas.bedrock import BedrockEmbeddingsRequest
+from .schemas.chat import ChatCompletionRequest
+from .schemas.embeddings import EmbeddingsRequest
+from .schemas.gemini import GeminiEmbeddingsRequest
+from .schemas.images import ImageGenerationRequest
+from .schemas.responses import ResponseRequest
+from .schemas.search import FetchRequest, WebSearchRequest
+
+SERVICE_BODIES: dict[str, Any] = {
+    "chat_completions": ChatCompletionRequest,
+    "responses": ResponseRequest,
+    "embeddings": EmbeddingsRequest,
+    "bedrock_embeddings": BedrockEmbeddingsRequest,
+    "gemini_embeddings": GeminiEmbeddingsRequest,
+    "image_generation": ImageGenerationRequest,
+    "web_search": WebSearchRequest,
+    "fetch": FetchRequest,
+}
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a (possibly optional, union or annotated) annotation names."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, typing.Annotated):
+        args = typing.get_args(annotation)
+        if origin is typing.Annotated:
+            args = args[:1]
+        return [model for arg in args for model in _models_in(arg)]
+    return []
+
+
+def parameter_names(body: Any) -> set[str]:
+    """Top-level fields, and one level of nested object fields as `outer.inner`."""
+    names: set[str] = set()
+    for model in _models_in(body):
+        for name, info in model.model_fields.items():
+            names.add(name)
+            for nested in _models_in(info.annotation):
+                names.update(f"{name}.{inner}" for inner in nested.model_fields)
+    return names
+
+
+def _loads(text: str) -> Any:
+    """JSON exactly as the API reads it (core.jsonio), errors as its 422."""
+    try:
+        return parse_json(text)
+    except json.JSONDecodeError as exc:
+        item = {
+            "type": "json_invalid",
+            "loc": ["body", exc.pos],
+            "msg": "JSON decode error",
+            "input": {},
+            "ctx": {"error": exc.msg},
+        }
+        raise BodyInvalid([item]) from exc
+
+
+def _parser(body: Any):
+    adapter = TypeAdapter(body)
+
+    def parse(text: str) -> dict:
+        if not text.strip():  # as the API answers an empty body
+            raise BodyInvalid([{"type": "missing", "loc": ["body"], "msg": "Field required"}])
+        data = _loads(text)
+        try:
+            value = adapter.validate_python(data)
+        except ValidationError as exc:
+            raise BodyInvalid(
+                [
+                    {
+                        "type": error["type"],
+                        "loc": ["body", *error["loc"]],
+                        "msg": error["msg"],
+                        "input": error.get("input"),
+                    }
+                    for error in exc.errors(include_url=False, include_context=False)
+                ]
+            ) from exc
+        return value.model_dump(exclude_unset=True)
+
+    return parse
+
+
+def register_policy_parameters() -> None:
+    for service, body in SERVICE_BODIES.items():
+        register_service(service, params=parameter_names(body), parse=_parser(body))

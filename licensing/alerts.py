@@ -1,0 +1,166 @@
+"""What the ledger write does besides the charge: an API key's last use, and budget alerts.
+
+Both run inside the ledger's transaction and cost nothing on most requests:
+- `last_used_at` is written at most once a minute per key and process (one conditional
+  UPDATE; other processes' writes within the minute are skipped by its WHERE);
+- an alert row is inserted only by the charge that moves a wallet from below the license's
+  threshold to at or above it (the spend before and after the charge, from the wallet's own
+  UPDATE ... RETURNING); the unique (license, period, window) row makes it once per window
+  whatever the concurrency. The email goes out after the commit on a background thread, so
+  SMTP never holds up a request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import close_old_connections, connection, connections, transaction
+from django.utils import timezone
+
+from .budget import BudgetState
+from .models import AdminProfile, BudgetAlert
+
+logger = logging.getLogger("gateway")
+
+LAST_USED_EVERY = timedelta(minutes=1)
+_last_used_written: dict[int, float] = {}  # key id -> time.monotonic() of our last write
+_mailer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-alerts")
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """What one charge calls for besides itself (rare: decided in memory)."""
+
+    touch_key: int | None
+    alert: tuple[BudgetState, int, int] | None  # budget, spent after, threshold
+
+
+def follow_up(
+    *, api_key_id: int | None, budget: BudgetState, credits: int, spent: int
+) -> FollowUp | None:
+    """None on most requests: the key was marked used within the minute, no threshold crossed."""
+    touch = api_key_id if api_key_id is not None and _due(api_key_id) else None
+    threshold = budget.config.alert_at
+    crossed = threshold is not None and credits > 0 and spent - credits < threshold <= spent
+    if touch is None and not crossed:
+        return None
+    return FollowUp(touch_key=touch, alert=(budget, spent, threshold) if crossed else None)
+
+
+def follow_ups_write(items: list[FollowUp]) -> None:
+    """The database side of `follow_up`s, in the caller's transaction."""
+    for item in items:
+        if item.touch_key is not None:
+            _write_last_used(item.touch_key)
+        if item.alert is not None:
+            budget, spent, threshold = item.alert
+            _record_alert(budget, spent=spent, threshold=threshold)
+
+
+def after_charge(*, api_key_id: int | None, budget: BudgetState, credits: int, spent: int):
+    """Called by the ledger's one-row write inside its transaction, after the wallet's UPDATE."""
+    item = follow_up(api_key_id=api_key_id, budget=budget, credits=credits, spent=spent)
+    if item is not None:
+        follow_ups_write([item])
+
+
+def _due(key_id: int) -> bool:
+    """Whether this process should write the key's last use now (and note that it did)."""
+    now_m = time.monotonic()
+    last = _last_used_written.get(key_id)
+    if last is not None and now_m - last < LAST_USED_EVERY.total_seconds():
+        return False
+    _last_used_written[key_id] = now_m
+    return True
+
+
+def _write_last_used(key_id: int) -> None:
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE licensing_apikey SET last_used_at = %s "
+            "WHERE id = %s AND (last_used_at IS NULL OR last_used_at < %s)",
+            [now, key_id, now - LAST_USED_EVERY],
+        )
+
+
+def _record_alert(budget: BudgetState, *, spent: int, threshold: int) -> None:
+    quote = connection.ops.quote_name
+    columns = ["license_id", "period", "window_start", "holder", "spent", "threshold"]
+    columns += ["limit", "created_at", "recipients"]
+    key = budget.key
+    params = [key.license_id, key.period, key.window_start, key.holder, spent, threshold]
+    params += [budget.config.limit, timezone.now(), "[]"]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {quote(BudgetAlert._meta.db_table)} "
+            f"({', '.join(quote(c) for c in columns)}) VALUES ({', '.join(['%s'] * len(params))}) "
+            "ON CONFLICT DO NOTHING RETURNING id",
+            params,
+        )
+        row = cursor.fetchone()
+    if row is not None:
+        alert_id = row[0]
+        transaction.on_commit(lambda: _mailer.submit(_send_in_background, alert_id))
+
+
+def _send_in_background(alert_id: int) -> None:
+    close_old_connections()
+    try:
+        send_budget_alert(alert_id)
+    except Exception:
+        logger.exception("budget alert %s could not be sent", alert_id)
+    finally:
+        connections.close_all()  # this thread's connection: never left open
+
+
+def institution_admin_emails(institution_id: int) -> list[str]:
+    users = get_user_model().objects.filter(
+        is_active=True,
+        gateway_profile__institution_id=institution_id,
+        gateway_profile__role=AdminProfile.Role.ADMIN,
+    )
+    return sorted(set(users.exclude(email="").values_list("email", flat=True)))
+
+
+def send_budget_alert(alert_id: int) -> None:
+    alert = BudgetAlert.objects.select_related("license__institution").get(pk=alert_id)
+    if alert.sent_at is not None:
+        return
+    lic = alert.license
+    recipients = institution_admin_emails(lic.institution_id)
+    if recipients:
+        holder = "" if alert.holder == "license" else f" (wallet {alert.holder})"
+        window = (
+            "its lifetime budget"
+            if alert.period == "lifetime"
+            else f"the {alert.period} window from {alert.window_start:%Y-%m-%d} UTC"
+        )
+        send_mail(
+            subject=f"[Inference Gateway] License {lic.name} reached "
+            f"{lic.alert_threshold_percent or round(100 * alert.threshold / alert.limit)}% "
+            "of its budget",
+            message=(
+                f"License {lic.name} of {lic.institution.name}{holder} has spent "
+                f"{alert.spent:,} of {alert.limit:,} micro-credits in {window} "
+                f"(alert threshold {alert.threshold:,}).\n\n"
+                "This alert is sent once per budget window."
+            ),
+            from_email=settings.DEFAULT_FROM_EMAIL,
+            recipient_list=recipients,
+        )
+    else:
+        logger.warning("budget alert for license %s: its institution has no admin email", lic)
+    BudgetAlert.objects.filter(pk=alert_id).update(sent_at=timezone.now(), recipients=recipients)
+
+
+def wait_for_alerts() -> None:
+    """Block until the alerts queued so far are sent (tests, shutdown)."""
+    _mailer.submit(lambda: None).result()

@@ -1,0 +1,137 @@
+"""Who may see and change what: superusers everything; a staff user with an `AdminProfile`
+only the rows of its institution, by role. The admin and the management API both ask here.
+
+Roles:
+- `admin` (institution admin): manages its licenses, license types, API keys, end users and
+  JWT issuers; reads its wallets, transactions and budget alerts, and the catalog.
+- `reviewer`: reads its licenses, wallets and transactions.
+Anyone else (not staff, inactive, or staff without a profile) sees no licensing row at all.
+Shared license types (no institution) are visible to institution admins, read-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Model, Q, QuerySet
+
+from .models import (
+    AdminProfile,
+    ApiKey,
+    BudgetAlert,
+    EndUser,
+    Institution,
+    JwtIssuer,
+    License,
+    LicenseType,
+    Transaction,
+    Wallet,
+)
+
+ADMIN = AdminProfile.Role.ADMIN.value
+REVIEWER = AdminProfile.Role.REVIEWER.value
+ALL = frozenset({"view", "add", "change", "delete"})
+VIEW = frozenset({"view"})
+
+# The lookup from each licensing model to its institution's id.
+INSTITUTION_PATHS: dict[type[Model], str] = {
+    Institution: "pk",
+    LicenseType: "institution",
+    License: "institution",
+    ApiKey: "license__institution",
+    JwtIssuer: "institution",
+    EndUser: "license__institution",
+    Wallet: "license__institution",
+    Transaction: "license__institution",
+    BudgetAlert: "license__institution",
+}
+
+# What each role may do, per model; anything not listed is refused.
+ROLE_PERMISSIONS: dict[str, dict[type[Model], frozenset[str]]] = {
+    ADMIN: {
+        Institution: VIEW,
+        LicenseType: ALL,
+        License: ALL,
+        ApiKey: ALL,
+        JwtIssuer: ALL,
+        EndUser: frozenset({"view", "delete"}),
+        Wallet: VIEW,
+        Transaction: VIEW,
+        BudgetAlert: VIEW,
+    },
+    REVIEWER: {License: VIEW, Wallet: VIEW, Transaction: VIEW},
+}
+
+
+@dataclass(frozen=True)
+class Scope:
+    superuser: bool
+    institution_id: int | None = None
+    role: str | None = None
+
+    def allows(self, model: type[Model], action: str) -> bool:
+        if self.superuser:
+            return True
+        return action in ROLE_PERMISSIONS.get(self.role, {}).get(model, frozenset())
+
+    @property
+    def is_institution_admin(self) -> bool:
+        return self.superuser or self.role == ADMIN
+
+
+NOBODY = Scope(superuser=False)
+
+
+def scope_of(user) -> Scope:
+    """The user's scope, remembered on the user object for the rest of the request."""
+    cached = getattr(user, "_gateway_scope", None)
+    if cached is not None:
+        return cached
+    if not getattr(user, "is_authenticated", False) or not user.is_active or not user.is_staff:
+        scope = NOBODY
+    elif user.is_superuser:
+        scope = Scope(superuser=True)
+    else:
+        profile = AdminProfile.objects.filter(user_id=user.pk).values_list("institution_id", "role")
+        row = profile.first()
+        scope = Scope(superuser=False, institution_id=row[0], role=row[1]) if row else NOBODY
+    user._gateway_scope = scope
+    return scope
+
+
+def scope_filter(model: type[Model], scope: Scope) -> Q | None:
+    """The filter that keeps `model`'s rows of the scope; None: no row at all."""
+    if scope.superuser:
+        return Q()
+    if scope.institution_id is None or model not in INSTITUTION_PATHS:
+        return None
+    q = Q(**{INSTITUTION_PATHS[model]: scope.institution_id})
+    if model is LicenseType:
+        q |= Q(institution__isnull=True)
+    return q
+
+
+def scoped(queryset: QuerySet, scope: Scope) -> QuerySet:
+    condition = scope_filter(queryset.model, scope)
+    return queryset.none() if condition is None else queryset.filter(condition)
+
+
+def institution_id_of(obj: Model) -> int | None:
+    """The institution an object belongs to (None: shared, or not a licensing row)."""
+    path = INSTITUTION_PATHS.get(type(obj))
+    if path is None:
+        return None
+    if path == "pk":
+        return obj.pk
+    *hops, last = path.split("__")
+    target = obj
+    for hop in hops:
+        target = getattr(target, hop)
+    return getattr(target, f"{last}_id")
+
+
+def owns(scope: Scope, obj: Model) -> bool:
+    """Whether the scope may change or delete `obj` (shared rows belong to superusers)."""
+    return scope.superuser or (
+        scope.institution_id is not None and institution_id_of(obj) == scope.institution_id
+    )
