@@ -55,6 +55,12 @@ class Sealed:
     def __bool__(self) -> bool:
         return bool(self.token)
 
+    def __eq__(self, other) -> bool:  # the same stored value (tokens are never decrypted here)
+        return isinstance(other, Sealed) and other.token == self.token
+
+    def __hash__(self) -> int:
+        return hash(self.token)
+
     def __repr__(self) -> str:  # never the plain text, and not the token either
         return "<Sealed secret>"
 
