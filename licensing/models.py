@@ -38,7 +38,9 @@ class LicenseType(models.Model):
     guardrails = models.JSONField(
         default=dict,
         blank=True,
-        help_text='{"input": {"patterns": ["regex", ...]}, "output": {"patterns": [...]}}',
+        help_text='{"input": {"patterns": ["regex", ...], "moderation": true}, '
+        '"output": {"patterns": [...], "moderation": false}} (moderation: the direct '
+        "provider's moderation call; a failed call refuses the request with 503)",
     )
     updated_at = models.DateTimeField(auto_now=True)
 
