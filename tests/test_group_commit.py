@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from gateway_site import pgpool
 from licensing.budget import BudgetConfig, BudgetState, budget_check
 from licensing.group_commit import Pending, _remaining, ledger_write
 from licensing.models import Transaction, Wallet
@@ -56,6 +57,12 @@ def test_a_batch_writes_every_row_and_each_wallet_once(make_license):
     states = [_state(capped), _state(other)]
 
     async def write_all():
+        try:
+            return await _gather()
+        finally:
+            await pgpool.close_all()
+
+    async def _gather():
         return await asyncio.gather(
             *(
                 ledger_write(entry=_entry(lic, f"req-{i}", credits=i + 1), budget=state)
