@@ -489,7 +489,7 @@ def install_litellm() -> tuple[Path | None, str]:
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"could not make {LITELLM_VENV}: {exc}"
     if r.returncode or not exe.exists():
-        lines = [x for x in (r.stdout + r.stderr).splitlines() if "is ignored:" not in x]
+        lines = [x[:300] for x in (r.stdout + r.stderr).splitlines() if "is ignored:" not in x]
         return None, f"pip install {LITELLM_SPEC} failed:\n" + "\n".join(lines[-15:])
     marker.write_text(LITELLM_SPEC + "\n")
     return exe, ""
@@ -882,16 +882,19 @@ def report_embeddings(args, generator: str, case: Embeddings) -> None:
         f"\nembeddings: POST /v1/embeddings, load: {generator}, {args.connections} connections "
         f"for {args.seconds:g}s and one connection for {args.seconds_one:g}s per target and "
         "round;\nupstream: python -m fake_upstreams openai; CPU ms/req: the target's own process "
-        f"tree, at {args.connections} connections"
+        f"tree, at {args.connections} connections; CPU @1: the same at one connection\n(p50 @1 "
+        "less CPU @1 is time spent waiting: for the other processes, and for a core on a busy "
+        "machine)"
     )
     columns = [("req/s", 17), ("p50 ms", 20), ("p99 ms", 20), ("p50 @1 ms", 20)]
-    columns += [("CPU ms/req", 18), ("answers", 7), ("non-2xx", 7), ("errors", 6)]
+    columns += [("CPU ms/req", 18), ("CPU @1", 18), ("answers", 7), ("non-2xx", 7), ("errors", 6)]
     print(table_row("target", 40, [name for name, _ in columns], columns))
     for t in case.targets:
         many, one = case.c32[t.name], case.c1[t.name]
         values = [cell([r.rps for r in many], ".0f"), cell([r.p50_ms for r in many])]
         values += [cell([r.p99_ms for r in many]), cell([r.p50_ms for r in one], ".2f")]
         values += [cell([r.cpu_ms(t.name) for r in many], ".2f")]
+        values += [cell([r.cpu_ms(t.name) for r in one], ".2f")]
         values += [str(sum(r.requests for r in many + one))]
         values += [str(sum(r.non2xx for r in many + one)), str(sum(r.errors for r in many + one))]
         print(table_row(t.title, 40, values, columns))
@@ -975,7 +978,7 @@ def report_issue(args, emb: Embeddings | None, chat: ChatStream | None, litellm_
     )
     rows = [("upstream", "upstream alone"), ("floor", "bare django-ninja floor")]
     rows += [("gateway", "gateway, full pipeline")]
-    rows += [("litellm", "LiteLLM 1.106.2 proxy, offline, no DB")]
+    rows += [("litellm", f"LiteLLM {LITELLM_SPEC.split('==')[1]} proxy, offline, no DB")]
     columns = [("req/s @32", 17), ("p99 @32 ms", 20), ("p50 @1 ms", 20), ("CPU ms/req", 18)]
     print(table_row("target", 38, [name for name, _ in columns], columns))
     for name, title in rows:
