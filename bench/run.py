@@ -886,7 +886,7 @@ def report_embeddings(args, generator: str, case: Embeddings) -> None:
         "less CPU @1 is time spent waiting: for the other processes, and for a core on a busy "
         "machine)"
     )
-    columns = [("req/s", 17), ("p50 ms", 20), ("p99 ms", 20), ("p50 @1 ms", 20)]
+    columns = [("req/s", 17), ("p50 ms", 20), ("p99 ms", 22), ("p50 @1 ms", 20)]
     columns += [("CPU ms/req", 18), ("CPU @1", 18), ("answers", 7), ("non-2xx", 7), ("errors", 6)]
     print(table_row("target", 40, [name for name, _ in columns], columns))
     for t in case.targets:
@@ -915,8 +915,8 @@ def report_chat(args, case: ChatStream) -> bool:
         f"{args.chunk_delay:g}s\n({CHAT_EVENTS} events per stream); times in ms; TTFB: to the "
         "first `data:` event; total: to the stream's end"
     )
-    columns = [("streams/s", 17), ("TTFB p50", 20), ("TTFB p99", 20), ("total p50", 20)]
-    columns += [("total p99", 20), ("streams", 7), ("failed", 6), ("CPU ms/str", 20)]
+    columns = [("streams/s", 20), ("TTFB p50", 20), ("TTFB p99", 20), ("total p50", 20)]
+    columns += [("total p99", 22), ("streams", 7), ("failed", 6), ("CPU ms/str", 20)]
     print(table_row("target", 24, [name for name, _ in columns], columns))
     for t in case.targets:
         rs = case.results[t.name]
@@ -979,7 +979,7 @@ def report_issue(args, emb: Embeddings | None, chat: ChatStream | None, litellm_
     rows = [("upstream", "upstream alone"), ("floor", "bare django-ninja floor")]
     rows += [("gateway", "gateway, full pipeline")]
     rows += [("litellm", f"LiteLLM {LITELLM_SPEC.split('==')[1]} proxy, offline, no DB")]
-    columns = [("req/s @32", 17), ("p99 @32 ms", 20), ("p50 @1 ms", 20), ("CPU ms/req", 18)]
+    columns = [("req/s @32", 17), ("p99 @32 ms", 22), ("p50 @1 ms", 20), ("CPU ms/req", 18)]
     print(table_row("target", 38, [name for name, _ in columns], columns))
     for name, title in rows:
         if emb is None or name not in emb.c32:
@@ -1069,10 +1069,10 @@ def report_issue(args, emb: Embeddings | None, chat: ChatStream | None, litellm_
             None,
         ),
     ]
-    print(f"\n{'ratio':<54}{'measured':>22}  {'target':<9} verdict")
+    print(f"\n{'ratio':<54}{'measured':>24}  {'target':<9} verdict")
     for g in goals:
         if g.values is None:
-            print(f"{g.what:<54}{'not measured':>22}")
+            print(f"{g.what:<54}{'not measured':>24}")
             continue
         fmt, sign = (g.fmt[1:], "+") if g.fmt.startswith("+") else (g.fmt, "")
         measured = cell(g.values, fmt, sign)
@@ -1081,7 +1081,7 @@ def report_issue(args, emb: Embeddings | None, chat: ChatStream | None, litellm_
         else:
             verdict = "met" if g.met(statistics.median(g.values)) else "not met"
             verdict += f" ({g.note})" if g.note else ""
-        print(f"{g.what:<54}{measured:>22}  {g.goal:<9} {verdict}")
+        print(f"{g.what:<54}{measured:>24}  {g.goal:<9} {verdict}")
 
 
 def check_ledger(ledger: Ledger, service: str, gateway_ok: int) -> bool:
