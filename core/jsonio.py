@@ -172,3 +172,14 @@ def _printable(value):
     if isinstance(value, list | tuple):
         return [_printable(item) for item in value]
     return _SURROGATE.sub("\ufffd", str(value))
+
+
+def json_invalid_item(exc: json.JSONDecodeError) -> dict:
+    """The contract's 422 detail item for a body that is not JSON (loc: its character offset)."""
+    return {
+        "type": "json_invalid",
+        "loc": ["body", exc.pos],
+        "msg": "JSON decode error",
+        "input": {},
+        "ctx": {"error": exc.msg},
+    }

@@ -24,7 +24,7 @@ from ninja.renderers import BaseRenderer
 from ninja.security.http import HttpAuthBase
 
 from core.errors import GatewayError, ServiceUnavailable
-from core.jsonio import dumps, parse_json
+from core.jsonio import dumps, json_invalid_item, parse_json
 from gateway_site.middleware import internal_server_error
 from licensing.credentials import authenticate
 
@@ -136,14 +136,7 @@ def _http_error(request, exc: HttpError):
     if isinstance(cause, RequestDataTooBig):
         return _body_too_large(request, cause)
     if isinstance(cause, json.JSONDecodeError):
-        item = {
-            "type": "json_invalid",
-            "loc": ["body", cause.pos],
-            "msg": "JSON decode error",
-            "input": {},
-            "ctx": {"error": cause.msg},
-        }
-        return json_response({"detail": [item]}, status=422)
+        return json_response({"detail": [json_invalid_item(cause)]}, status=422)
     return json_response({"error": {"message": str(exc.message)}}, status=exc.status_code)
 
 

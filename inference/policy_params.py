@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from core.jsonio import parse_json
+from core.jsonio import json_invalid_item, parse_json
 from licensing.policy_schema import BodyInvalid, register_service
 
 from .schemas.bedrock import BedrockEmbeddingsRequest
@@ -63,14 +63,7 @@ def _loads(text: str) -> Any:
     try:
         return parse_json(text)
     except json.JSONDecodeError as exc:
-        item = {
-            "type": "json_invalid",
-            "loc": ["body", exc.pos],
-            "msg": "JSON decode error",
-            "input": {},
-            "ctx": {"error": exc.msg},
-        }
-        raise BodyInvalid([item]) from exc
+        raise BodyInvalid([json_invalid_item(exc)]) from exc
 
 
 def _parser(body: Any):

@@ -14,6 +14,7 @@ from .fetch import FetchTransport
 from .gemini import GeminiTransport
 from .openai import OpenAITransport
 from .openrouter import OpenRouterTransport
+from .pool import close_retired
 from .search import BraveTransport, OpenAlexTransport
 
 _CLASSES: dict[str, type[Transport]] = {
@@ -59,3 +60,4 @@ async def close_adapters() -> None:
     """Close every adapter's connection pools (shutdown, tests)."""
     for adapter in list(_ADAPTERS.values()):
         await adapter.aclose()
+    await close_retired()

@@ -109,8 +109,15 @@ class Upstream:
             await self.aclose()
 
         task = loop.create_task(close_later())
-        _closing.add(task)  # referenced until done: the pool is not left to the garbage collector
-        task.add_done_callback(_closing.discard)
+        _retired[task] = self  # referenced until closed: not left to the garbage collector
+        task.add_done_callback(_retired.pop)
 
 
-_closing: set[asyncio.Task] = set()
+_retired: dict[asyncio.Task, Upstream] = {}
+
+
+async def close_retired() -> None:
+    """Close the replaced pools now (shutdown, tests)."""
+    for task, upstream in list(_retired.items()):
+        task.cancel()
+        await upstream.aclose()
