@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.ports import run_script_ports
+
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "var" / "screenshots"
 CHROMIUM = shutil.which("chromium")
@@ -30,17 +31,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class RunScript:
     """`bash scripts/run.sh` in its own process group, its output collected."""
 
     def __init__(self, workdir: Path):
-        self.port, sim_port = _free_port(), _free_port()
+        ports = run_script_ports()
+        self.port, sim_port = int(ports["PORT"]), int(ports["SIMULATOR_PORT"])
         env = {
             k: v
             for k, v in os.environ.items()
@@ -93,7 +89,9 @@ class RunScript:
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+        except ProcessLookupError:
+            pass  # run.sh and its children are gone already
+        except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
         self.reader.join(timeout=10)

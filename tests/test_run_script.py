@@ -14,6 +14,7 @@ import pytest
 from catalog.models import Connection
 from licensing.models import License
 
+from .ports import run_script_ports
 from .test_cache_invalidation import database_url, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,11 +41,11 @@ def run_script(**env_extra: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("busy", ["PORT", "SIMULATOR_PORT"])
 def test_a_busy_port_stops_it_before_the_database_is_touched(catalog, busy):
     direct = Connection.objects.get(provider__slug="direct", name="default")
+    ports = run_script_ports()
     with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", int(ports[busy])))
         listener.listen()
-        ports = {"PORT": str(free_port()), "SIMULATOR_PORT": str(free_port())}
-        ports[busy] = str(listener.getsockname()[1])
         result = run_script(DATABASE_URL=database_url(), **ports)
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
@@ -71,7 +72,7 @@ def test_a_busy_port_stops_it_before_the_database_is_touched(catalog, busy):
 )
 def test_a_bad_database_url_is_one_line_and_a_non_zero_exit(url, expected):
     url = url.format(port=free_port())
-    result = run_script(DATABASE_URL=url, PORT=str(free_port()), SIMULATOR_PORT=str(free_port()))
+    result = run_script(DATABASE_URL=url, **run_script_ports())
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("manage.py: ") and expected in lines[0]
