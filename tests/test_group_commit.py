@@ -7,37 +7,12 @@ import asyncio
 import pytest
 
 from gateway_site import pgpool
-from licensing.budget import BudgetConfig, BudgetState, budget_check
+from licensing.budget import BudgetConfig, BudgetState
 from licensing.group_commit import Pending, _remaining, ledger_write
 from licensing.models import Transaction, Wallet
+from tests.ledger_helpers import budget_for, entry_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _state(license, holder="license", spent=0, wallet_id=None):
-    config = BudgetConfig(
-        "micro_credits", license.budget_strategy, "lifetime", license.budget_limit
-    )
-    state = budget_check(license_id=license.id, config=config, holder=holder)
-    return state
-
-
-def _entry(license, request_id, credits):
-    from licensing.ledger import LedgerEntry
-
-    return LedgerEntry(
-        request_id=request_id,
-        license_id=license.id,
-        api_key_id=None,
-        end_user_id=None,
-        service="embeddings",
-        requested_model="m",
-        billed_model="m",
-        provider="direct",
-        connection="default",
-        status_code=200,
-        credits=credits,
-    )
 
 
 def test_each_request_sees_the_wallet_after_its_own_charge():
@@ -54,7 +29,7 @@ def test_each_request_sees_the_wallet_after_its_own_charge():
 def test_a_batch_writes_every_row_and_each_wallet_once(make_license):
     capped = make_license(name="capped", limit=1_000)
     other = make_license(name="other", limit=1_000)
-    states = [_state(capped), _state(other)]
+    states = [budget_for(capped, "license"), budget_for(other, "license")]
 
     async def write_all():
         try:
@@ -65,7 +40,7 @@ def test_a_batch_writes_every_row_and_each_wallet_once(make_license):
     async def _gather():
         return await asyncio.gather(
             *(
-                ledger_write(entry=_entry(lic, f"req-{i}", credits=i + 1), budget=state)
+                ledger_write(entry=entry_for(lic, f"req-{i}", credits=i + 1), budget=state)
                 for i, (lic, state) in enumerate(
                     [(capped, states[0]), (other, states[1]), (capped, states[0])] * 3
                 )

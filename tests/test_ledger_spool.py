@@ -16,10 +16,9 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from licensing.budget import BudgetConfig, budget_check
-from licensing.ledger import LedgerEntry
 from licensing.models import Transaction, Wallet
 from licensing.spool import spool_append, spool_depth, spool_replay
+from tests.ledger_helpers import budget_for, entry_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,37 +31,19 @@ def spool(settings, tmp_path):
 
 
 def _entry(license, request_id, credits=7):
-    return LedgerEntry(
-        request_id=request_id,
-        license_id=license.id,
-        api_key_id=None,
-        end_user_id=None,
-        service="embeddings",
-        requested_model="text-embedding-3-small",
-        billed_model="text-embedding-3-small",
-        provider="direct",
-        connection="default",
-        status_code=200,
-        credits=credits,
+    return entry_for(
+        license,
+        request_id,
+        credits,
         prompt_tokens=350,
         total_tokens=350,
         metadata={"course": "bio-101", "week": 3},
     )
 
 
-def _budget(license):
-    config = BudgetConfig(
-        unit=license.budget_unit,
-        strategy=license.budget_strategy,
-        period=license.budget_period,
-        limit=license.budget_limit,
-    )
-    return budget_check(license_id=license.id, config=config, holder="key:1")
-
-
 def test_spooled_entries_are_written_once_with_their_charge(spool, make_license):
     license = make_license(name="capped", limit=1_000)
-    budget = _budget(license)
+    budget = budget_for(license)
     first, second = _entry(license, "req-1"), _entry(license, "req-2", credits=5)
     spool_append(entry=first, budget=budget)
     spool_append(entry=second, budget=budget)
@@ -84,7 +65,7 @@ def test_spooled_entries_are_written_once_with_their_charge(spool, make_license)
 
 def test_a_torn_line_is_kept_for_the_operator_and_the_rest_written(spool, make_license):
     license = make_license(name="capped", limit=1_000)
-    spool_append(entry=_entry(license, "req-1"), budget=_budget(license))
+    spool_append(entry=_entry(license, "req-1"), budget=budget_for(license))
     (path,) = spool.iterdir()
     with open(path, "ab") as f:
         f.write(b'{"entry": {"request_id": "req-2", "lic')  # a crash mid-write
@@ -95,7 +76,7 @@ def test_a_torn_line_is_kept_for_the_operator_and_the_rest_written(spool, make_l
 
 def test_replay_command(spool, make_license, capsys):
     license = make_license(name="capped", limit=1_000)
-    spool_append(entry=_entry(license, "req-9"), budget=_budget(license))
+    spool_append(entry=_entry(license, "req-9"), budget=budget_for(license))
     call_command("replay_ledger_spool")
     assert "1 written, 0 already in the ledger, 0 waiting" in capsys.readouterr().out
     assert Transaction.objects.get().request_id == "req-9"
@@ -103,7 +84,7 @@ def test_replay_command(spool, make_license, capsys):
 
 def test_replay_while_the_database_is_down_keeps_everything(spool, make_license, settings):
     license = make_license(name="capped", limit=1_000)
-    spool_append(entry=_entry(license, "req-1"), budget=_budget(license))
+    spool_append(entry=_entry(license, "req-1"), budget=budget_for(license))
     from django.db import OperationalError
 
     def refuse(execute, sql, params, many, context):
