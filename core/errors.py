@@ -10,12 +10,17 @@ SERVICE_UNAVAILABLE = "Service temporarily unavailable"
 
 class GatewayError(Exception):
     status = 400
+    # What staff see in the ledger beside the client's message (e.g. why a 503 happened); never
+    # sent to the client.
+    reason: str | None = None
 
-    def __init__(self, message: str, *, status: int | None = None):
+    def __init__(self, message: str, *, status: int | None = None, reason: str | None = None):
         super().__init__(message)
         self.message = message
         if status is not None:
             self.status = status
+        if reason is not None:
+            self.reason = reason
 
     def body(self) -> dict:
         return {"error": {"message": self.message}}
@@ -54,8 +59,8 @@ class BudgetConfigurationError(GatewayError):
 class ServiceUnavailable(GatewayError):
     status = 503
 
-    def __init__(self, message: str = SERVICE_UNAVAILABLE):
-        super().__init__(message)
+    def __init__(self, message: str = SERVICE_UNAVAILABLE, *, reason: str | None = None):
+        super().__init__(message, reason=reason)
 
 
 # Messages of the contract, kept together so tests and code cannot drift apart.

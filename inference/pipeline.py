@@ -27,6 +27,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from catalog.routing import Route, cached_catalog, load_catalog_snapshot, select_route
 from core.errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
 from gateway_site.db import run_db
+from licensing import ledger
 from licensing.budget import BudgetState, budget_check_async
 from licensing.credentials import Principal
 from licensing.group_commit import ledger_write
@@ -35,6 +36,7 @@ from licensing.ledger import LedgerEntry
 from . import moderation
 from .billing import Usage
 from .headers import parse_service_headers
+from .providers.base import scrub
 from .streaming import ProviderStream, StreamOutcome, relay
 
 logger = logging.getLogger("gateway")
@@ -49,6 +51,7 @@ class ProviderResult:
     usage: Usage = field(default_factory=Usage)
     credits: int = 0
     output_texts: Iterable[str] = ()
+    upstream_id: str = ""  # the provider's id of its answer, for the ledger
 
 
 @dataclass
@@ -63,6 +66,7 @@ class Call:
     metadata: dict
     budget: BudgetState | None = None
     route: Route | None = None
+    stage: dict[int, str] | None = None  # the step under way before the call (error codes)
 
 
 class Operation:
@@ -121,7 +125,6 @@ async def current_catalog():
 async def run(request, operation: Operation, body) -> HttpResponse:
     principal = require_principal(request)  # 3
     pin, metadata = parse_service_headers(request)  # 4
-    license = principal.license
     call = Call(
         request=request,
         request_id=request.request_id,
@@ -130,37 +133,25 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         body_fields=body.model_dump(exclude_unset=True),
         metadata=metadata,
     )
-    # 5: an unlimited budget needs no read before the call.
-    call.budget = await budget_check_async(
-        license_id=license.id, config=license.budget, holder=principal.holder
-    )
-    # 6
-    if license.policy is None:
-        raise ServiceUnavailable()
-    service_policy = license.policy.check_request(operation.service, call.body_fields)
-    # 7
-    catalog = await current_catalog()
-    call.route = route = operation.select(catalog, pin, service_policy.providers, body)
-    call.route = route = operation.prepare(route, body) or route
-    # 8
-    guardrails = license.guardrails
-    if guardrails is None:
-        raise ServiceUnavailable()
-    input_texts = list(operation.input_texts(body))
-    guardrails.check("input", input_texts)
-    if guardrails.moderates("input"):
-        await moderation.check(catalog, input_texts)  # 400 flagged, 503 when it fails
+    try:
+        catalog, guardrails = await _admit(call, operation, pin)  # 5-8
+    except GatewayError as exc:
+        # The caller is known: the refusal is a ledger row (0 credits, no wallet), so that a
+        # reviewer can answer "why was I refused" (README, Decisions).
+        await _record(call, operation, status=exc.status, error=(call.stage, exc))
+        raise
     # 9
     try:
-        result = await operation.call(route, body, call)
+        result = await operation.call(call.route, body, call)
     except GatewayError as exc:
-        await _record(call, operation, status=exc.status)
+        await _record(call, operation, status=exc.status, error=(_call_code(exc), exc))
         raise
     except asyncio.CancelledError:
-        await _record(call, operation, status=499)  # client went away mid-call
+        # The client went away mid-call.
+        await _record(call, operation, status=499, error=(ledger.CLIENT_DISCONNECTED, None))
         raise
-    except Exception:
-        await _record(call, operation, status=500)
+    except Exception as exc:
+        await _record(call, operation, status=500, error=(ledger.INTERNAL_ERROR, exc))
         raise
     if isinstance(result, ProviderStream):
         return _stream_response(call, operation, result)  # output guardrails never block a stream
@@ -170,15 +161,67 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         guardrails.check("output", output_texts)
         if guardrails.moderates("output"):
             await moderation.check(catalog, output_texts)
-    except ServiceUnavailable:
+    except ServiceUnavailable as exc:
         # The moderation call failed: closed, and the answer is not charged.
-        await _record(call, operation, status=503, result=replace(result, credits=0))
+        error = (ledger.MODERATION_UNAVAILABLE, exc)
+        await _record(call, operation, status=503, result=replace(result, credits=0), error=error)
         raise
     except GatewayError as exc:
-        await _record(call, operation, status=exc.status, result=result)
+        error = (ledger.GUARDRAIL_BLOCKED, exc)
+        await _record(call, operation, status=exc.status, result=result, error=error)
         raise
     remaining = await _record(call, operation, status=200, result=result)
     return operation.render(result, remaining)
+
+
+async def _admit(call: Call, operation: Operation, pin):
+    """Steps 5 to 8; `call.stage` names the step that refused (its ledger error code)."""
+    principal, body = call.principal, call.body
+    license = principal.license
+    # 5: an unlimited budget needs no read before the call.
+    call.stage = _BUDGET
+    call.budget = await budget_check_async(
+        license_id=license.id, config=license.budget, holder=principal.holder
+    )
+    # 6
+    call.stage = _POLICY
+    if license.policy is None:
+        raise ServiceUnavailable(reason="the license type's policy document cannot be evaluated")
+    service_policy = license.policy.check_request(operation.service, call.body_fields)
+    # 7
+    call.stage = _SELECTION
+    catalog = await current_catalog()
+    call.route = operation.select(catalog, pin, service_policy.providers, body)
+    call.route = operation.prepare(call.route, body) or call.route
+    # 8
+    call.stage = _GUARDRAIL
+    guardrails = license.guardrails
+    if guardrails is None:
+        raise ServiceUnavailable(reason="the license type's guardrails cannot be evaluated")
+    input_texts = list(operation.input_texts(body))
+    guardrails.check("input", input_texts)
+    if guardrails.moderates("input"):
+        await moderation.check(catalog, input_texts)  # 400 flagged, 503 when it fails
+    call.stage = None
+    return catalog, guardrails
+
+
+# The steps before the provider call, and the error code of each refusal by its status.
+_BUDGET = {400: ledger.OUT_OF_BUDGET, 500: ledger.BUDGET_MISCONFIGURED}
+_POLICY = {403: ledger.POLICY_DENIED, 503: ledger.POLICY_UNAVAILABLE}
+_SELECTION = {400: ledger.PROVIDER_SELECTION}
+_GUARDRAIL = {400: ledger.GUARDRAIL_BLOCKED, 503: ledger.MODERATION_UNAVAILABLE}
+# A failed provider call, by the status the client gets.
+_CALL = {
+    400: ledger.PROVIDER_REJECTED,
+    404: ledger.PROVIDER_NOT_FOUND,
+    500: ledger.PROVIDER_ERROR,
+    503: ledger.PROVIDER_UNAVAILABLE,
+}
+
+
+def _call_code(exc: GatewayError) -> str:
+    return _CALL.get(exc.status, ledger.PROVIDER_ERROR)
 
 
 _background: set[asyncio.Task] = set()
@@ -192,10 +235,24 @@ def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
             result = operation.stream_result(call.route, call.body, outcome.usage)
         elif outcome.status == 200:
             logger.warning("stream %s ended without usage; recorded at zero cost", call.request_id)
+        if result is not None:
+            result.upstream_id = outcome.upstream_id or result.upstream_id
+        error = None
+        if outcome.status == 499:
+            error = (ledger.CLIENT_DISCONNECTED, None)
+        elif outcome.status != 200:
+            error = (ledger.STREAM_FAILED, GatewayError(outcome.failure or "stream failed"))
         # Runs from the generator's cleanup, possibly while its task is being cancelled: the
         # ledger write gets a task of its own.
         task = asyncio.get_running_loop().create_task(
-            _record(call, operation, status=outcome.status, result=result)
+            _record(
+                call,
+                operation,
+                status=outcome.status,
+                result=result,
+                error=error,
+                upstream_id=outcome.upstream_id,
+            )
         )
         _background.add(task)
         task.add_done_callback(_background.discard)
@@ -207,20 +264,31 @@ def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
 
 
 async def _record(
-    call: Call, operation: Operation, *, status: int, result: ProviderResult | None = None
+    call: Call,
+    operation: Operation,
+    *,
+    status: int,
+    result: ProviderResult | None = None,
+    error: tuple[dict[int, str] | str, Exception | None] | None = None,
+    upstream_id: str = "",
 ) -> int | None:
+    """One ledger row. `error` is (the error code, or the refusing step's table of codes by
+    status; the exception); a refusal (no route yet, or a step's table) charges no wallet."""
     route = call.route
     usage = result.usage if result else Usage()
+    license = call.principal.license
+    code, message = _error_of(status, error)
+    refusal = isinstance(error and error[0], dict)
     entry = LedgerEntry(
         request_id=call.request_id,
-        license_id=call.principal.license.id,
+        license_id=license.id,
         api_key_id=call.principal.api_key_id,
         end_user_id=call.principal.end_user_id,
         service=operation.service,
         requested_model=operation.model_of(call.body),
         billed_model=result.billed_model if result else "",
-        provider=route.provider.slug,
-        connection=route.connection.name,
+        provider=route.provider.slug if route else "",
+        connection=route.connection.name if route else "",
         status_code=status,
         credits=result.credits if result else 0,
         prompt_tokens=usage.prompt_tokens,
@@ -231,5 +299,30 @@ async def _record(
         units=usage.units,
         metadata=call.metadata,
         latency_ms=int((time.perf_counter() - call.request.started_at) * 1000),
+        upstream_id=(result.upstream_id if result else "") or upstream_id,
+        outcome=ledger.outcome_for(status, code),
+        error_code=code,
+        error_message=message,
+        institution_id=license.institution_id,
+        license_name=license.name,
     )
-    return await ledger_write(entry=entry, budget=call.budget)
+    return await ledger_write(entry=entry, budget=None if refusal else call.budget)
+
+
+def _error_of(status: int, error) -> tuple[str, str]:
+    """(error code, the reason staff see): the client's message, and for a failure of the
+    provider or the gateway what really happened, without URLs or e-mail addresses."""
+    if error is None:
+        return "", ""
+    code, exc = error
+    if isinstance(code, dict):
+        code = code.get(status, ledger.PROVIDER_SELECTION)
+    if exc is None:
+        return code, "client disconnected" if code == ledger.CLIENT_DISCONNECTED else ""
+    if isinstance(exc, GatewayError):
+        message = exc.message
+        if exc.reason and exc.reason != message:
+            message = f"{message} ({scrub(exc.reason)})"
+    else:
+        message = f"{type(exc).__name__}: {scrub(str(exc))}"
+    return code, message[: ledger.ERROR_MESSAGE_MAX]

@@ -106,6 +106,7 @@ class StreamOutcome:
     failure: str | None = None  # message sent to the client when the stream broke
     status: int = 200
     estimated: bool = False  # usage counted by the gateway (a client that left early)
+    upstream_id: str = ""  # the provider's id of the answer (chatcmpl-..., resp_...)
 
 
 class SSEProtocol:
@@ -145,6 +146,27 @@ class SSEProtocol:
         )
 
 
+def answer_id(value) -> str:
+    """The provider's id of an answer, as the ledger keeps it ("" when there is none)."""
+    return value[:200] if isinstance(value, str) else ""
+
+
+def _chunk_id(data: bytes) -> str:
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return ""
+    return answer_id(chunk.get("id")) if isinstance(chunk, dict) else ""
+
+
+def _response_id(data: bytes) -> str:
+    try:
+        response = orjson.loads(data).get("response")
+    except (orjson.JSONDecodeError, AttributeError):
+        return ""
+    return answer_id(response.get("id")) if isinstance(response, dict) else ""
+
+
 def _failure_message(error) -> str:
     message = error.get("message") if isinstance(error, dict) else None
     return sanitize_message(str(message or PROVIDER_ERROR))
@@ -166,6 +188,8 @@ class ChatSSE(SSEProtocol):
             outcome.completed = True
             return block
         self.kept.append((None, data))
+        if not outcome.upstream_id:
+            outcome.upstream_id = _chunk_id(data)  # every chunk carries it: read the first
         if b'"usage"' in data or b'"error"' in data:
             try:
                 chunk = orjson.loads(data)
@@ -235,6 +259,8 @@ class ResponsesSSE(SSEProtocol):
         if name in self.TEXT_DELTAS:
             self.kept.append((name, data))
             return block
+        if name == b"response.created" and not outcome.upstream_id:
+            outcome.upstream_id = _response_id(data)
         if name == b"error":
             try:
                 error = orjson.loads(data)
@@ -248,6 +274,8 @@ class ResponsesSSE(SSEProtocol):
                 response = orjson.loads(data).get("response") or {}
             except (orjson.JSONDecodeError, AttributeError):
                 response = {}
+            if isinstance(response, dict) and not outcome.upstream_id:
+                outcome.upstream_id = answer_id(response.get("id"))
             if isinstance(response, dict) and isinstance(response.get("usage"), dict):
                 outcome.usage = _usage_or_none(usage_formats.openai_responses, response["usage"])
         return block

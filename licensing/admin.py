@@ -688,6 +688,11 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
         ("Metadata", {"fields": ("metadata",)}),
     )
 
+    def get_urls(self):
+        from . import live, usage_views
+
+        return [*usage_views.admin_urls(self), *live.admin_urls(self), *super().get_urls()]
+
 
 @admin.register(BudgetAlert)
 class BudgetAlertAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):

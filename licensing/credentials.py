@@ -93,6 +93,7 @@ class LicenseInfo:
     id: int
     name: str
     institution: str
+    institution_id: int
     active: bool
     type_id: int
     type_name: str
@@ -155,6 +156,7 @@ def _license_info(license_id: int) -> LicenseInfo | None:
         id=row.pk,
         name=row.name,
         institution=row.institution.name,
+        institution_id=row.institution_id,
         active=row.active,
         type_id=row.license_type_id,
         type_name=row.license_type.name,

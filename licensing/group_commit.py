@@ -27,6 +27,7 @@ from django.utils import timezone
 from gateway_site import pgpool
 from gateway_site.db import run_db
 
+from . import live
 from .alerts import follow_up, follow_ups_write
 from .budget import BudgetState, known_wallet_id, wallet_open
 from .ledger import FIELDS, WALLET_ADD_SQL, LedgerEntry, insert_statement, row_values
@@ -39,7 +40,7 @@ logger = logging.getLogger("gateway.ledger")
 @dataclass
 class Pending:
     entry: LedgerEntry
-    budget: BudgetState
+    budget: BudgetState | None  # None: a refusal (0 credits, never a wallet)
     future: asyncio.Future
     wallet_id: int | None = None
 
@@ -61,6 +62,8 @@ def _spent_each(batch: list[Pending], spent_after: dict[int, int]) -> list[int]:
         if wallet_id in spent_after and item.entry.credits:
             spent = spent_after[wallet_id] - later.get(wallet_id, 0)
             later[wallet_id] = later.get(wallet_id, 0) + item.entry.credits
+        elif item.budget is None:
+            spent = 0
         else:
             spent = item.budget.spent + item.entry.credits
         result.append(spent)
@@ -69,7 +72,7 @@ def _spent_each(batch: list[Pending], spent_after: dict[int, int]) -> list[int]:
 
 def _remaining(batch: list[Pending], spent_after: dict[int, int]) -> list[int | None]:
     return [
-        item.budget.remaining_after(spent)
+        item.budget.remaining_after(spent) if item.budget else None
         for item, spent in zip(batch, _spent_each(batch, spent_after), strict=True)
     ]
 
@@ -81,6 +84,8 @@ async def _follow_up(batch: list[Pending], spent_after: dict[int, int]) -> None:
     items = []
     for item, spent in zip(batch, _spent_each(batch, spent_after), strict=True):
         entry = item.entry
+        if item.budget is None:
+            continue
         found = follow_up(
             api_key_id=entry.api_key_id, budget=item.budget, credits=entry.credits, spent=spent
         )
@@ -165,7 +170,7 @@ class GroupCommit:
         self._queue: list[Pending] = []
         self._task: asyncio.Task | None = None
 
-    async def write(self, entry: LedgerEntry, budget: BudgetState) -> int | None:
+    async def write(self, entry: LedgerEntry, budget: BudgetState | None) -> int | None:
         loop = asyncio.get_running_loop()
         item = Pending(entry=entry, budget=budget, future=loop.create_future())
         self._queue.append(item)
@@ -188,6 +193,7 @@ class GroupCommit:
             else:
                 spent = await run_db(commit_batch_sync, batch)
             await _follow_up(batch, spent)
+            live.publish([item.entry for item in batch])
         except Exception as exc:
             # An outage, or anything else: the provider calls happened all the same, keep them.
             outage = isinstance(exc, DatabaseError | psycopg.Error)
@@ -219,6 +225,8 @@ async def _resolve_wallets(batch: list[Pending]) -> None:
     """Wallet ids come from the budget check or the cache; a charge to a wallet not opened yet
     (an unlimited license's first charge in a window) opens it on a worker thread."""
     for item in batch:
+        if item.budget is None:
+            continue
         item.wallet_id = item.budget.wallet_id or known_wallet_id(item.budget)
         if item.wallet_id is None and item.entry.credits:
             item.wallet_id = await run_db(wallet_open, item.budget)
@@ -227,6 +235,7 @@ async def _resolve_wallets(batch: list[Pending]) -> None:
 _writer = pgpool.per_loop(GroupCommit)
 
 
-async def ledger_write(*, entry: LedgerEntry, budget: BudgetState) -> int | None:
-    """Charge and record one request (group-committed); returns its credits remaining."""
+async def ledger_write(*, entry: LedgerEntry, budget: BudgetState | None) -> int | None:
+    """Charge and record one request (group-committed); returns its credits remaining.
+    budget None records a refusal: 0 credits, no wallet."""
     return await _writer().write(entry, budget)

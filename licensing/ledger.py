@@ -1,4 +1,5 @@
-"""The ledger: one row per request that reached the provider call, written with its charge.
+"""The ledger: one row per request that reached the provider call, written with its charge, and
+one row (0 credits, no wallet) per refusal after the caller was identified.
 
 The wallet charge and the ledger row commit together. When the database cannot take them, the
 entry goes to the durable spool (licensing.spool) and is written when the database is back:
@@ -17,10 +18,51 @@ from django.utils import timezone
 
 from .alerts import after_charge
 from .budget import BudgetState, wallet_charge
-from .models import Transaction
+from .models import Outcome, Transaction
 from .spool import spool_append
 
 logger = logging.getLogger("gateway.ledger")
+
+# Why a request did not succeed (`Transaction.error_code`). Refusals by the gateway are in
+# DENIED; the other codes fall in a status class by their status (licensing.models.Outcome).
+OUT_OF_BUDGET = "out_of_budget"
+BUDGET_MISCONFIGURED = "budget_misconfigured"
+POLICY_DENIED = "policy_denied"
+POLICY_UNAVAILABLE = "policy_unavailable"
+RATE_LIMITED = "rate_limited"
+PROVIDER_SELECTION = "provider_selection"
+GUARDRAIL_BLOCKED = "guardrail_blocked"
+MODERATION_UNAVAILABLE = "moderation_unavailable"
+PROVIDER_REJECTED = "provider_rejected"
+PROVIDER_NOT_FOUND = "provider_not_found"
+PROVIDER_UNAVAILABLE = "provider_unavailable"
+PROVIDER_ERROR = "provider_error"
+CLIENT_DISCONNECTED = "client_disconnected"
+STREAM_FAILED = "stream_failed"
+INTERNAL_ERROR = "internal_error"
+DENIED = frozenset(
+    {
+        OUT_OF_BUDGET,
+        BUDGET_MISCONFIGURED,
+        POLICY_DENIED,
+        POLICY_UNAVAILABLE,
+        RATE_LIMITED,
+        PROVIDER_SELECTION,
+        GUARDRAIL_BLOCKED,
+    }
+)
+ERROR_MESSAGE_MAX = Transaction._meta.get_field("error_message").max_length
+
+
+def outcome_for(status: int, error_code: str = "") -> str:
+    """The status class of a row: what a reviewer filters on."""
+    if error_code in DENIED:
+        return Outcome.DENIED
+    if status < 400 and not error_code:
+        return Outcome.SUCCESS
+    if 400 <= status < 500:
+        return Outcome.CLIENT_ERROR
+    return Outcome.FAILURE
 
 
 @dataclass
@@ -45,6 +87,13 @@ class LedgerEntry:
     metadata: dict = field(default_factory=dict)
     latency_ms: int = 0
     created_at: datetime = field(default_factory=timezone.now)
+    upstream_id: str = ""
+    outcome: str = Outcome.SUCCESS
+    error_code: str = ""
+    error_message: str = ""
+    # Not columns: what the live feed shows and whom it tells (licensing.live).
+    institution_id: int | None = None
+    license_name: str = ""
 
 
 FIELDS = [f for f in Transaction._meta.concrete_fields if not f.primary_key]
@@ -72,13 +121,17 @@ def row_values(entry: LedgerEntry, wallet_id: int | None) -> dict:
     return {**entry.__dict__, "wallet_id": wallet_id}
 
 
-def _commit(entry: LedgerEntry, budget: BudgetState) -> int:
+def _commit(entry: LedgerEntry, budget: BudgetState | None) -> int:
+    """budget None: a refusal, which never touches a wallet."""
     with transaction.atomic():
-        wallet_id, spent = wallet_charge(budget, entry.credits)
+        wallet_id, spent = wallet_charge(budget, entry.credits) if budget else (None, 0)
         sql, params = insert_statement([row_values(entry, wallet_id)])
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-        after_charge(api_key_id=entry.api_key_id, budget=budget, credits=entry.credits, spent=spent)
+        if budget is not None:
+            after_charge(
+                api_key_id=entry.api_key_id, budget=budget, credits=entry.credits, spent=spent
+            )
     return spent
 
 
@@ -96,7 +149,7 @@ def transaction_record(*, entry: LedgerEntry, budget: BudgetState) -> int | None
     return budget.remaining_after(spent)
 
 
-def transaction_record_once(*, entry: LedgerEntry, budget: BudgetState) -> bool:
+def transaction_record_once(*, entry: LedgerEntry, budget: BudgetState | None) -> bool:
     """The replay of a spooled entry: written unless a row with its request id exists (its
     first write committed and only the acknowledgement was lost). True when written."""
     if Transaction.objects.filter(request_id=entry.request_id).exists():

@@ -220,8 +220,19 @@ class Wallet(models.Model):
         return f"{self.license.name} {self.holder} {self.period} {self.window_start:%Y-%m-%d}"
 
 
+class Outcome(models.TextChoices):
+    """A ledger row's status class, for reviewers (decided by the pipeline's step that ended
+    the request, see licensing.ledger.ErrorCode)."""
+
+    SUCCESS = "success", "Success"
+    CLIENT_ERROR = "client_error", "Client error"
+    DENIED = "denied", "Denied by the gateway"
+    FAILURE = "failure", "Provider or gateway failure"
+
+
 class Transaction(models.Model):
-    """One row per request that reached the provider call. Never updated or deleted."""
+    """One row per request that reached the provider call, and one per refusal after the
+    caller was identified (0 credits, no wallet). Never updated or deleted."""
 
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     # Unique: a spooled entry replayed after its first write did commit is recognised by it.
@@ -253,6 +264,22 @@ class Transaction(models.Model):
     credits = models.BigIntegerField(default=0, help_text="Micro-credits charged")
     metadata = models.JSONField(default=dict, blank=True)
     latency_ms = models.IntegerField(default=0)
+    upstream_id = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        verbose_name="answer id",
+        help_text="The id of the provider's answer (chatcmpl-..., resp_...) a user may quote",
+    )
+    outcome = models.CharField(
+        max_length=16, choices=Outcome.choices, default=Outcome.SUCCESS, verbose_name="status class"
+    )
+    error_code = models.CharField(
+        max_length=40, blank=True, default="", help_text="Why it failed or was refused"
+    )
+    error_message = models.CharField(
+        max_length=500, blank=True, default="", help_text="The reason, sanitized"
+    )
 
     class Meta:
         ordering = ["-created_at"]

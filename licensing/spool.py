@@ -45,14 +45,16 @@ def spool_dir() -> Path:
 # --- serializing an entry and its budget ------------------------------------------------------
 
 
-def _encode(entry, budget: BudgetState) -> bytes:
+def _encode(entry, budget: BudgetState | None) -> bytes:
     record = {
         "entry": {
             **asdict(entry),
             "megapixels": str(entry.megapixels) if entry.megapixels is not None else None,
             "created_at": entry.created_at.isoformat(),
         },
-        "budget": {
+        "budget": None
+        if budget is None
+        else {
             "config": asdict(budget.config),
             "key": {**asdict(budget.key), "window_start": budget.key.window_start.isoformat()},
             "wallet_id": budget.wallet_id,
@@ -71,6 +73,8 @@ def _decode(line: bytes):
     if fields["megapixels"] is not None:
         fields["megapixels"] = Decimal(fields["megapixels"])
     raw = record["budget"]
+    if raw is None:  # a refusal: no wallet
+        return LedgerEntry(**fields), None
     key = {**raw["key"], "window_start": datetime.fromisoformat(raw["key"]["window_start"])}
     budget = BudgetState(
         config=BudgetConfig(**raw["config"]),

@@ -15,7 +15,7 @@ from ..providers import usage as usage_formats
 from ..providers.base import ChatProvider, malformed
 from ..schemas.chat import PART_MODALITY, ChatCompletionRequest, InputSchemaTool
 from ..schemas.common import SSE_RESPONSE, error_responses
-from ..streaming import ChatSSE, ProviderStream
+from ..streaming import ChatSSE, ProviderStream, answer_id
 
 router = Router(tags=["chat"])
 
@@ -48,7 +48,12 @@ class TextGeneration(pipeline.Operation):
     def answer_result(self, route: Route, body, answer: dict, usage: Usage, texts):
         billed_model, credits = self.billed(route, body, usage)
         return pipeline.ProviderResult(
-            body=answer, billed_model=billed_model, usage=usage, credits=credits, output_texts=texts
+            body=answer,
+            billed_model=billed_model,
+            usage=usage,
+            credits=credits,
+            output_texts=texts,
+            upstream_id=answer_id(answer.get("id")),
         )
 
     def render(self, result: pipeline.ProviderResult, remaining: int | None):

@@ -44,10 +44,14 @@ _PROVIDER_NAMES = re.compile(
 )
 
 
+def scrub(text: str) -> str:
+    """Without URLs (they may carry keys) and e-mail addresses (people)."""
+    return _EMAIL.sub("", _URL.sub("", text))
+
+
 def sanitize_message(message: str) -> str:
     """Provider messages reach clients without URLs, e-mail addresses or provider names."""
-    text = _URL.sub("", message)
-    text = _EMAIL.sub("", text)
+    text = scrub(message)
     text = _PROVIDER_NAMES.sub("", text)
     text = re.sub(r"\(\s*\)|\[\s*\]", "", text)
     text = re.sub(r"\s{2,}", " ", text).strip()
@@ -58,8 +62,8 @@ def sanitize_message(message: str) -> str:
 class ProviderFailure(GatewayError):
     """A failed provider call, already mapped to the client's status."""
 
-    def __init__(self, message: str, *, status: int, retryable: bool):
-        super().__init__(message, status=status)
+    def __init__(self, message: str, *, status: int, retryable: bool, reason: str | None = None):
+        super().__init__(message, status=status, reason=reason)
         self.retryable = retryable
 
 
@@ -70,14 +74,15 @@ class ContentBlocked(ProviderFailure):
 
 def unavailable(reason: str) -> ProviderFailure:
     logger.warning("provider unavailable: %s", reason)
-    return ProviderFailure(ServiceUnavailable().message, status=503, retryable=True)
+    return ProviderFailure(ServiceUnavailable().message, status=503, retryable=True, reason=reason)
 
 
 def malformed(reason: str = "") -> ProviderFailure:
     """A provider answer the gateway cannot read (500 "An error occurred", not retryable):
     `raise malformed("why") from exc`. The reason goes to the log, never to the client."""
-    logger.warning("malformed provider answer: %s", reason or "unreadable")
-    return ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+    reason = f"malformed provider answer: {reason or 'unreadable'}"
+    logger.warning("%s", reason)
+    return ProviderFailure(PROVIDER_ERROR, status=500, retryable=False, reason=reason)
 
 
 class Transport:
@@ -220,8 +225,9 @@ class Transport:
             )
         if status in (401, 403, 429) or status >= 500:
             raise unavailable(f"{self.kind} answered {status}")
-        logger.warning("%s answered unmapped status %s", self.kind, status)
-        raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False)
+        reason = f"{self.kind} answered unmapped status {status}"
+        logger.warning("%s", reason)
+        raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False, reason=reason)
 
 
 # --- capabilities: what an endpoint asks of an adapter ------------------------------------------
