@@ -6,131 +6,28 @@ that /v1/docs renders. Screenshots land in var/screenshots/ (git-ignored) for a 
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
-import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.ports import run_script_ports
+from tests.browser import ROOT, SHOTS, browser_page, pick, requires_chromium, running_server, shot
 
-ROOT = Path(__file__).resolve().parent.parent
-SHOTS = ROOT / "var" / "screenshots"
-CHROMIUM = shutil.which("chromium")
-
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
-)
-
-
-class RunScript:
-    """`bash scripts/run.sh` in its own process group, its output collected."""
-
-    def __init__(self, workdir: Path):
-        ports = run_script_ports()
-        self.port, sim_port = int(ports["PORT"]), int(ports["SIMULATOR_PORT"])
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "DJANGO_SETTINGS_MODULE")
-        }
-        env.update(
-            PORT=str(self.port),
-            SIMULATOR_PORT=str(sim_port),
-            DATABASE_URL=f"sqlite:///{workdir / 'db.sqlite3'}",
-            STATIC_ROOT=str(workdir / "static"),
-            DEBUG="false",
-        )
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.output: list[str] = []
-        self.proc = subprocess.Popen(
-            ["bash", str(ROOT / "scripts" / "run.sh")],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.output.append(line)
-
-    def wait_ready(self, timeout=240.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("run.sh exited:\n" + "".join(self.output))
-            try:
-                if httpx.get(self.url + "/v1/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError("run.sh did not start:\n" + "".join(self.output))
-
-    def printed(self, pattern: str) -> str:
-        found = re.search(pattern, "".join(self.output))
-        assert found, "".join(self.output)
-        return found.group(1)
-
-    def stop(self):
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=20)
-        except ProcessLookupError:
-            pass  # run.sh and its children are gone already
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-        self.reader.join(timeout=10)
-        self.proc.stdout.close()
+pytestmark = requires_chromium
 
 
 @pytest.fixture(scope="module")
 def server():
-    with tempfile.TemporaryDirectory(prefix="gateway-browser-") as workdir:
-        run = RunScript(Path(workdir))
-        try:
-            run.wait_ready()
-            yield run
-        finally:
-            run.stop()
+    with running_server() as run:
+        yield run
 
 
 @pytest.fixture(scope="module")
 def page(server):
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        page.set_default_timeout(20_000)
+    with browser_page() as page:
         yield page
-        browser.close()
-
-
-def shot(page, name):
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def pick(page, field_id: str, text: str):
-    """Choose `text` in an admin autocomplete (select2) widget."""
-    page.click(f"#{field_id} + .select2 .select2-selection")
-    page.fill(".select2-container--open .select2-search__field", text)
-    page.click(f".select2-results__option:has-text('{text}')")
 
 
 def test_the_admin_in_a_browser(server, page):

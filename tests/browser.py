@@ -1,0 +1,161 @@
+"""Real-browser test helpers: `scripts/run.sh` started as the README starts it (own ports, own
+SQLite database and static root), and Debian's chromium driven by Playwright. Each browser test
+module makes its own `server` and `page` fixtures from these (see tests/test_browser.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.ports import run_script_ports
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / "var" / "screenshots"
+CHROMIUM = shutil.which("chromium")
+
+requires_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
+)
+
+
+class RunScript:
+    """`bash scripts/run.sh` in its own process group, its output collected."""
+
+    def __init__(self, workdir: Path):
+        ports = run_script_ports()
+        self.port, sim_port = int(ports["PORT"]), int(ports["SIMULATOR_PORT"])
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "DJANGO_SETTINGS_MODULE")
+        }
+        env.update(
+            PORT=str(self.port),
+            SIMULATOR_PORT=str(sim_port),
+            DATABASE_URL=f"sqlite:///{workdir / 'db.sqlite3'}",
+            STATIC_ROOT=str(workdir / "static"),
+            DEBUG="false",
+        )
+        self.env = env
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.output: list[str] = []
+        self.proc = subprocess.Popen(
+            ["bash", str(ROOT / "scripts" / "run.sh")],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.output.append(line)
+
+    def wait_ready(self, timeout=240.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("run.sh exited:\n" + "".join(self.output))
+            try:
+                if httpx.get(self.url + "/v1/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError("run.sh did not start:\n" + "".join(self.output))
+
+    def manage(self, *args: str, env: dict | None = None) -> str:
+        """`manage.py` on the server's own database; returns what it printed."""
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), *args],
+            cwd=ROOT,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    def admin_password(self) -> str:
+        return self.printed(r"Admin user created: admin / (\S+)")
+
+    def printed(self, pattern: str) -> str:
+        found = re.search(pattern, "".join(self.output))
+        assert found, "".join(self.output)
+        return found.group(1)
+
+    def stop(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=20)
+        except ProcessLookupError:
+            pass  # run.sh and its children are gone already
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.reader.join(timeout=10)
+        self.proc.stdout.close()
+
+
+@contextmanager
+def running_server():
+    """`bash scripts/run.sh` on free ports with a database of its own, until the block ends."""
+    with tempfile.TemporaryDirectory(prefix="gateway-browser-") as workdir:
+        run = RunScript(Path(workdir))
+        try:
+            run.wait_ready()
+            yield run
+        finally:
+            run.stop()
+
+
+@contextmanager
+def browser_page(width: int = 1440, height: int = 900):
+    """A page of Debian's chromium (headless, driven by Playwright)."""
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.set_default_timeout(20_000)
+        try:
+            yield page
+        finally:
+            browser.close()
+
+
+def login(page, server, username: str, password: str) -> None:
+    page.goto(server.url + "/admin/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#content-main")
+
+
+def shot(page, name):
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def pick(page, field_id: str, text: str):
+    """Choose `text` in an admin autocomplete (select2) widget."""
+    page.click(f"#{field_id} + .select2 .select2-selection")
+    page.fill(".select2-container--open .select2-search__field", text)
+    page.click(f".select2-results__option:has-text('{text}')")
