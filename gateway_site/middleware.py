@@ -15,6 +15,16 @@ from django.utils.module_loading import import_string
 
 access_log = logging.getLogger("gateway.access")
 API_PREFIX = "/v1/"
+# Answers that never reach the ledger (the caller is not identified, or the request is not one):
+# the access log is where they are counted. The pipeline sets `request.error_code` for the rest.
+UNLEDGERED = {
+    400: "invalid_header",  # X-Service-Provider / X-Service-Metadata (check 4)
+    401: "unauthenticated",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    422: "validation_error",
+}
 
 
 def _method_not_allowed(request, response) -> JsonResponse:
@@ -94,6 +104,8 @@ class RequestContextMiddleware:
                         "status": response.status_code,
                         "latency_ms": round((time.perf_counter() - started) * 1000, 2),
                         "license": principal.license_name if principal else None,
+                        "error_code": getattr(request, "error_code", None)
+                        or UNLEDGERED.get(response.status_code),
                     },
                     separators=(",", ":"),
                 )

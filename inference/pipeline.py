@@ -163,11 +163,11 @@ async def run(request, operation: Operation, body) -> HttpResponse:
             await moderation.check(catalog, output_texts)
     except ServiceUnavailable as exc:
         # The moderation call failed: closed, and the answer is not charged.
-        error = (ledger.MODERATION_UNAVAILABLE, exc)
+        error = (ledger.OUTPUT_MODERATION_UNAVAILABLE, exc)
         await _record(call, operation, status=503, result=replace(result, credits=0), error=error)
         raise
     except GatewayError as exc:
-        error = (ledger.GUARDRAIL_BLOCKED, exc)
+        error = (ledger.OUTPUT_BLOCKED, exc)
         await _record(call, operation, status=exc.status, result=result, error=error)
         raise
     remaining = await _record(call, operation, status=200, result=result)
@@ -279,6 +279,7 @@ async def _record(
     license = call.principal.license
     code, message = _error_of(status, error)
     refusal = isinstance(error and error[0], dict)
+    call.request.error_code = code or None  # for the access log
     entry = LedgerEntry(
         request_id=call.request_id,
         license_id=license.id,
@@ -300,7 +301,6 @@ async def _record(
         metadata=call.metadata,
         latency_ms=int((time.perf_counter() - call.request.started_at) * 1000),
         upstream_id=(result.upstream_id if result else "") or upstream_id,
-        outcome=ledger.outcome_for(status, code),
         error_code=code,
         error_message=message,
         institution_id=license.institution_id,

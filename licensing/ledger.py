@@ -23,8 +23,8 @@ from .spool import spool_append
 
 logger = logging.getLogger("gateway.ledger")
 
-# Why a request did not succeed (`Transaction.error_code`). Refusals by the gateway are in
-# DENIED; the other codes fall in a status class by their status (licensing.models.Outcome).
+# Why a request did not succeed (`Transaction.error_code`). The first group are refusals before
+# any provider call (0 credits, no wallet); the status class of a code is `outcome_for`'s.
 OUT_OF_BUDGET = "out_of_budget"
 BUDGET_MISCONFIGURED = "budget_misconfigured"
 POLICY_DENIED = "policy_denied"
@@ -33,14 +33,7 @@ RATE_LIMITED = "rate_limited"
 PROVIDER_SELECTION = "provider_selection"
 GUARDRAIL_BLOCKED = "guardrail_blocked"
 MODERATION_UNAVAILABLE = "moderation_unavailable"
-PROVIDER_REJECTED = "provider_rejected"
-PROVIDER_NOT_FOUND = "provider_not_found"
-PROVIDER_UNAVAILABLE = "provider_unavailable"
-PROVIDER_ERROR = "provider_error"
-CLIENT_DISCONNECTED = "client_disconnected"
-STREAM_FAILED = "stream_failed"
-INTERNAL_ERROR = "internal_error"
-DENIED = frozenset(
+BEFORE_CALL = frozenset(
     {
         OUT_OF_BUDGET,
         BUDGET_MISCONFIGURED,
@@ -49,8 +42,20 @@ DENIED = frozenset(
         RATE_LIMITED,
         PROVIDER_SELECTION,
         GUARDRAIL_BLOCKED,
+        MODERATION_UNAVAILABLE,
     }
 )
+PROVIDER_REJECTED = "provider_rejected"
+PROVIDER_NOT_FOUND = "provider_not_found"
+PROVIDER_UNAVAILABLE = "provider_unavailable"
+PROVIDER_ERROR = "provider_error"
+CLIENT_DISCONNECTED = "client_disconnected"
+STREAM_FAILED = "stream_failed"
+INTERNAL_ERROR = "internal_error"
+OUTPUT_BLOCKED = "output_blocked"  # the output guardrail: charged (spec)
+OUTPUT_MODERATION_UNAVAILABLE = "output_moderation_unavailable"
+# Refused by the gateway's own rules (the rest are failures of the provider or the gateway).
+DENIED = (BEFORE_CALL - {MODERATION_UNAVAILABLE}) | {OUTPUT_BLOCKED}
 ERROR_MESSAGE_MAX = Transaction._meta.get_field("error_message").max_length
 
 
@@ -88,7 +93,7 @@ class LedgerEntry:
     latency_ms: int = 0
     created_at: datetime = field(default_factory=timezone.now)
     upstream_id: str = ""
-    outcome: str = Outcome.SUCCESS
+    outcome: str = ""  # "": from the status and the error code (outcome_for)
     error_code: str = ""
     error_message: str = ""
     # Not columns: what the live feed shows and whom it tells (licensing.live).
@@ -118,7 +123,8 @@ def insert_statement(rows: list[dict]) -> tuple[str, list]:
 
 
 def row_values(entry: LedgerEntry, wallet_id: int | None) -> dict:
-    return {**entry.__dict__, "wallet_id": wallet_id}
+    outcome = entry.outcome or outcome_for(entry.status_code, entry.error_code)
+    return {**entry.__dict__, "wallet_id": wallet_id, "outcome": outcome}
 
 
 def _commit(entry: LedgerEntry, budget: BudgetState | None) -> int:

@@ -33,3 +33,16 @@ def budget_for(license, holder: str = "key:1") -> BudgetState:
         limit=license.budget_limit,
     )
     return budget_check(license_id=license.id, config=config, holder=holder)
+
+
+def refusal_codes() -> list[str]:
+    """The error codes of the ledger's refusal rows (refused before any provider call), in order;
+    each is checked to have charged nothing and touched no wallet."""
+    from licensing.ledger import BEFORE_CALL
+    from licensing.models import Transaction
+
+    rows = list(Transaction.objects.filter(error_code__in=BEFORE_CALL).order_by("id"))
+    for row in rows:
+        assert (row.credits, row.wallet_id) == (0, None), row
+        assert row.error_code and row.error_message and row.status_code >= 400, row
+    return [row.error_code for row in rows]

@@ -11,6 +11,7 @@ import pytest
 
 from catalog.models import Connection
 from licensing.models import Transaction, Wallet
+from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MINI = "gpt-4o-mini"
@@ -510,7 +511,7 @@ def test_previous_response_id_on_a_stateless_provider(client, auth, catalog):
         "previous_response_id is not supported by this provider; "
         "send the full conversation in `input`."
     )
-    assert catalog["aggregator"].requests == [] and not Transaction.objects.exists()
+    assert catalog["aggregator"].requests == [] and refusal_codes() == ["provider_selection"]
     ok = respond(
         client, auth, {"model": MINI, "input": "hi"}, **{"X-Service-Provider": "aggregator"}
     )

@@ -10,6 +10,7 @@ import pytest
 
 from catalog.models import Connection, ProviderModel
 from licensing.models import Transaction, Wallet
+from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SMALL = "text-embedding-3-small"
@@ -127,7 +128,7 @@ def test_dimensions_on_ada_is_400_before_the_call(client, auth, catalog):
     message = error(response, 400)
     assert "text-embedding-ada-002" in message and "dimensions" in message
     assert catalog["direct"].requests == []
-    assert not Transaction.objects.exists()
+    assert refusal_codes() == ["provider_selection"]
 
 
 def test_versioned_answer_billed_under_catalog_id(client, auth, catalog):
@@ -186,7 +187,7 @@ def test_pins_that_cannot_serve(client, auth, catalog, pin):
         error(response, 400)
         == "No provider available for endpoint 'embeddings' under the current pins"
     )
-    assert not Transaction.objects.exists()
+    assert refusal_codes() == ["provider_selection"]
 
 
 def test_pin_outside_the_license_providers(client, catalog, make_license, make_key):
@@ -234,7 +235,7 @@ def test_missing_connection_credentials(client, auth, catalog):
         error(response, 400)
         == "Connection 'default' is misconfigured: missing 'api_key' credential"
     )
-    assert not Transaction.objects.exists()
+    assert refusal_codes() == ["provider_selection"] * 2
 
 
 # --- provider status mapping -------------------------------------------------------------------
@@ -334,7 +335,8 @@ def test_out_of_budget_is_400_before_the_call(client, catalog, make_license, mak
     response = embed(client, auth, {"model": SMALL, "input": "x"})
     assert error(response, 400) == "Your license is out of budget"
     assert len(catalog["direct"].requests) == 1
-    assert Transaction.objects.count() == 1
+    assert Transaction.objects.filter(outcome="success").count() == 1
+    assert refusal_codes() == ["out_of_budget"]
 
 
 def test_zero_limit_is_out_of_budget(client, catalog, make_license, make_key):
@@ -358,7 +360,7 @@ def test_budget_misconfiguration_is_500_and_free(
     response = embed(client, auth, {"model": SMALL, "input": "x"})
     assert error(response, 500) == "Budget configuration error"
     assert catalog["direct"].requests == []
-    assert not Transaction.objects.exists()
+    assert refusal_codes() == ["budget_misconfigured"]
 
 
 def test_unit_change_after_wallet_opened_is_500(client, catalog, make_license, make_key):
@@ -416,7 +418,7 @@ def test_service_not_enabled(client, catalog, make_license, make_key):
             "service 'embeddings' is not enabled for this license",
             None,
         )
-    assert not Transaction.objects.exists() and catalog["direct"].requests == []
+    assert refusal_codes() == ["policy_denied"] * 2 and catalog["direct"].requests == []
 
 
 @pytest.mark.parametrize(
@@ -520,7 +522,7 @@ def test_input_guardrail_blocks_before_the_call(client, catalog, make_license, m
     auth = {"Authorization": f"Bearer {make_key(license)}"}
     response = embed(client, auth, {"model": SMALL, "input": ["fine", "the SECRET exam answers"]})
     assert error(response, 400) == "Request blocked by guardrail"
-    assert catalog["direct"].requests == [] and not Transaction.objects.exists()
+    assert catalog["direct"].requests == [] and refusal_codes() == ["guardrail_blocked"]
     assert embed(client, auth, {"model": SMALL, "input": "fine"}).status_code == 200
 
 
@@ -565,7 +567,12 @@ def test_check_order(client, catalog, make_license, make_key):
     )
     # 8 before 9
     assert error(embed(client, good, body), 400) == "Request blocked by guardrail"
-    assert catalog["direct"].requests == [] and not Transaction.objects.exists()
+    assert catalog["direct"].requests == [] and refusal_codes() == [
+        "out_of_budget",
+        "policy_denied",
+        "provider_selection",
+        "guardrail_blocked",
+    ]
 
 
 # --- concurrency -------------------------------------------------------------------------------

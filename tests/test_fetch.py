@@ -13,6 +13,7 @@ import pytest
 
 from inference import ssrf
 from licensing.models import Transaction, Wallet
+from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -501,5 +502,6 @@ def test_guardrails_on_urls_and_content(client, site, license, auth):
     assert response.json()["error"]["message"] == "Request blocked by guardrail"
     response = fetch(client, auth, {"urls": [f"{site.origin}/paper.pdf"]})
     assert response.status_code == 400
-    row = Transaction.objects.get()
+    row = Transaction.objects.get(error_code="output_blocked")
     assert (row.status_code, row.units, row.credits) == (400, 1, 1000)  # blocked output: charged
+    assert refusal_codes() == ["guardrail_blocked"]  # the blocked input: not charged

@@ -9,6 +9,7 @@ import pytest
 
 from catalog.models import Connection
 from licensing.models import Transaction, Wallet
+from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -204,7 +205,7 @@ def test_out_of_budget_is_400_before_the_call(client, all_upstreams, make_licens
     response = embed(client, auth, {"model": MODEL, "input": "x"})
     assert error(response, 400) == "Your license is out of budget"
     assert all_upstreams["multimodal"].requests == []
-    assert not Transaction.objects.exists()
+    assert refusal_codes() == ["out_of_budget"]
 
 
 # --- validation --------------------------------------------------------------------------------
@@ -302,7 +303,7 @@ def test_service_not_enabled(client, all_upstreams, make_license, make_key):
         "param": None,
     }
     assert all_upstreams["multimodal"].requests == []
-    assert not Transaction.objects.exists()
+    assert refusal_codes() == ["policy_denied"]
 
 
 @pytest.mark.parametrize(
@@ -369,7 +370,7 @@ def test_pins_that_cannot_serve(client, auth, all_upstreams, pin):
         error(response, 400)
         == "No provider available for endpoint 'gemini_embeddings' under the current pins"
     )
-    assert not Transaction.objects.exists()
+    assert refusal_codes() == ["provider_selection"]
 
 
 def test_pin_to_multimodal(client, auth, all_upstreams):

@@ -10,6 +10,7 @@ import pytest
 
 from fake_upstreams import png
 from licensing.models import Transaction, Wallet
+from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 GPT_IMAGE = "gpt-image-1"
@@ -178,7 +179,7 @@ def test_moderation_block_is_a_free_flagged_answer(client, auth, catalog):
 def test_retired_models_are_400(client, auth, catalog, model):
     response = generate(client, auth, {"model": model, "prompt": "owl"})
     assert error(response, 400) == f"No active provider for model '{model}'"
-    assert catalog["direct"].requests == [] and not Transaction.objects.exists()
+    assert catalog["direct"].requests == [] and refusal_codes() == ["provider_selection"]
 
 
 def test_dall_e_3_when_enabled(client, auth, retired):
@@ -253,7 +254,7 @@ def test_embeddings_model_has_no_image_output(client, auth, catalog):
     assert error(response, 400) == (
         "No available provider for model 'text-embedding-3-small' supports image output"
     )
-    assert catalog["direct"].requests == [] and not Transaction.objects.exists()
+    assert catalog["direct"].requests == [] and refusal_codes() == ["provider_selection"]
 
 
 @pytest.mark.parametrize("pin", ["cloud", "multimodal", "aggregator", "direct/other"])

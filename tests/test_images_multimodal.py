@@ -10,6 +10,7 @@ import pytest
 
 from catalog.models import Connection
 from licensing.models import Transaction, Wallet
+from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -360,7 +361,7 @@ def test_modality_mismatch(client, auth, all_upstreams):
         == "No available provider for model 'gemini-embedding-001' supports image output"
     )
     assert all_upstreams["multimodal"].requests == []
-    assert not Transaction.objects.exists()
+    assert refusal_codes() == ["provider_selection"]
 
 
 @pytest.mark.parametrize("model", [FAST, STANDARD, ULTRA, FLASH])
@@ -369,7 +370,7 @@ def test_inactive_rows_are_400(client, auth, all_upstreams, model):
         response = generate(client, auth, {"model": model, "prompt": "a boat"}, **headers)
         assert error(response, 400) == f"No active provider for model '{model}'"
     assert all_upstreams["multimodal"].requests == []
-    assert not Transaction.objects.exists()
+    assert refusal_codes() == ["provider_selection"] * 2
 
 
 def test_pinning_multimodal_for_a_model_it_has_no_row_for(client, auth, all_upstreams):

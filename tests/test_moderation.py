@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 
 from catalog.models import Connection
 from licensing.models import LicenseType, Transaction, Wallet
+from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MINI = "gpt-4o-mini"
@@ -88,7 +89,7 @@ def test_flagged_input_is_blocked_before_the_provider(client, catalog, make_lice
     assert sent.json == {"model": "omni-moderation-latest", "input": texts}
     assert sent.headers["authorization"] == "Bearer sk-upstream-test"
     assert paths(catalog["direct"]) == ["/v1/moderations"]  # no embeddings call
-    assert not Transaction.objects.exists()
+    assert refusal_codes() == ["guardrail_blocked"]
     assert not Wallet.objects.filter(license=license, spent__gt=0).exists()
 
 
@@ -132,7 +133,7 @@ def test_failed_input_moderation_fails_closed(client, catalog, make_license, mak
     catalog["direct"].fail_next(status)
     assert error(embed(client, auth, "hello"), 503) == UNAVAILABLE
     assert paths(catalog["direct"]) == ["/v1/moderations"]
-    assert not Transaction.objects.exists()
+    assert refusal_codes() == ["moderation_unavailable"]
 
 
 def test_moderation_timeout_fails_closed(client, catalog, make_license, make_key):

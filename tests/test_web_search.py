@@ -8,6 +8,7 @@ import pytest
 
 from catalog.models import Model
 from licensing.models import Transaction, Wallet
+from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,11 +101,12 @@ def test_budget_is_charged_on_success_only(client, search_upstreams, make_licens
     assert error(search(client, auth, {"query": "e"}), 400) == "Your license is out of budget"
     assert Wallet.objects.get(license=license).spent == 15_000
     rows = Transaction.objects.order_by("created_at")
-    assert [(r.status_code, r.credits, r.units) for r in rows] == [
-        (200, 5000, 1),
-        (503, 0, None),
-        (200, 5000, 1),
-        (200, 5000, 1),
+    assert [(r.status_code, r.credits, r.units, r.error_code) for r in rows] == [
+        (200, 5000, 1, ""),
+        (503, 0, None, "provider_unavailable"),
+        (200, 5000, 1, ""),
+        (200, 5000, 1, ""),
+        (400, 0, None, "out_of_budget"),
     ]
 
 
@@ -210,7 +212,7 @@ def test_academic_domain_filter_is_refused(client, auth, search_upstreams):
         "'search_domain_filter' is only supported with type 'web'"
     )
     assert search_upstreams["academic"].requests == []
-    assert not Transaction.objects.exists()
+    assert refusal_codes() == ["provider_selection"]
 
 
 def test_academic_without_an_academic_provider(client, search_upstreams, make_license, make_key):
@@ -352,7 +354,7 @@ def test_input_guardrail_blocks_the_query(client, search_upstreams, license, aut
     response = search(client, auth, {"query": "a Forbidden topic"})
     assert error(response, 400) == "Request blocked by guardrail"
     assert search_upstreams["websearch"].requests == []
-    assert not Transaction.objects.exists()
+    assert refusal_codes() == ["guardrail_blocked"]
 
 
 def test_output_guardrail_blocks_and_charges(client, search_upstreams, license, auth):
