@@ -86,9 +86,7 @@ def measure(seconds: float, concurrency: int) -> dict:
     async def run() -> dict:
         from gateway_site.db import run_db
 
-        budget = await run_db(
-            budget_check, license_id=license.id, config=config, holder="key:1"
-        )
+        budget = await run_db(budget_check, license_id=license.id, config=config, holder="key:1")
         count = 0
         stop = False
 
@@ -130,8 +128,9 @@ def _child(tree: Path, seconds: float, concurrency: int) -> dict:
         "GATEWAY_LEDGER_SPOOL_DIR": tempfile.mkdtemp(prefix="bench-spool-"),
     }
     code = (
-        "import json, sys; sys.path.insert(0, %r); from bench_ledger_measure import measure; "
-        "print(json.dumps(measure(%r, %r)))" % (str(tree), seconds, concurrency)
+        f"import json, sys; sys.path.insert(0, {str(tree)!r}); "
+        "from bench_ledger_measure import measure; "
+        f"print(json.dumps(measure({seconds!r}, {concurrency!r})))"
     )
     try:
         done = subprocess.run(

@@ -300,7 +300,7 @@ async def _record(
         units=usage.units,
         metadata=call.metadata,
         latency_ms=int((time.perf_counter() - call.request.started_at) * 1000),
-        upstream_id=(result.upstream_id if result else "") or upstream_id,
+        upstream_id=ledger.storable((result.upstream_id if result else "") or upstream_id, 200),
         error_code=code,
         error_message=message,
         institution_id=license.institution_id,
@@ -325,4 +325,4 @@ def _error_of(status: int, error) -> tuple[str, str]:
             message = f"{message} ({scrub(exc.reason)})"
     else:
         message = f"{type(exc).__name__}: {scrub(str(exc))}"
-    return code, message[: ledger.ERROR_MESSAGE_MAX]
+    return code, ledger.storable(message, ledger.ERROR_MESSAGE_MAX)

@@ -148,7 +148,7 @@ class SSEProtocol:
 
 def answer_id(value) -> str:
     """The provider's id of an answer, as the ledger keeps it ("" when there is none)."""
-    return value[:200] if isinstance(value, str) else ""
+    return value if isinstance(value, str) else ""
 
 
 def _chunk_id(data: bytes) -> str:

@@ -59,6 +59,17 @@ DENIED = (BEFORE_CALL - {MODERATION_UNAVAILABLE}) | {OUTPUT_BLOCKED}
 ERROR_MESSAGE_MAX = Transaction._meta.get_field("error_message").max_length
 
 
+def storable(text: str, limit: int) -> str:
+    """Provider-made text as every database takes it: at most `limit` characters, no NUL, no
+    lone surrogate (one bad value would fail its whole group-committed batch)."""
+    text = text[:limit].replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
 def outcome_for(status: int, error_code: str = "") -> str:
     """The status class of a row: what a reviewer filters on."""
     if error_code in DENIED:

@@ -331,3 +331,24 @@ def test_an_old_spool_line_without_the_new_fields_still_replays(transactional_db
     assert transaction_record_once(entry=decoded, budget=None) is True
     row = Transaction.objects.get()
     assert (row.status_code, row.outcome, row.error_code) == (503, "failure", "")
+
+
+def test_provider_text_no_database_takes_is_made_storable(client, auth, catalog):
+    # A provider message with NUL: one such value would fail the whole group-committed batch
+    # (and its neighbours' charges) on PostgreSQL.
+    catalog["direct"].fail_next(
+        400, body='{"error": {"message": "bad\\u0000 input here ' + "y" * 900 + '"}}'
+    )
+    response = client.post("/v1/embeddings", headers=auth, json={"model": SMALL, "input": "x"})
+    assert response.status_code == 400
+    row = row_of(response)
+    assert "\x00" not in row.error_message and row.error_message.startswith("bad input")
+    assert len(row.error_message) <= 500
+
+
+def test_storable_text():
+    from licensing.ledger import storable
+
+    assert storable("a\x00b\ud800c", 10) == "ab?c"
+    assert storable("x" * 300, 200) == "x" * 200
+    assert storable("chatcmpl-ok", 200) == "chatcmpl-ok"
