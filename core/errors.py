@@ -13,6 +13,7 @@ class GatewayError(Exception):
     # What staff see in the ledger beside the client's message (e.g. why a 503 happened); never
     # sent to the client.
     reason: str | None = None
+    headers: dict[str, str] = {}  # extra answer headers (a 429's Retry-After); never mutated
 
     def __init__(self, message: str, *, status: int | None = None, reason: str | None = None):
         super().__init__(message)

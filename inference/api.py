@@ -122,7 +122,10 @@ api = GatewayAPI(
 
 @api.exception_handler(GatewayError)
 def _gateway_error(request, exc: GatewayError):
-    return json_response(exc.body(), status=exc.status)
+    response = json_response(exc.body(), status=exc.status)
+    for name, value in exc.headers.items():
+        response[name] = value  # Retry-After of a 429
+    return response
 
 
 @api.exception_handler(ValidationError)

@@ -4,6 +4,7 @@
  2. body validation (422)                               -- django-ninja, before the view
  3. missing Authorization header (401)
  4. X-Service-Provider / X-Service-Metadata (400)
+    fair use (429 with Retry-After; only when the policy sets limits)
  5. budget (400 out of budget, 500 misconfigured)
  6. policy (403; 503 when the document cannot be evaluated)
  7. provider selection (400)
@@ -27,7 +28,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from catalog.routing import Route, cached_catalog, load_catalog_snapshot, select_route
 from core.errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
 from gateway_site.db import run_db
-from licensing import ledger
+from licensing import fairuse, ledger
 from licensing.budget import BudgetState, budget_check_async
 from licensing.credentials import Principal
 from licensing.group_commit import ledger_write
@@ -67,6 +68,7 @@ class Call:
     budget: BudgetState | None = None
     route: Route | None = None
     stage: dict[int, str] | None = None  # the step under way before the call (error codes)
+    fair_use: fairuse.Window | None = None  # the fair-use counters, when the policy sets limits
 
 
 class Operation:
@@ -178,6 +180,12 @@ async def _admit(call: Call, operation: Operation, pin):
     """Steps 5 to 8; `call.stage` names the step that refused (its ledger error code)."""
     principal, body = call.principal, call.body
     license = principal.license
+    # Fair use, before the budget (decisions.md); nothing to do without limits.
+    limits = license.policy.limits if license.policy is not None else None
+    if limits is not None:
+        call.stage = _FAIR_USE
+        call.fair_use = fairuse.window_of(limits, license.id, principal.holder)
+        await fairuse.admit(call.fair_use)
     # 5: an unlimited budget needs no read before the call.
     call.stage = _BUDGET
     call.budget = await budget_check_async(
@@ -207,6 +215,7 @@ async def _admit(call: Call, operation: Operation, pin):
 
 
 # The steps before the provider call, and the error code of each refusal by its status.
+_FAIR_USE = {429: ledger.RATE_LIMITED}
 _BUDGET = {400: ledger.OUT_OF_BUDGET, 500: ledger.BUDGET_MISCONFIGURED}
 _POLICY = {403: ledger.POLICY_DENIED, 503: ledger.POLICY_UNAVAILABLE}
 _SELECTION = {400: ledger.PROVIDER_SELECTION}
@@ -306,7 +315,10 @@ async def _record(
         institution_id=license.institution_id,
         license_name=license.name,
     )
-    return await ledger_write(entry=entry, budget=None if refusal else call.budget)
+    remaining = await ledger_write(entry=entry, budget=None if refusal else call.budget)
+    if call.fair_use is not None and not refusal:
+        await fairuse.add_tokens(call.fair_use, usage.total_tokens)
+    return remaining
 
 
 def _error_of(status: int, error) -> tuple[str, str]:

@@ -5,7 +5,10 @@ A document looks like
      "services": {"embeddings": {"providers": ["direct"],
                                  "params": {"dimensions": {"max": 1024}}}}}
 A service that is not listed is not enabled. Rules apply to the fields a request carries;
-a field the request leaves out is not checked (the endpoint's default applies).
+a field the request leaves out is not checked (the endpoint's default applies). An optional
+top-level `limits` sets fair-use limits (licensing.fairuse):
+    "limits": {"holder": {"requests_per_minute": 20, "tokens_per_minute": 20000},
+               "license": {"requests_per_minute": 600}}
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import PolicyDenied, ServiceUnavailable
+
+from .fairuse import Limits
 
 SUPPORTED_VERSIONS = {1}
 SERVICES = (
@@ -145,6 +150,7 @@ class ServicePolicy:
 @dataclass(frozen=True)
 class Policy:
     services: dict[str, ServicePolicy]
+    limits: Limits | None = None  # fair use; None: not limited
 
     def service(self, service: str) -> ServicePolicy:
         found = self.services.get(service)
@@ -226,9 +232,10 @@ def compile_policy(document: Any) -> Policy:
         raise PolicyDocumentError(
             f"Unsupported policy version {version!r}; supported: {sorted(SUPPORTED_VERSIONS)}"
         )
-    unknown = sorted(set(document) - {"version", "services"})
+    unknown = sorted(set(document) - {"version", "services", "limits"})
     if unknown:
         raise PolicyDocumentError(f"Unknown top-level keys {unknown}")
+    limits = _compile_limits(document.get("limits"))
     services = document.get("services", {})
     if not isinstance(services, dict):
         raise PolicyDocumentError("'services' must be an object")
@@ -255,7 +262,37 @@ def compile_policy(document: Any) -> Policy:
         compiled[service] = ServicePolicy(
             providers=frozenset(providers) if providers is not None else None, rules=rules
         )
-    return Policy(services=compiled)
+    return Policy(services=compiled, limits=limits)
+
+
+LIMIT_SCOPES = ("holder", "license")
+LIMIT_KEYS = ("requests_per_minute", "tokens_per_minute")
+
+
+def _compile_limits(spec: Any) -> Limits | None:
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise PolicyDocumentError("'limits' must be an object")
+    unknown = sorted(set(spec) - set(LIMIT_SCOPES))
+    if unknown:
+        raise PolicyDocumentError(f"limits: unknown keys {unknown}; use {list(LIMIT_SCOPES)}")
+    values: dict[str, int] = {}
+    for scope, limits in spec.items():
+        if not isinstance(limits, dict):
+            raise PolicyDocumentError(f"limits.{scope}: must be an object")
+        extra = sorted(set(limits) - set(LIMIT_KEYS))
+        if extra:
+            raise PolicyDocumentError(
+                f"limits.{scope}: unknown keys {extra}; use {list(LIMIT_KEYS)}"
+            )
+        for key, value in limits.items():
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 2**53:
+                raise PolicyDocumentError(f"limits.{scope}.{key}: must be a whole number >= 1")
+            values[f"{scope}_{key.split('_')[0]}"] = value
+    if not values:
+        return None
+    return Limits(**values)
 
 
 def validate_policy_document(document: Any) -> None:

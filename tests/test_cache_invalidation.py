@@ -5,100 +5,19 @@ a first-time JWT user clears nothing."""
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import jwt
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import override_settings
 
 from gateway_site import localcache
 from licensing.models import ApiKey, EndUser, Institution, JwtIssuer, License
+from tests.processes import RedisServer, Worker, database_url, redis_server_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def database_url() -> str:
-    """The test database, as the worker processes must reach it."""
-    s = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{s['NAME']}"
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
-class Worker:
-    def __init__(self, env: dict[str, str], log: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "gateway_site.asgi:application", "--host",
-             "127.0.0.1", "--port", str(self.port), "--no-access-log", "--lifespan", "off"],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        self.http = httpx.Client(base_url=self.url, timeout=5)
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "worker exited at start"
-            try:
-                if self.http.get("/v1/health").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("worker did not start")
-
-    def stop(self) -> None:
-        self.http.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            self.proc.kill()
-        self.log.close()
-
-
-class RedisServer:
-    def __init__(self, workdir: Path, port: int | None = None):
-        self.port = port or free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        import redis
-
-        client = redis.Redis.from_url(self.url)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        client.close()
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 class Mechanism:
@@ -133,9 +52,7 @@ def with_mechanism(tmp_path: Path, server: RedisServer | None):
 
 @pytest.fixture
 def redis_server(tmp_path):
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (.ci/run installs the Debian package)")
-    holder = {"server": RedisServer(tmp_path)}
+    holder = {"server": redis_server_or_skip(tmp_path)}
     yield holder
     localcache.reset_transport()
     holder["server"].stop()

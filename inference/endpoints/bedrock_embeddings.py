@@ -51,7 +51,7 @@ _operation = BedrockEmbeddings()
     "/bedrock/embeddings",
     response={
         200: BedrockEmbeddingsResponse,
-        **error_responses(400, 401, 403, 404, 422, 500, 503),
+        **error_responses(400, 401, 403, 404, 422, 429, 500, 503),
     },
     openapi_extra=SERVICE_HEADERS,
     summary="Create embeddings with the cloud provider's native bodies",

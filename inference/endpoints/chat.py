@@ -145,7 +145,7 @@ _operation = ChatCompletions()
 
 @router.post(
     "/chat/completions",
-    response={200: dict, **error_responses(400, 401, 403, 404, 422, 500, 503)},
+    response={200: dict, **error_responses(400, 401, 403, 404, 422, 429, 500, 503)},
     openapi_extra=SSE_RESPONSE,
     summary="Create a chat completion (stream: true answers with server-sent events)",
 )

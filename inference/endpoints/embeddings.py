@@ -96,7 +96,7 @@ _operation = Embeddings()
 
 @router.post(
     "/embeddings",
-    response={200: EmbeddingsResponse, **error_responses(400, 401, 403, 404, 422, 500, 503)},
+    response={200: EmbeddingsResponse, **error_responses(400, 401, 403, 404, 422, 429, 500, 503)},
     openapi_extra=SERVICE_HEADERS,
     summary="Create embeddings",
 )

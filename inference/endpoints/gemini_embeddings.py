@@ -47,7 +47,7 @@ _operation = GeminiEmbeddings()
     "/gemini/embeddings",
     response={
         200: GeminiEmbeddingsResponse,
-        **error_responses(400, 401, 403, 404, 422, 500, 503),
+        **error_responses(400, 401, 403, 404, 422, 429, 500, 503),
     },
     openapi_extra=SERVICE_HEADERS,
     summary="Create embeddings with the multimodal provider's native fields",

@@ -161,7 +161,10 @@ _operation = ImageGeneration()
 
 @router.post(
     "/images/generations",
-    response={200: ImageGenerationResponse, **error_responses(400, 401, 403, 404, 422, 500, 503)},
+    response={
+        200: ImageGenerationResponse,
+        **error_responses(400, 401, 403, 404, 422, 429, 500, 503),
+    },
     openapi_extra=SERVICE_HEADERS,
     summary="Generate images",
 )

@@ -108,7 +108,7 @@ _operation = Responses()
 
 @router.post(
     "/responses",
-    response={200: dict, **error_responses(400, 401, 403, 404, 422, 500, 503)},
+    response={200: dict, **error_responses(400, 401, 403, 404, 422, 429, 500, 503)},
     openapi_extra=SSE_RESPONSE,
     summary="Create a model response (stream: true answers with server-sent events)",
 )

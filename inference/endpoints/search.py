@@ -141,7 +141,7 @@ _fetch = Fetch()
 
 @router.post(
     "/web-search",
-    response={200: WebSearchResponse, **error_responses(400, 401, 403, 404, 422, 500, 503)},
+    response={200: WebSearchResponse, **error_responses(400, 401, 403, 404, 422, 429, 500, 503)},
     summary="Search the web or scholarly works",
 )
 async def web_search(request, body: WebSearchRequest):
@@ -150,7 +150,7 @@ async def web_search(request, body: WebSearchRequest):
 
 @router.post(
     "/fetch",
-    response={200: FetchResponse, **error_responses(400, 401, 403, 422, 500, 503)},
+    response={200: FetchResponse, **error_responses(400, 401, 403, 422, 429, 500, 503)},
     summary="Fetch pages and return their text",
 )
 async def fetch(request, body: FetchRequest):

@@ -1,0 +1,182 @@
+"""Fair-use limits (policy `limits`): requests and tokens per minute per holder and per license,
+429 `Rate limit exceeded` with Retry-After, checked before the budget and never charged; a
+refusal is a ledger row; counters shared across worker processes through Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import openai
+import pytest
+from django.core.exceptions import ValidationError
+from django.test import override_settings
+
+from licensing import fairuse
+from licensing.models import LicenseType, Transaction, Wallet
+from licensing.policy import PolicyDocumentError, compile_policy, open_policy_document
+from tests.ledger_helpers import refusal_codes
+from tests.processes import Worker, database_url, redis_server_or_skip
+
+SMALL = "text-embedding-3-small"
+BODY = {"model": SMALL, "input": "one two three four five six", "encoding_format": "float"}
+
+
+def limited(make_license, make_key, limits: dict, *, keys: int = 1, budget: int | None = None):
+    license = make_license(name="fair", limit=budget, period="daily")
+    license.license_type.policy = {**open_policy_document(), "limits": limits}
+    license.license_type.full_clean()
+    license.license_type.save()
+    headers = [{"Authorization": f"Bearer {make_key(license)}"} for _ in range(keys)]
+    return license, headers
+
+
+def post(client, headers):
+    return client.post("/v1/embeddings", headers=headers, json=BODY)
+
+
+def assert_429(response):
+    assert response.status_code == 429, response.text
+    assert response.json() == {"error": {"message": "Rate limit exceeded"}}
+    assert 1 <= int(response.headers["Retry-After"]) <= 60
+
+
+@pytest.fixture(autouse=True)
+def fresh_counters():
+    """The in-process counters outlive a test (ids repeat on SQLite): start each one afresh."""
+    fairuse.counters_reset()
+    yield
+    fairuse.counters_reset()
+
+
+def test_requests_per_minute_per_holder(client, catalog, make_license, make_key):
+    license, (first, second) = limited(
+        make_license, make_key, {"holder": {"requests_per_minute": 2}}, keys=2, budget=10**6
+    )
+    assert [post(client, first).status_code for _ in range(2)] == [200, 200]
+    spent = Wallet.objects.get(license=license).spent
+    refused = post(client, first)
+    assert_429(refused)
+    assert post(client, second).status_code == 200  # another holder has its own minute
+    assert Wallet.objects.get(license=license).spent > spent  # only by the second holder's
+    row = Transaction.objects.get(request_id=refused.headers["X-Request-Id"])
+    assert (row.status_code, row.outcome, row.credits, row.wallet_id) == (429, "denied", 0, None)
+    assert row.error_message == "Rate limit exceeded (holder requests per minute)"
+    assert refusal_codes() == ["rate_limited"]
+    assert len(catalog["direct"].requests) == 3
+
+
+def test_a_refused_holder_does_not_use_up_the_license(client, catalog, make_license, make_key):
+    limits = {"holder": {"requests_per_minute": 2}, "license": {"requests_per_minute": 3}}
+    _, (greedy, other) = limited(make_license, make_key, limits, keys=2)
+    statuses = [post(client, greedy).status_code for _ in range(6)]
+    assert statuses == [200, 200, 429, 429, 429, 429]
+    assert post(client, other).status_code == 200  # the license's third request
+    refused = post(client, other)
+    assert_429(refused)
+    row = Transaction.objects.get(request_id=refused.headers["X-Request-Id"])
+    assert row.error_message == "Rate limit exceeded (license requests per minute)"
+
+
+def test_tokens_per_minute(client, catalog, make_license, make_key):
+    _, (headers,) = limited(make_license, make_key, {"holder": {"tokens_per_minute": 5}})
+    first = post(client, headers)
+    assert first.status_code == 200 and first.json()["usage"]["total_tokens"] > 5
+    assert_429(post(client, headers))  # the window's tokens are spent
+
+
+def test_checked_before_the_budget(client, catalog, make_license, make_key):
+    _, (headers,) = limited(
+        make_license, make_key, {"holder": {"requests_per_minute": 1}}, budget=0
+    )
+    assert post(client, headers).json()["error"]["message"] == "Your license is out of budget"
+    assert_429(post(client, headers))
+    assert refusal_codes() == ["out_of_budget", "rate_limited"]
+
+
+def test_the_sdk_sees_a_rate_limit_error(gateway, catalog, make_license, make_key):
+    _, (headers,) = limited(make_license, make_key, {"holder": {"requests_per_minute": 1}})
+    key = headers["Authorization"].split()[1]
+    sdk = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    sdk.embeddings.create(model=SMALL, input="x", encoding_format="float")
+    with pytest.raises(openai.RateLimitError) as raised:
+        sdk.embeddings.create(model=SMALL, input="x", encoding_format="float")
+    assert raised.value.status_code == 429 and raised.value.response.headers["Retry-After"]
+
+
+def test_without_limits_nothing_is_counted(client, auth, catalog):
+    assert all(post(client, auth).status_code == 200 for _ in range(5))
+    assert compile_policy(open_policy_document()).limits is None
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        [],
+        {"student": {"requests_per_minute": 1}},
+        {"holder": {"requests_per_hour": 1}},
+        {"holder": {"requests_per_minute": 0}},
+        {"holder": {"requests_per_minute": 1.5}},
+        {"holder": {"requests_per_minute": True}},
+        {"holder": 5},
+    ],
+)
+def test_bad_limits_are_refused_on_save(transactional_db, limits):
+    document = {**open_policy_document(), "limits": limits}
+    with pytest.raises(PolicyDocumentError):
+        compile_policy(document)
+    with pytest.raises(ValidationError) as raised:
+        LicenseType(name="bad", policy=document).full_clean()
+    assert "policy" in raised.value.message_dict
+
+
+def test_windows_and_retry_after():
+    limits = fairuse.Limits(holder_requests=1)
+    window = fairuse.window_of(limits, 1, "key:1", now=120.2)
+    assert (window.index, window.retry_after) == (2, 60)
+    assert fairuse.window_of(limits, 1, "key:1", now=179.5).retry_after == 1
+
+    counters = fairuse.LocalCounters()
+    assert asyncio.run(counters.admit(window)) == 0
+    assert asyncio.run(counters.admit(window)) == 1  # holder requests full
+    later = fairuse.window_of(limits, 1, "key:1", now=181.0)
+    assert asyncio.run(counters.admit(later)) == 0  # a new minute
+
+
+def test_an_unreachable_redis_admits(client, catalog, make_license, make_key):
+    _, (headers,) = limited(make_license, make_key, {"holder": {"requests_per_minute": 1}})
+    with override_settings(REDIS_URL="redis://127.0.0.1:1/0"):
+        fairuse.counters_reset()
+        try:
+            assert [post(client, headers).status_code for _ in range(3)] == [200] * 3
+        finally:
+            fairuse.counters_reset()
+
+
+def test_limits_hold_across_worker_processes(transactional_db, tmp_path, make_license, make_key,
+                                             catalog):  # fmt: skip
+    server = redis_server_or_skip(tmp_path)
+    workers = []
+    try:
+        env = {
+            **{k: v for k, v in os.environ.items() if k != "REDIS_URL"},
+            "DATABASE_URL": database_url(),
+            "REDIS_URL": server.url,
+            "GATEWAY_INVALIDATION_FILE": str(tmp_path / "generation"),
+        }
+        workers = [Worker(env, tmp_path / f"worker-{n}.log") for n in range(2)]
+        for worker in workers:
+            worker.wait_ready()
+        _, (headers,) = limited(make_license, make_key, {"holder": {"requests_per_minute": 3}})
+        statuses = [
+            workers[n % 2].http.post("/v1/embeddings", headers=headers, json=BODY) for n in range(6)
+        ]
+        assert sorted(r.status_code for r in statuses) == [200] * 3 + [429] * 3
+        assert Transaction.objects.filter(outcome="success").count() == 3
+        for response in statuses:
+            if response.status_code == 429:
+                assert_429(response)
+    finally:
+        for worker in workers:
+            worker.stop()
+        server.stop()
