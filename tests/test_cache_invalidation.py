@@ -13,6 +13,7 @@ import pytest
 from django.db import transaction
 from django.test import override_settings
 
+from catalog.models import Connection, ProviderModel
 from gateway_site import localcache
 from licensing.models import ApiKey, EndUser, Institution, JwtIssuer, License
 from tests.processes import RedisServer, Worker, database_url, redis_server_or_skip
@@ -128,6 +129,67 @@ def test_a_deactivated_key_is_refused_by_every_worker_within_a_second(
     License.objects.filter(pk=license.pk).update(active=False)
     localcache.clear_all()
     assert max(statuses_within(workers, headers, 401, limit=1.0)) < 1.0
+
+
+def _disable_embeddings(license):
+    license.license_type.policy = {"version": 1, "services": {"chat_completions": {}}}
+    license.license_type.save()
+
+
+def _deactivate_type(license):
+    license.license_type.active = False
+    license.license_type.save()
+
+
+def _deactivate_license(license):
+    license.active = False
+    license.save()
+
+
+def _retire_model(license):
+    for row in ProviderModel.objects.filter(model__model_id="text-embedding-3-small"):
+        row.active = False
+        row.save()
+
+
+def _break_connection(license):
+    row = Connection.objects.get(provider__slug="direct", name="default")
+    row.base_url = "http://127.0.0.1:9/v1"  # the discard port: nothing answers
+    row.save()
+
+
+@pytest.mark.parametrize(
+    "change,status",
+    [
+        (_deactivate_license, 401),
+        (_deactivate_type, 401),
+        (_disable_embeddings, 403),
+        (_retire_model, 400),
+        (_break_connection, 503),
+    ],
+)
+def test_every_cached_row_reaches_every_worker_within_a_second(
+    workers, catalog, make_license, make_key, change, status
+):
+    """Keys, licenses, license types (policy), catalog rows and connections: one save, and
+    every worker answers the new state within a second."""
+    license = make_license()
+    headers = {"Authorization": f"Bearer {make_key(license)}"}
+    body = {"model": "text-embedding-3-small", "input": "x", "encoding_format": "float"}
+
+    def post(worker):
+        return worker.http.post("/v1/embeddings", headers=headers, json=body).status_code
+
+    for worker in workers:
+        assert [post(worker), post(worker)] == [200, 200]  # the second from the caches
+    change(license)
+    started, took = time.monotonic(), {}
+    while len(took) < len(workers) and time.monotonic() - started < 3:
+        for i, worker in enumerate(workers):
+            if i not in took and post(worker) == status:
+                took[i] = time.monotonic() - started
+        time.sleep(0.01)
+    assert len(took) == len(workers) and max(took.values()) < 1.0, took
 
 
 @pytest.mark.parametrize("invalidation", ["redis"], indirect=True)
