@@ -6,6 +6,7 @@ deterministic output."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -429,7 +430,7 @@ def test_a_year_of_days_keeps_readable_axis_labels():
     labels = [t for t in root.iter(f"{SVG}text") if t.get("text-anchor") == "middle"]
     xs = [float(t.get("x")) for t in labels]
     assert 4 <= len(labels) <= 12
-    assert min(b - a for a, b in zip(xs, xs[1:])) >= 6 * charts.CHAR_W
+    assert min(b - a for a, b in itertools.pairwise(xs)) >= 6 * charts.CHAR_W
 
 
 def test_hbars_longest_first_with_values_and_links():
