@@ -38,6 +38,9 @@ FONT = 11
 CHAR_W = 6.5  # a generous average glyph width at FONT px: labels never collide
 LINE = 16
 PLOT_H = 170
+WIDTH = 500  # about the width a chart gets in a half of the admin's content at 1440 px
+MAX_BAR = 40
+DAY_STEPS = (1, 2, 3, 7, 14, 28, 56)
 # Characters XML 1.0 cannot hold (an SVG with them is not well-formed).
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
@@ -141,7 +144,7 @@ def stacked_bars(
     *,
     title: str,
     unit: str,
-    width: int = 640,
+    width: int = WIDTH,
 ) -> str:
     """Bars per day, one band per series stacked in the given order (first at the bottom)."""
     totals = [sum(band.values[i] for band in bands) for i in range(len(days))]
@@ -195,6 +198,8 @@ class _Plot:
 
     def x_axis(self, days: Sequence[date]) -> list[str]:
         every = max(1, math.ceil(len(days) / max(1, int(self.width // 52))))
+        # Round steps (a week, a fortnight...) keep the labels of side-by-side charts aligned.
+        every = next((step for step in DAY_STEPS if step >= every), every)
         parts = []
         for i in range(0, len(days), every):
             x = num(self.left + (i + 0.5) * self.slot)
@@ -214,7 +219,7 @@ class _Plot:
         ]
 
     def stack(self, i: int, day: date, bands: Sequence[Band], unit: str) -> list[str]:
-        bar_w = max(1.0, self.slot * 0.8)
+        bar_w = min(MAX_BAR, max(1.0, self.slot * 0.8))  # one day is not a wall of colour
         x = num(self.left + i * self.slot + (self.slot - bar_w) / 2)
         parts, base = [], 0
         for band in bands:
@@ -239,7 +244,7 @@ class _Plot:
         )
 
 
-def hbars(rows: Sequence[HBar], *, title: str, unit: str, width: int = 640) -> str:
+def hbars(rows: Sequence[HBar], *, title: str, unit: str, width: int = WIDTH) -> str:
     """One bar per row, longest first as given, the value at its end."""
     row_h, label_chars = 22, 30
     if not rows:

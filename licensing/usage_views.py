@@ -30,6 +30,12 @@ from .usage_report import (
 TEMPLATE = "admin/licensing/transaction/usage.html"
 DATE_FORMAT = "%Y-%m-%d"
 UNIT = "micro-credits"
+SHORT_OUTCOMES = {
+    Outcome.SUCCESS: "Succeeded",
+    Outcome.CLIENT_ERROR: "Client errors",
+    Outcome.DENIED: "Denied",
+    Outcome.FAILURE: "Failures",
+}
 
 
 def admin_urls(model_admin) -> list:
@@ -113,6 +119,7 @@ def usage_view(request, model_admin):
         license_id=keep["license"],
     )
     span = {"since": report.since, "until": report.until}
+    form.data = {**form.data.dict(), **{k: v.isoformat() for k, v in span.items()}}  # shown
     context.update(
         report=report,
         subtitle=_subtitle(report, data["institution"], data["license"], scope),
@@ -145,8 +152,10 @@ def _subtitle(report: UsageReport, institution, lic, scope) -> str:
         who = f"License {lic.name}"
     elif institution is not None:
         who = institution.name
+    elif scope.superuser:
+        who = "All institutions"
     else:
-        who = "All institutions" if scope.superuser else "Your institution"
+        who = Institution.objects.get(pk=scope.institution_id).name
     days = len(report.days)
     span = f"{report.since:%Y-%m-%d} to {report.last_day:%Y-%m-%d}"
     return f"{who} · {span} ({days} day{'s' if days != 1 else ''}, UTC)"
@@ -168,13 +177,19 @@ def _presets(keep: dict, report: UsageReport | None = None) -> list[dict]:
 
 
 def _totals(report: UsageReport) -> list[dict]:
-    labels = dict(Outcome.choices)
     totals = [
         ("credits", f"Credits ({UNIT})", report.total.total_credits),
         ("requests", "Requests", report.total.total_requests),
-        *((s.name, labels.get(s.name, s.name), s.total_requests) for s in report.by_outcome),
+        *(
+            (s.name, SHORT_OUTCOMES.get(s.name, s.name), s.total_requests)
+            for s in report.by_outcome
+        ),
     ]
-    return [{"key": key, "label": label, "value": f"{value:,}"} for key, label, value in totals]
+    described = dict(Outcome.choices)
+    return [
+        {"key": key, "label": label, "value": f"{value:,}", "title": described.get(key, label)}
+        for key, label, value in totals
+    ]
 
 
 def _bands(series, fixed=None, labels=None, values="credits") -> list[charts.Band]:

@@ -60,7 +60,7 @@ def staff_a(request, world):
 
 def shown_totals(response) -> dict[str, str]:
     html = response.content.decode()
-    return dict(re.findall(r'<div id="total-([a-z_]+)"><dt>[^<]*</dt><dd>([\d,]+)</dd>', html))
+    return dict(re.findall(r'<div id="total-([a-z_]+)"[^>]*><dt>[^<]*</dt><dd>([\d,]+)</dd>', html))
 
 
 def expected_totals(rows) -> dict[str, str]:
