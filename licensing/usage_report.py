@@ -2,20 +2,22 @@
 requests per day in total, by service, by model (the top models, the rest as one "other"
 series) and by status class, and the top licenses, API keys and end users by credits.
 
-Everything comes from six GROUP BY queries over a Transaction queryset the caller has already
-scoped (licensing.scoping.scoped); no ledger row is loaded into Python. Refusals (0 credits,
-outcome "denied") count as requests like every other row. Credits are micro-credits.
+Everything comes from four GROUP BY queries over a Transaction queryset the caller has already
+scoped (licensing.scoping.scoped), plus a lookup of the top rows' names; no ledger row is loaded
+into Python. Refusals (0 credits, outcome "denied") count as requests like every other row.
+Credits are micro-credits.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
 from django.db.models import Case, Count, F, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, NullIf, TruncDate
 
-from .models import Outcome
+from .models import ApiKey, EndUser, License, Outcome
 
 MAX_DAYS = 366
 DEFAULT_DAYS = 30
@@ -223,6 +225,7 @@ def usage_report(
     )
     days = [since + timedelta(days=i) for i in range((until - since).days)]
     services, outcomes = _by_service_and_outcome(rows, days)
+    tops = _tops(rows)
     return UsageReport(
         since=since,
         until=until,
@@ -231,9 +234,9 @@ def usage_report(
         by_service=services.series(),
         by_model=_by_model(rows, days, top_models),
         by_outcome=outcomes.series(_outcome_order(outcomes)),
-        top_licenses=_top(rows, "license", "license__name"),
-        top_api_keys=_top(rows, "api_key", "api_key__prefix", "api_key__name"),
-        top_end_users=_top(rows, "end_user", "end_user__subject"),
+        top_licenses=tops["license"],
+        top_api_keys=tops["api_key"],
+        top_end_users=tops["end_user"],
     )
 
 
@@ -287,22 +290,39 @@ def _by_model(rows: QuerySet, days: list[date], top_models: int) -> list[Series]
     return series
 
 
-def _top(rows: QuerySet, relation: str, *names: str) -> list[TopRow]:
-    key = f"{relation}_id"
-    grouped = (
-        rows.filter(**{f"{key}__isnull": False})
-        .values(key, *names)
-        .annotate(credits_sum=Sum("credits"), requests=Count("id"))
-        .order_by("-credits_sum", "-requests", key)[:TOP_ROWS]
+# The name of each kind of top row, read for the ten ids only.
+_NAMES = {
+    "license": lambda ids: License.objects.filter(pk__in=ids).values_list("pk", "name"),
+    "api_key": lambda ids: ApiKey.objects.filter(pk__in=ids).values_list("pk", "prefix", "name"),
+    "end_user": lambda ids: EndUser.objects.filter(pk__in=ids).values_list("pk", "subject"),
+}
+
+
+def _tops(rows: QuerySet) -> dict[str, list[TopRow]]:
+    """The top licenses, API keys and end users from one pass over the range: grouped by
+    holder (bounded by the keys and end users that exist, not by the rows)."""
+    sums = {kind: defaultdict(lambda: [0, 0]) for kind in _NAMES}
+    grouped = rows.values("license_id", "api_key_id", "end_user_id").annotate(
+        credits_sum=Sum("credits"), requests=Count("id")
     )
+    for row in grouped:
+        for kind, cells in sums.items():
+            pk = row[f"{kind}_id"]
+            if pk is not None:
+                cells[pk][0] += row["credits_sum"] or 0
+                cells[pk][1] += row["requests"]
+    return {kind: _ranked(kind, cells) for kind, cells in sums.items()}
+
+
+def _ranked(kind: str, cells: dict[int, list[int]]) -> list[TopRow]:
+    ranked = sorted(cells.items(), key=lambda item: (-item[1][0], -item[1][1], item[0]))
+    ranked = ranked[:TOP_ROWS]
+    if not ranked:
+        return []
+    names = {pk: _label(*rest) for pk, *rest in _NAMES[kind]([pk for pk, _ in ranked])}
     return [
-        TopRow(
-            id=row[key],
-            label=_label(*(row[name] for name in names)),
-            credits=row["credits_sum"] or 0,
-            requests=row["requests"],
-        )
-        for row in grouped
+        TopRow(id=pk, label=names.get(pk, f"#{pk}"), credits=credits, requests=requests)
+        for pk, (credits, requests) in ranked
     ]
 
 

@@ -118,19 +118,25 @@ def usage_view(request, model_admin):
         institution_id=keep["institution"],
         license_id=keep["license"],
     )
-    span = {"since": report.since, "until": report.until}
-    form.data = {**form.data.dict(), **{k: v.isoformat() for k, v in span.items()}}  # shown
-    context.update(
-        report=report,
-        subtitle=_subtitle(report, data["institution"], data["license"], scope),
-        license=data["license"],
-        all_licenses_url=_query({**keep, "license": None, **span}),
-        transactions_query=_query({**keep, **span}),
-        presets=_presets(keep, report),
-        totals=_totals(report),
-        charts=[*_charts(report), *_tops(report)],
-    )
+    context.update(_report_context(report, form, keep, scope))
     return TemplateResponse(request, TEMPLATE, context)
+
+
+def _report_context(report: UsageReport, form: UsageForm, keep: dict, scope) -> dict:
+    span = {"since": report.since, "until": report.until}
+    # The inputs show the range reported, defaults included.
+    form.data = {**form.data.dict(), **{k: v.isoformat() for k, v in span.items()}}
+    data = form.cleaned_data
+    return {
+        "report": report,
+        "subtitle": _subtitle(report, data["institution"], data["license"], scope),
+        "license": data["license"],
+        "all_licenses_url": _query({**keep, "license": None, **span}),
+        "transactions_query": _query({**keep, **span}),
+        "presets": _presets(keep, report),
+        "totals": _totals(report),
+        "charts": [*_charts(report), *_tops(report)],
+    }
 
 
 def _errors(form) -> list[str]:
