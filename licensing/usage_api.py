@@ -6,7 +6,8 @@ shapes (`{"since": ["..."]}`)."""
 from __future__ import annotations
 
 from django.urls import path
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
@@ -20,13 +21,16 @@ DATE_FORMATS = ["%Y-%m-%d"]
 
 
 class UsageQuerySerializer(serializers.Serializer):
+    # allow_null: an empty parameter (`?since=`) means the default, as on the admin page.
     since = serializers.DateField(
         required=False,
+        allow_null=True,
         input_formats=DATE_FORMATS,
         help_text="First UTC day, YYYY-MM-DD (included); default: 30 days before `until`",
     )
     until = serializers.DateField(
         required=False,
+        allow_null=True,
         input_formats=DATE_FORMATS,
         help_text=f"UTC day after the last one, YYYY-MM-DD (not included); default: tomorrow. "
         f"At most {MAX_DAYS} days after `since`",
@@ -34,10 +38,14 @@ class UsageQuerySerializer(serializers.Serializer):
     institution = serializers.PrimaryKeyRelatedField(
         queryset=Institution.objects.none(),
         required=False,
+        allow_null=True,
         help_text="An institution's id (superusers; others may only give their own)",
     )
     license = serializers.PrimaryKeyRelatedField(
-        queryset=License.objects.none(), required=False, help_text="Only this license's rows"
+        queryset=License.objects.none(),
+        required=False,
+        allow_null=True,
+        help_text="Only this license's rows",
     )
 
     def __init__(self, *args, **kwargs):
@@ -159,8 +167,23 @@ class UsageView(APIView):
 
     @extend_schema(
         parameters=[UsageQuerySerializer],
-        responses=UsageReportSerializer,
-        examples=[OpenApiExample("Two days", value=EXAMPLE, response_only=True)],
+        responses={
+            200: UsageReportSerializer,
+            400: OpenApiResponse(
+                OpenApiTypes.OBJECT,
+                description="A bad parameter: its name with the messages",
+                examples=[
+                    OpenApiExample(
+                        "Too long", value={"until": [f"The range is at most {MAX_DAYS} days."]}
+                    )
+                ],
+            ),
+            401: OpenApiResponse(description="Not authenticated"),
+            403: OpenApiResponse(description="Not a superuser, institution admin or reviewer"),
+        },
+        examples=[
+            OpenApiExample("Two days", value=EXAMPLE, response_only=True, status_codes=["200"])
+        ],
     )
     def get(self, request):
         query = UsageQuerySerializer(data=request.query_params, context={"request": request})

@@ -194,6 +194,9 @@ def test_the_default_range_is_the_last_30_days(world, superuser):
     assert '<a href="?since=' in response.content.decode() and 'aria-current="page"' in (
         response.content.decode()
     )
+    empty = browser(superuser).get(PAGE, {"since": "", "until": "", "institution": ""})
+    assert shown_totals(empty) == totals
+    assert f'value="{report.since.isoformat()}"' in empty.content.decode()  # shown in the form
 
 
 def test_names_from_users_are_escaped(world, superuser):
@@ -296,6 +299,16 @@ def test_api_institution_staff(world, staff_a):
     assert other.json() == {
         "institution": [f'Invalid pk "{world["b"].pk}" - object does not exist.']
     }
+
+
+def test_api_empty_parameters_mean_the_defaults(world, superuser):
+    body = token_client(superuser).get(API, {"since": "", "until": "", "institution": ""}).json()
+    tomorrow = today_utc() + timedelta(days=1)
+    assert (body["since"], body["until"]) == (
+        (tomorrow - timedelta(days=30)).isoformat(),
+        tomorrow.isoformat(),
+    )
+    assert body["institution"] is None and len(body["days"]) == 30
 
 
 def test_api_refuses_staff_without_a_role_and_anonymous(world):
