@@ -156,9 +156,7 @@ def stacked_bars(
     height = top + PLOT_H + 24
     plot = _Plot(left=left, top=top, width=room, height=PLOT_H, ymax=ticks[-1], n=len(days))
     body = [*legend, *plot.y_axis(ticks), *plot.x_axis(days)]
-    body += plot.day_columns(days, totals, unit)
-    for i, day in enumerate(days):
-        body += plot.stack(i, day, bands, unit)
+    body += [plot.day_columns(days, totals, unit), *plot.bands(days, bands, unit)]
     if not any(totals):
         body.append(plot.note("No usage in this range"))
     return _svg(width, height, title, body)
@@ -209,33 +207,41 @@ class _Plot:
             )
         return parts
 
-    def day_columns(self, days: Sequence[date], totals: list[int], unit: str) -> list[str]:
+    def day_columns(self, days: Sequence[date], totals: list[int], unit: str) -> str:
         """An invisible column per day whose tooltip gives the day's total."""
-        return [
-            f'<rect class="day" x="{num(self.left + i * self.slot)}" y="{num(self.top)}" '
-            f'width="{num(self.slot)}" height="{num(self.height)}" fill="transparent">'
+        columns = "".join(
+            f'<rect x="{num(self.left + i * self.slot)}" y="{num(self.top)}" '
+            f'width="{num(self.slot)}" height="{num(self.height)}">'
             f"<title>{day.isoformat()}: {totals[i]:,} {esc(unit)} in total</title></rect>"
             for i, day in enumerate(days)
-        ]
+        )
+        return f'<g class="days" fill="transparent">{columns}</g>'
 
-    def stack(self, i: int, day: date, bands: Sequence[Band], unit: str) -> list[str]:
+    def bands(self, days: Sequence[date], bands: Sequence[Band], unit: str) -> list[str]:
+        """A group of bars per band (series), each bar on top of the bands before it."""
         bar_w = min(MAX_BAR, max(1.0, self.slot * 0.8))  # one day is not a wall of colour
-        x = num(self.left + i * self.slot + (self.slot - bar_w) / 2)
-        parts, base = [], 0
+        xs = [num(self.left + i * self.slot + (self.slot - bar_w) / 2) for i in range(self.n)]
+        base = [0] * self.n
+        groups = []
         for band in bands:
-            value = band.values[i]
-            if value <= 0:
-                continue
-            y_top, y_base = self.y(base + value), self.y(base)
-            base += value
-            parts.append(
-                f'<rect class="bar" data-day="{day.isoformat()}" data-series="{esc(band.label)}" '
-                f'x="{x}" y="{num(y_top)}" width="{num(bar_w)}" '
-                f'height="{num(max(0.5, y_base - y_top))}" fill="{band.colour}">'
-                f"<title>{day.isoformat()} · {esc(band.label)}: {value:,} {esc(unit)}"
-                "</title></rect>"
-            )
-        return parts
+            label, rects = esc(band.label), []
+            for i, value in enumerate(band.values):
+                if value <= 0:
+                    continue
+                y_top, y_base = self.y(base[i] + value), self.y(base[i])
+                base[i] += value
+                rects.append(
+                    f'<rect x="{xs[i]}" y="{num(y_top)}" width="{num(bar_w)}" '
+                    f'height="{num(max(0.5, y_base - y_top))}">'
+                    f"<title>{days[i].isoformat()} · {label}: {value:,} {esc(unit)}</title></rect>"
+                )
+            if rects:
+                groups.append(
+                    f'<g class="bars" data-series="{label}" fill="{band.colour}">'
+                    + "".join(rects)
+                    + "</g>"
+                )
+        return groups
 
     def note(self, text: str) -> str:
         return (

@@ -106,7 +106,7 @@ def wait_for_ledger(page, server, query: str, requests: int) -> dict:
 
 
 def bars(page, chart: str) -> int:
-    return page.locator(f"#{chart} svg rect.bar").count()
+    return page.locator(f"#{chart} svg g.bars rect").count()
 
 
 def test_usage_page_in_a_browser(server, page):

@@ -87,7 +87,7 @@ def test_the_url_name_and_the_page(world, superuser):
     assert "2025-01-10 to 2025-01-19 (10 days, UTC)" in html
     charts = svgs(response)
     assert len(charts) == 8  # five per-day charts, three top lists
-    bars = [e for e in charts[0].iter() if e.get("class") == "bar"]
+    bars = [r for g in charts[0].iter() if g.get("class") == "bars" for r in g]
     services = per_day(in_range(world["rows"]), lambda r: r.service)
     assert len(bars) == sum(1 for days in services.values() for c, _ in days.values() if c > 0)
 

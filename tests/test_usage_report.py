@@ -341,7 +341,15 @@ def parse(svg: str) -> ET.Element:
 
 
 def bars(root) -> list[ET.Element]:
-    return [e for e in root.iter(f"{SVG}rect") if e.get("class") == "bar"]
+    """The bars, each with the `series` of its group and the `day` its tooltip starts with."""
+    found = []
+    for group in root.iter(f"{SVG}g"):
+        if group.get("class") == "bars":
+            for rect in group.iter(f"{SVG}rect"):
+                rect.set("series", group.get("data-series"))
+                rect.set("day", rect.find(f"{SVG}title").text.split(" ")[0])
+                found.append(rect)
+    return found
 
 
 def test_stacked_bars_one_bar_per_day_and_series():
@@ -351,7 +359,7 @@ def test_stacked_bars_one_bar_per_day_and_series():
         charts.Band("empty", [0] * 14, charts.PALETTE[2]),
     ]
     root = parse(charts.stacked_bars(DAYS, bands, title="Credits", unit="micro-credits"))
-    found = {(b.get("data-day"), b.get("data-series")) for b in bars(root)}
+    found = {(b.get("day"), b.get("series")) for b in bars(root)}
     expected = {
         (day.isoformat(), band.label)
         for band in bands
@@ -362,7 +370,7 @@ def test_stacked_bars_one_bar_per_day_and_series():
     tips = [b.find(f"{SVG}title").text for b in bars(root)]
     assert "2026-03-14 · chat_completions: 12,345 micro-credits" in tips
     # Bars of a day stack: the top one starts where the one below ends.
-    last = [b for b in bars(root) if b.get("data-day") == "2026-03-14"]
+    last = [b for b in bars(root) if b.get("day") == "2026-03-14"]
     below, above = last
     assert float(above.get("y")) + float(above.get("height")) == pytest.approx(
         float(below.get("y")), abs=0.11
@@ -413,10 +421,10 @@ def test_charts_are_deterministic_and_handle_empty_input():
 def test_legend_wraps_inside_the_chart():
     bands = [charts.Band("a-rather-long-model-name-" + str(i), [1] * 3, "#000") for i in range(9)]
     root = parse(charts.stacked_bars(DAYS[:3], bands, title="t", unit="u", width=640))
-    swatches = [g.find(f"{SVG}rect") for g in root.iter(f"{SVG}g")]
-    rows = {float(r.get("y")) for r in swatches}
-    assert len(rows) > 1
-    for g in root.iter(f"{SVG}g"):
+    items = [g for g in root.iter(f"{SVG}g") if g.get("class") == "legend-item"]
+    assert len(items) == 9
+    assert len({float(g.find(f"{SVG}rect").get("y")) for g in items}) > 1  # more than a line
+    for g in items:
         text = g.find(f"{SVG}text")
         assert float(text.get("x")) + len(text.text) * charts.CHAR_W <= 640
 
