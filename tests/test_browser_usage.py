@@ -167,16 +167,27 @@ def test_usage_page_in_a_browser(server, page):
     assert page.inner_text("#total-requests dd") == f"{mine.json()['totals']['requests']:,}"
     shot(page, "usage-03-reviewer-90-days")
 
+    # The top lists link to the transactions; from the license's page, its own usage.
+    href = page.get_attribute("#top-licenses a.link", "href")
+    assert href.startswith("/admin/licensing/transaction/?license=") and "&since=" in href
+    page.goto(server.url + "/admin/licensing/license/?q=demo")
+    page.click("#result_list tbody tr th a")
+    shot(page, "usage-04-license-page-link")
+    page.click(".object-tools a:has-text('Usage')")
+    page.wait_for_selector("#usage-totals")
+    assert "License demo" in page.inner_text("#content h2")
+    shot(page, "usage-05-one-license")
+
     # Bad parameters: a message, the form still there.
     page.goto(server.url + "/admin/licensing/transaction/usage/?since=2026-13-45")
     assert "Enter a date as YYYY-MM-DD." in page.inner_text("#usage-errors")
     assert page.locator("#usage-form").is_visible()
-    shot(page, "usage-04-bad-date")
+    shot(page, "usage-06-bad-date")
 
     # The dark theme keeps the labels readable (they follow the text colour).
     page.emulate_media(color_scheme="dark")
     page.goto(server.url + "/admin/licensing/transaction/usage/")
     colour = page.eval_on_selector("#credits-by-service svg", "e => getComputedStyle(e).color")
     assert colour != "rgb(0, 0, 0)"
-    shot(page, "usage-05-dark")
+    shot(page, "usage-07-dark")
     page.emulate_media(color_scheme="light")
