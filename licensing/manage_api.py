@@ -265,5 +265,6 @@ router.register("end-users", EndUserViewSet, basename="manage-end-user")
 
 urlpatterns = [
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="manage-openapi"),
+    path("usage", include("licensing.usage_api")),
     path("", include(router.urls)),
 ]

@@ -1,8 +1,255 @@
-"""The usage page: credits and requests per day and the top spenders (stub)."""
+"""The usage page (/admin/licensing/transaction/usage/): credits and requests per day by service,
+by model and by status class, and the top licenses, API keys and end users by spend, over a
+range of UTC days, as server-side SVG charts (licensing.charts). Whoever may view transactions
+may open it, scoped like the ledger: an institution's staff see their institution, superusers
+every institution or the one they pick. Bad parameters are a message on the page (400)."""
 
 from __future__ import annotations
 
+from functools import partial
+from urllib.parse import urlencode
+
+from django import forms
+from django.core.exceptions import PermissionDenied
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.safestring import mark_safe
+
+from . import charts
+from .models import Institution, License, Outcome, Transaction
+from .scoping import scope_of, scoped
+from .usage_report import (
+    PRESETS,
+    RangeError,
+    UsageReport,
+    preset_range,
+    resolve_range,
+    usage_report,
+)
+
+TEMPLATE = "admin/licensing/transaction/usage.html"
+DATE_FORMAT = "%Y-%m-%d"
+UNIT = "micro-credits"
+SHORT_OUTCOMES = {
+    Outcome.SUCCESS: "Succeeded",
+    Outcome.CLIENT_ERROR: "Client errors",
+    Outcome.DENIED: "Denied",
+    Outcome.FAILURE: "Failures",
+}
+
 
 def admin_urls(model_admin) -> list:
-    """The usage page's admin URLs, under the transactions admin (stub: none yet)."""
-    return []
+    """The usage page, under the transactions admin (named admin:licensing_transaction_usage)."""
+    view = model_admin.admin_site.admin_view(partial(usage_view, model_admin=model_admin))
+    return [path("usage/", view, name="licensing_transaction_usage")]
+
+
+class UsageForm(forms.Form):
+    """The page's query parameters; choices are scoped, so another institution is invalid."""
+
+    institution = forms.ModelChoiceField(
+        queryset=Institution.objects.none(),
+        required=False,
+        empty_label="All institutions",
+        error_messages={"invalid_choice": "Unknown institution, or not one you may see."},
+    )
+    license = forms.ModelChoiceField(
+        queryset=License.objects.none(),
+        required=False,
+        widget=forms.HiddenInput,
+        error_messages={"invalid_choice": "Unknown license, or not one you may see."},
+    )
+    since = forms.DateField(
+        required=False,
+        label="From",
+        input_formats=[DATE_FORMAT],
+        widget=forms.DateInput(attrs={"type": "date"}, format=DATE_FORMAT),
+        error_messages={"invalid": "Enter a date as YYYY-MM-DD."},
+    )
+    until = forms.DateField(
+        required=False,
+        label="Until (not included)",
+        input_formats=[DATE_FORMAT],
+        widget=forms.DateInput(attrs={"type": "date"}, format=DATE_FORMAT),
+        error_messages={"invalid": "Enter a date as YYYY-MM-DD."},
+    )
+
+    def __init__(self, data, scope):
+        super().__init__(data)
+        self.fields["institution"].queryset = scoped(Institution.objects.all(), scope)
+        self.fields["license"].queryset = scoped(License.objects.all(), scope)
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        try:
+            data["since"], data["until"] = resolve_range(data.get("since"), data.get("until"))
+        except RangeError as exc:
+            self.add_error(exc.field, exc.message)
+        lic, institution = data.get("license"), data.get("institution")
+        if lic is not None and institution is not None and lic.institution_id != institution.pk:
+            self.add_error("license", "This license belongs to another institution.")
+        return data
+
+
+def usage_view(request, model_admin):
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    scope = scope_of(request.user)
+    form = UsageForm(request.GET, scope)
+    valid = form.is_valid()
+    data = form.cleaned_data
+    keep = {name: getattr(data.get(name), "pk", None) for name in ("institution", "license")}
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "opts": Transaction._meta,
+        "title": "Usage",
+        "form": form,
+        "superuser": scope.superuser,
+    }
+    if not valid:
+        context.update(errors=_errors(form), presets=_presets(keep))
+        return TemplateResponse(request, TEMPLATE, context, status=400)
+    report = usage_report(
+        scoped(Transaction.objects.all(), scope),
+        data["since"],
+        data["until"],
+        institution_id=keep["institution"],
+        license_id=keep["license"],
+    )
+    context.update(_report_context(report, form, keep, scope))
+    return TemplateResponse(request, TEMPLATE, context)
+
+
+def _report_context(report: UsageReport, form: UsageForm, keep: dict, scope) -> dict:
+    span = {"since": report.since, "until": report.until}
+    # The inputs show the range reported, defaults included.
+    form.data = {**form.data.dict(), **{k: v.isoformat() for k, v in span.items()}}
+    data = form.cleaned_data
+    return {
+        "report": report,
+        "subtitle": _subtitle(report, data["institution"], data["license"], scope),
+        "license": data["license"],
+        "all_licenses_url": _query({**keep, "license": None, **span}),
+        "transactions_query": _query({**keep, **span}),
+        "presets": _presets(keep, report),
+        "totals": _totals(report),
+        "charts": [*_charts(report), *_tops(report)],
+    }
+
+
+def _errors(form) -> list[str]:
+    messages = []
+    for name, errors in form.errors.items():
+        field = form.fields.get(name)
+        label = (field.label or name.capitalize()) if field is not None else ""
+        messages += [f"{label}: {error}" if label else error for error in errors]
+    return messages
+
+
+def _query(params: dict) -> str:
+    kept = {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in params.items()}
+    return "?" + urlencode({k: v for k, v in kept.items() if v is not None})
+
+
+def _subtitle(report: UsageReport, institution, lic, scope) -> str:
+    if lic is not None:
+        who = f"License {lic.name}"
+    elif institution is not None:
+        who = institution.name
+    elif scope.superuser:
+        who = "All institutions"
+    else:
+        who = Institution.objects.get(pk=scope.institution_id).name
+    days = len(report.days)
+    span = f"{report.since:%Y-%m-%d} to {report.last_day:%Y-%m-%d}"
+    return f"{who} · {span} ({days} day{'s' if days != 1 else ''}, UTC)"
+
+
+def _presets(keep: dict, report: UsageReport | None = None) -> list[dict]:
+    presets = []
+    for days in PRESETS:
+        since, until = preset_range(days)
+        current = report is not None and (since, until) == (report.since, report.until)
+        presets.append(
+            {
+                "label": f"Last {days} days",
+                "url": _query(keep | {"since": since, "until": until}),
+                "current": current,
+            }
+        )
+    return presets
+
+
+def _totals(report: UsageReport) -> list[dict]:
+    totals = [
+        ("credits", f"Credits ({UNIT})", report.total.total_credits),
+        ("requests", "Requests", report.total.total_requests),
+        *(
+            (s.name, SHORT_OUTCOMES.get(s.name, s.name), s.total_requests)
+            for s in report.by_outcome
+        ),
+    ]
+    described = dict(Outcome.choices)
+    return [
+        {"key": key, "label": label, "value": f"{value:,}", "title": described.get(key, label)}
+        for key, label, value in totals
+    ]
+
+
+def _bands(series, values: str, outcomes: bool = False) -> list[charts.Band]:
+    """Chart bands of report series: status classes by their description and fixed colours,
+    other series in palette order (the same model has the same colour in both model charts)."""
+    labels = dict(Outcome.choices) if outcomes else {}
+    colours = charts.palette([s.name for s in series], charts.OUTCOME_COLOURS if outcomes else {})
+    return [
+        charts.Band(
+            label=labels.get(s.name, s.name),
+            values=getattr(s, values),
+            colour=charts.OTHER_COLOUR if s.other else colour,
+        )
+        for s, colour in zip(series, colours, strict=True)
+    ]
+
+
+def _charts(report: UsageReport) -> list[dict]:
+    specs = [
+        ("credits-by-service", "Credits per day by service", report.by_service, "credits"),
+        ("requests-by-service", "Requests per day by service", report.by_service, "requests"),
+        ("credits-by-model", "Credits per day by model", report.by_model, "credits"),
+        ("requests-by-model", "Requests per day by model", report.by_model, "requests"),
+        ("requests-by-outcome", "Requests per day by status class", report.by_outcome, "requests"),
+    ]
+    result = []
+    for key, title, series, values in specs:
+        bands = _bands(series, values, outcomes=series is report.by_outcome)
+        unit = UNIT if values == "credits" else "requests"
+        svg = charts.stacked_bars(report.days, bands, title=title, unit=unit)
+        # Safe: licensing.charts escapes every label it writes.
+        result.append({"id": key, "title": title, "unit": unit, "svg": mark_safe(svg)})
+    return result
+
+
+def _tops(report: UsageReport) -> list[dict]:
+    changelist = reverse("admin:licensing_transaction_changelist")
+    span = {"since": report.since, "until": report.until}
+    specs = [
+        ("top-licenses", "Top licenses by credits", report.top_licenses, "license"),
+        ("top-api-keys", "Top API keys by credits", report.top_api_keys, "api_key"),
+        ("top-end-users", "Top end users by credits", report.top_end_users, "end_user"),
+    ]
+    result = []
+    for key, title, rows, param in specs:
+        bars = [
+            charts.HBar(
+                label=row.label,
+                value=row.credits,
+                href=changelist + _query({param: row.id, **span}),
+                note=f"{row.requests:,} requests",
+            )
+            for row in rows
+        ]
+        svg = charts.hbars(bars, title=title, unit=UNIT)
+        result.append({"id": key, "title": title, "unit": UNIT, "svg": mark_safe(svg)})  # escaped
+    return result
