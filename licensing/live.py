@@ -157,9 +157,11 @@ class Publisher:
             message = {"type": "ledger.rows", "rows": rows}
             await asyncio.wait_for(layer.group_send(group, message), SEND_TIMEOUT)
             stats.sent += len(rows)
-        except Exception:
+        except Exception as exc:
             stats.failed += len(rows)
-            _warn(f"live feed: sending {len(rows)} events to {group} failed", exc_info=True)
+            timeout = isinstance(exc, TimeoutError)
+            reason = f"timed out after {SEND_TIMEOUT:g} s" if timeout else "failed"
+            _warn(f"live feed: {len(rows)} events to {group} {reason}", exc_info=not timeout)
 
     async def _watched(self, layer) -> bool:
         """Whether anybody watches anywhere (shared layer: the presence key), re-read at most

@@ -116,20 +116,21 @@ def test_a_full_queue_drops_and_counts_without_blocking(institutions, monkeypatc
     entries = [feed_entry(institutions["a"], f"req-{i}") for i in range(10)]
 
     async def scenario():
-        slowest = 0.0
+        took = []
         for _ in range(live.QUEUE_MAX // 10 + 50):
             started = time.perf_counter()
             live.publish(entries)
-            slowest = max(slowest, time.perf_counter() - started)
+            took.append(time.perf_counter() - started)
             await asyncio.sleep(0)  # the sending task runs, and hangs in group_send
         publisher = live._publisher()
         waiting = len(publisher.queue)
         publisher.task.cancel()
-        return slowest, waiting
+        return sorted(took), waiting
 
-    slowest, waiting = run(scenario)
+    took, waiting = run(scenario)
     assert layer.calls == 1  # the first batch went to the layer and never came back
-    assert slowest < 0.5, slowest  # scheduling noise at worst: the layer never answers
+    # Every call returned although the layer never answers; a typical one in microseconds.
+    assert took[len(took) // 2] < 1e-3, took[len(took) // 2]
     assert waiting == live.QUEUE_MAX
     assert live.stats.dropped == (live.QUEUE_MAX // 10 + 50) * 10 - live.QUEUE_MAX - 10
 
