@@ -247,6 +247,7 @@ def live_page(request, model_admin):
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.model._meta,
         "title": "Live transactions",
+        "is_nav_sidebar_enabled": False,  # the table needs the whole width
         "rows": [_shown(event_of(row, row.license.name)) for row in latest],
         "max_rows": PAGE_MAX_ROWS,
         "all_institutions": scope_of(request.user).superuser,

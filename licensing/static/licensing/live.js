@@ -65,7 +65,7 @@
     cell(tr, row.license, "live-wrap");
     cell(tr, holderOf(row), "live-holder");
     cell(tr, row.service);
-    cell(tr, row.requested_model || "-", "live-wrap");
+    cell(tr, row.requested_model || "-", "live-wrap live-model");
     cell(tr, row.provider || "-");
 
     const status = cell(tr, "", "live-status-cell");
