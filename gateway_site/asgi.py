@@ -12,6 +12,8 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
+from licensing.consumers import websocket_application  # noqa: E402
+
 from .bodylimit import BodyLimit  # noqa: E402
 from .handler import GatewayASGIHandler  # noqa: E402
 
@@ -21,6 +23,10 @@ django_application = GatewayASGIHandler()
 get_resolver().resolve("/v1/health")
 
 # /v1 bodies over the limit are refused before they are read (gateway_site.bodylimit).
+# Websockets: the admin's live feed of ledger rows (licensing.consumers).
 application = ProtocolTypeRouter(
-    {"http": BodyLimit(django_application, max_bytes=settings.GATEWAY_MAX_BODY_BYTES)}
+    {
+        "http": BodyLimit(django_application, max_bytes=settings.GATEWAY_MAX_BODY_BYTES),
+        "websocket": websocket_application(),
+    }
 )

@@ -122,6 +122,25 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_BODY_BYTES
 
 REDIS_URL = os.environ.get("REDIS_URL") or None
 
+# The live feed of ledger rows (licensing.live, licensing.consumers): through Redis when
+# REDIS_URL is set, so every worker on every host feeds one page, else in this process's memory
+# (one process, as scripts/run.sh runs it). A viewer that does not keep up loses messages
+# instead of buffering them: both layers drop a message for a full channel in group_send, and
+# a message waiting longer than `expiry` seconds is discarded. A message holds at most
+# licensing.live.ROWS_PER_MESSAGE rows.
+_LIVE_LAYER = {"capacity": 100, "expiry": 10}
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "gateway:live", **_LIVE_LAYER},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": _LIVE_LAYER}
+    }
+
 
 def _cidr_list(value: str) -> str:
     """Checked at start-up so that a typo stops the server instead of failing every fetch."""

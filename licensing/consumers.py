@@ -1,0 +1,140 @@
+"""The websocket of the live feed (/ws/admin/transactions/): staff who may view transactions
+receive the ledger rows of their scope as licensing.live publishes them.
+
+Authentication is the admin's session cookie (channels' AuthMiddlewareStack). A connection is
+refused (closed with 4403 before it is accepted) unless the user is active staff whose role may
+view transactions, and unless its Origin is the page's own host (or in CSRF_TRUSTED_ORIGINS, the
+admin's own rule for forms): another site's page must not open it with the admin's cookie.
+AllowedHostsOriginValidator comes first, but with ALLOWED_HOSTS=* it lets every origin through.
+
+The consumer only sends. Every HEARTBEAT seconds it checks the session and the user again (a
+logout, a deactivation or a role taken away closes it), joins its group again (a layer drops a
+member whose messages expired unread) and refreshes its presence for the publishers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from importlib import import_module
+from types import SimpleNamespace
+from urllib.parse import urlsplit
+
+from channels.auth import AuthMiddlewareStack
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.routing import URLRouter
+from channels.security.websocket import AllowedHostsOriginValidator
+from django.conf import settings
+from django.contrib import auth
+from django.urls import path
+
+from . import live
+from .models import Transaction
+from .scoping import scope_of
+
+PATH = "/ws/admin/transactions/"
+REFUSED = 4403
+HEARTBEAT = 30.0  # seconds
+
+logger = logging.getLogger("gateway")
+
+
+def feed_group(user) -> str | None:
+    """The group whose rows `user` may see; None: no feed at all."""
+    scope = scope_of(user)
+    if not scope.allows(Transaction, "view"):
+        return None
+    return live.ALL_GROUP if scope.superuser else live.institution_group(scope.institution_id)
+
+
+def _group_now(connection_scope) -> str | None:
+    """The user's group as the database has it now: the session read again (a logout empties
+    it, a password change invalidates it), the user and its role too."""
+    session = connection_scope.get("session")
+    if session is not None:
+        store = import_module(settings.SESSION_ENGINE).SessionStore(session.session_key)
+        user = auth.get_user(SimpleNamespace(session=store))
+    else:  # a scope built without the session middleware (tests): the user row itself
+        user = auth.get_user_model().objects.filter(pk=connection_scope["user"].pk).first()
+    return feed_group(user) if user is not None else None
+
+
+def same_origin(connection_scope) -> bool:
+    headers = dict(connection_scope.get("headers", []))
+    origin = headers.get(b"origin")
+    if origin is None:
+        return True  # not a browser, so not someone else's cookie either
+    origin = origin.decode("latin-1").lower()
+    if origin in (o.lower() for o in settings.CSRF_TRUSTED_ORIGINS):
+        return True
+    host = headers.get(b"host", b"").decode("latin-1").lower()
+    return bool(host) and urlsplit(origin).netloc == host
+
+
+class TransactionFeed(AsyncJsonWebsocketConsumer):
+    group: str | None = None
+    heartbeat: asyncio.Task | None = None
+
+    async def connect(self):
+        user = self.scope.get("user")
+        group = None
+        if same_origin(self.scope) and user is not None:
+            group = await database_sync_to_async(feed_group)(user)
+        if group is None:
+            await self.close(code=REFUSED)
+            return
+        await self.channel_layer.group_add(group, self.channel_name)
+        self.group = group
+        await self.accept()
+        live.viewer_joined()
+        await self._present()
+        self.heartbeat = asyncio.create_task(self._beat())
+
+    async def disconnect(self, code):
+        if self.heartbeat is not None:
+            self.heartbeat.cancel()
+        await self._leave()
+
+    async def _leave(self) -> None:
+        if self.group is None:
+            return
+        group, self.group = self.group, None
+        live.viewer_left()
+        await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        """The browser has nothing to say: whatever it sends is ignored."""
+
+    async def ledger_rows(self, event):
+        await self.send_json({"type": "rows", "rows": event["rows"]})
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT)
+            try:
+                group = await database_sync_to_async(_group_now)(self.scope)
+            except Exception:  # the database is away: keep the feed, check again later
+                logger.warning("live feed: re-checking a viewer failed", exc_info=True)
+                continue
+            if group != self.group:
+                await self._leave()
+                await self.close(code=REFUSED)
+                return
+            await self.channel_layer.group_add(self.group, self.channel_name)
+            await self._present()
+
+    async def _present(self) -> None:
+        try:
+            await live.mark_present(self.channel_layer)
+        except Exception:
+            logger.warning("live feed: refreshing the presence key failed", exc_info=True)
+
+
+websocket_urlpatterns = [path(PATH.lstrip("/"), TransactionFeed.as_asgi())]
+
+
+def websocket_application():
+    """The "websocket" branch of gateway_site.asgi (built at import: the origin validator reads
+    ALLOWED_HOSTS then)."""
+    return AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
