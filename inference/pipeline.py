@@ -310,6 +310,7 @@ async def _record(
         metadata=call.metadata,
         latency_ms=int((time.perf_counter() - call.request.started_at) * 1000),
         upstream_id=ledger.storable((result.upstream_id if result else "") or upstream_id, 200),
+        outcome=ledger.outcome_for(status, code),
         error_code=code,
         error_message=message,
         institution_id=license.institution_id,
