@@ -4,7 +4,6 @@ Only async-native code runs on the /v1 path; the admin's middleware stack (sessi
 CSRF, auth, messages) is applied to everything else by `AdminStack`.
 """
 
-import json
 import logging
 import time
 import uuid
@@ -12,6 +11,8 @@ import uuid
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpResponse, JsonResponse
 from django.utils.module_loading import import_string
+
+from . import logs
 
 access_log = logging.getLogger("gateway.access")
 API_PREFIX = "/v1/"
@@ -82,6 +83,7 @@ class RequestContextMiddleware:
         started = time.perf_counter()
         request_id = uuid.uuid4().hex
         request.request_id = request_id
+        logs.request_id.set(request_id)
         request.started_at = started
         is_api = request.path.startswith(API_PREFIX)
         try:
@@ -93,24 +95,27 @@ class RequestContextMiddleware:
             response = normalize_api_response(request, response)
         response["X-Request-Id"] = request_id
         if access_log.isEnabledFor(logging.INFO):
-            principal = getattr(request, "principal", None)
-            access_log.info(
-                json.dumps(
-                    {
-                        "event": "request",
-                        "request_id": request_id,
-                        "method": request.method,
-                        "path": request.path,
-                        "status": response.status_code,
-                        "latency_ms": round((time.perf_counter() - started) * 1000, 2),
-                        "license": principal.license_name if principal else None,
-                        "error_code": getattr(request, "error_code", None)
-                        or UNLEDGERED.get(response.status_code),
-                    },
-                    separators=(",", ":"),
-                )
-            )
+            _log_access(request, response, started)
         return response
+
+
+def _log_access(request, response, started: float) -> None:
+    """One line per request (never a credential or a prompt); its fields are the record's own
+    attributes, so that a JSON line has them at the top level (gateway_site.logs)."""
+    principal = getattr(request, "principal", None)
+    latency = round((time.perf_counter() - started) * 1000, 2)
+    status = response.status_code
+    fields = {
+        "event": "request",
+        "request_id": request.request_id,
+        "method": request.method,
+        "path": request.path,
+        "status": status,
+        "latency_ms": latency,
+        "license": principal.license_name if principal else None,
+        "error_code": getattr(request, "error_code", None) or UNLEDGERED.get(status),
+    }
+    access_log.info("%s %s %s %s ms", request.method, request.path, status, latency, extra=fields)
 
 
 class AdminStack:

@@ -180,19 +180,44 @@ GATEWAY = {
     "STREAM_USAGE_GRACE": float(os.environ.get("GATEWAY_STREAM_USAGE_GRACE", "2")),
 }
 
+# Every line JSON (one object per line) or readable text, with the request id (gateway_site.logs);
+# JSON unless DEBUG (scripts/run.sh, a development tool, asks for text).
+LOG_FORMAT = os.environ.get("LOG_FORMAT") or ("text" if DEBUG else "json")
+if LOG_FORMAT not in ("json", "text"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be json or text, not {LOG_FORMAT!r}")
+_CONSOLE = {"handlers": ["console"], "propagate": False}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"request_id": {"()": "gateway_site.logs.RequestIdFilter"}},
+    "formatters": {
+        "json": {"()": "gateway_site.logs.JsonFormatter"},
+        "text": {"()": "gateway_site.logs.TextFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["request_id"],
+        }
+    },
+    "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         "gateway.access": {
-            "handlers": ["console"],
+            **_CONSOLE,
             "level": os.environ.get("GATEWAY_ACCESS_LOG_LEVEL", "INFO"),
-            "propagate": False,
         },
-        "gateway": {"handlers": ["console"], "level": "INFO", "propagate": False},
-        "gateway.ledger": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "gateway": {**_CONSOLE, "level": "INFO"},
+        "gateway.ledger": {**_CONSOLE, "level": "INFO"},
+        # 4xx answers are in the access log already; Django's own lines from ERROR up.
+        "django": {**_CONSOLE, "level": "WARNING"},
+        "django.request": {**_CONSOLE, "level": "ERROR"},
+        "django.server": {**_CONSOLE, "level": "ERROR"},
+        # uvicorn's start/stop lines and errors in the same format (configured when the
+        # application is loaded, before the server says it started).
+        "uvicorn": {**_CONSOLE, "level": "INFO"},
+        "uvicorn.error": {"level": "INFO"},
+        "uvicorn.access": {**_CONSOLE, "level": "INFO"},
     },
 }
 

@@ -8,6 +8,8 @@
 # With OPENAI_API_KEY set, the same command talks to the real OpenAI API.
 source "$(dirname "$0")/_env.sh"
 HOST="${HOST:-127.0.0.1}"
+# A terminal on a developer's machine: readable log lines (production's default is JSON).
+export LOG_FORMAT="${LOG_FORMAT:-text}"
 PORT="${PORT:-8000}"
 SIM_PORT="${SIMULATOR_PORT:-9100}"
 

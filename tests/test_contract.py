@@ -8,6 +8,8 @@ import logging
 
 import pytest
 
+from gateway_site.logs import JsonFormatter
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 EMBEDDINGS = "/v1/embeddings"
@@ -305,7 +307,8 @@ def test_one_structured_log_line_without_secrets(client, auth, api_key, caplog):
             response = client.get("/v1/license", headers=auth)
     finally:
         logger.removeHandler(caplog.handler)
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
+    formatter = JsonFormatter()  # the production format
+    lines = [json.loads(formatter.format(r)) for r in caplog.records if r.name == "gateway.access"]
     line = only(lines)
     assert line["request_id"] == response.headers["X-Request-Id"]
     assert (line["method"], line["path"], line["status"], line["license"]) == (

@@ -12,6 +12,7 @@ import time
 import openai
 import pytest
 
+from gateway_site.logs import JsonFormatter
 from licensing.ledger import LedgerEntry, transaction_record_once
 from licensing.models import Transaction, Wallet
 from licensing.spool import _decode, _encode
@@ -156,7 +157,9 @@ def test_validation_and_unknown_credentials_stay_out_of_the_ledger(client, auth,
     lines = {
         line["request_id"]: line
         for line in (
-            json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"
+            json.loads(JsonFormatter().format(r))
+            for r in caplog.records
+            if r.name == "gateway.access"
         )
     }
     codes = [lines[r.headers["X-Request-Id"]]["error_code"] for r in (invalid, unknown, header)]
