@@ -13,6 +13,8 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpResponse, JsonResponse
 from django.utils.module_loading import import_string
 
+from core import metrics
+
 access_log = logging.getLogger("gateway.access")
 API_PREFIX = "/v1/"
 # Answers that never reach the ledger (the caller is not identified, or the request is not one):
@@ -91,6 +93,7 @@ class RequestContextMiddleware:
             response = internal_server_error()
         if is_api:
             response = normalize_api_response(request, response)
+            metrics.http_response(response.status_code)
         response["X-Request-Id"] = request_id
         if access_log.isEnabledFor(logging.INFO):
             principal = getattr(request, "principal", None)
