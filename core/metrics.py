@@ -76,6 +76,7 @@ _timings: dict[tuple, tuple] = {}
 _charges: dict[tuple, tuple] = {}
 _budgets: dict[int, object] = {}
 _statuses: dict[int, object] = {}
+_first_tokens: dict[tuple, object] = {}
 
 
 def _child(cache: dict, key, make):
@@ -122,7 +123,8 @@ def request_recorded(
 
 def first_token(service: str, provider: str, seconds: float) -> None:
     if ENABLED:
-        FIRST_TOKEN.labels(service, provider or NONE).observe(seconds)
+        key = (service, provider or NONE)
+        _child(_first_tokens, key, lambda: FIRST_TOKEN.labels(*key)).observe(seconds)
 
 
 def charged(
