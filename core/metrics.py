@@ -77,18 +77,16 @@ _charges: dict[tuple, tuple] = {}
 _budgets: dict[int, object] = {}
 _statuses: dict[int, object] = {}
 _first_tokens: dict[tuple, object] = {}
-
-
-def _child(cache: dict, key, make):
-    child = cache.get(key)
-    if child is None:
-        child = cache[key] = make()
-    return child
+# The recorders look a bound child up first and bind it only on a miss (no closure per call).
 
 
 def http_response(status: int) -> None:
-    if ENABLED:
-        _child(_statuses, status, lambda: HTTP_RESPONSES.labels(str(status))).inc()
+    if not ENABLED:
+        return
+    child = _statuses.get(status)
+    if child is None:
+        child = _statuses[status] = HTTP_RESPONSES.labels(str(status))
+    child.inc()
 
 
 def request_recorded(
@@ -104,27 +102,33 @@ def request_recorded(
     if not ENABLED:
         return
     provider = provider or NONE
-    _child(
-        _requests,
-        (service, model, provider, status),
-        lambda: REQUESTS.labels(service, model, provider, str(status)),
-    ).inc()
-    overhead, call = _child(
-        _timings,
-        (service, provider),
-        lambda: (OVERHEAD.labels(service, provider), PROVIDER_CALL.labels(service, provider)),
-    )
+    key = (service, model, provider, status)
+    count = _requests.get(key)
+    if count is None:
+        count = _requests[key] = REQUESTS.labels(service, model, provider, str(status))
+    count.inc()
+    key = (service, provider)
+    timings = _timings.get(key)
+    if timings is None:
+        timings = _timings[key] = (
+            OVERHEAD.labels(service, provider),
+            PROVIDER_CALL.labels(service, provider),
+        )
     if provider_seconds is None:
-        overhead.observe(total)
+        timings[0].observe(total)
     else:
-        call.observe(provider_seconds)
-        overhead.observe(max(0.0, total - provider_seconds))
+        timings[1].observe(provider_seconds)
+        timings[0].observe(max(0.0, total - provider_seconds))
 
 
 def first_token(service: str, provider: str, seconds: float) -> None:
-    if ENABLED:
-        key = (service, provider or NONE)
-        _child(_first_tokens, key, lambda: FIRST_TOKEN.labels(*key)).observe(seconds)
+    if not ENABLED:
+        return
+    key = (service, provider or NONE)
+    child = _first_tokens.get(key)
+    if child is None:
+        child = _first_tokens[key] = FIRST_TOKEN.labels(*key)
+    child.observe(seconds)
 
 
 def charged(
@@ -136,16 +140,15 @@ def charged(
 ) -> None:
     if not ENABLED or not (credits or prompt_tokens or completion_tokens):
         return
-    license = str(license_id)
-    counters = _child(
-        _charges,
-        (license_id, service),
-        lambda: (
+    key = (license_id, service)
+    counters = _charges.get(key)
+    if counters is None:
+        license = str(license_id)
+        counters = _charges[key] = (
             CREDITS.labels(license, service),
             TOKENS.labels(license, service, "prompt"),
             TOKENS.labels(license, service, "completion"),
-        ),
-    )
+        )
     if credits:
         counters[0].inc(credits)
     if prompt_tokens:
@@ -155,10 +158,12 @@ def charged(
 
 
 def budget_remaining(license_id: int, remaining: int) -> None:
-    if ENABLED:
-        _child(_budgets, license_id, lambda: BUDGET_REMAINING.labels(str(license_id))).set(
-            remaining
-        )
+    if not ENABLED:
+        return
+    child = _budgets.get(license_id)
+    if child is None:
+        child = _budgets[license_id] = BUDGET_REMAINING.labels(str(license_id))
+    child.set(remaining)
 
 
 def upstream_error(provider: str, kind: str) -> None:

@@ -293,11 +293,14 @@ def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
 def _stream_timings(call: Call, operation: Operation, outcome: StreamOutcome) -> None:
     call.provider_seconds = time.perf_counter() - call.provider_started
     provider = call.route.provider.slug
-    if outcome.first_event_at:
-        started = call.request.started_at
-        metrics.first_token(operation.service, provider, outcome.first_event_at - started)
-    if outcome.status not in (200, 499):
-        metrics.upstream_error(provider, "stream")
+    try:
+        if outcome.first_event_at:
+            started = call.request.started_at
+            metrics.first_token(operation.service, provider, outcome.first_event_at - started)
+        if outcome.status not in (200, 499):
+            metrics.upstream_error(provider, "stream")
+    except Exception:  # never in the way of the stream's ledger row
+        logger.exception("stream metrics of request %s not recorded", call.request_id)
 
 
 async def _record(
@@ -346,7 +349,10 @@ async def _record(
     )
     remaining = await ledger_write(entry=entry, budget=None if refusal else call.budget)
     if metrics.ENABLED:
-        _observe(call, entry, remaining)
+        try:
+            _observe(call, entry, remaining)
+        except Exception:  # a metric is never worth a failed, already charged request
+            logger.exception("metrics of request %s not recorded", call.request_id)
     if call.fair_use is not None and not refusal:
         await fairuse.add_tokens(call.fair_use, usage.total_tokens)
     return remaining
