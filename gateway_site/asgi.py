@@ -4,6 +4,11 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
 
+from gateway_site.metrics_setup import ensure_multiproc_dir  # noqa: E402
+
+# Before anything imports prometheus_client (django.setup does): it picks its mode at import.
+ensure_multiproc_dir()
+
 import django  # noqa: E402
 
 django.setup(set_prefix=False)
@@ -16,6 +21,7 @@ from licensing.consumers import websocket_application  # noqa: E402
 
 from .bodylimit import BodyLimit  # noqa: E402
 from .handler import GatewayASGIHandler  # noqa: E402
+from .metrics import MetricsEndpoint  # noqa: E402
 
 django_application = GatewayASGIHandler()
 # Import the URL conf (and with it every endpoint and provider module) now, not in the first
@@ -23,10 +29,13 @@ django_application = GatewayASGIHandler()
 get_resolver().resolve("/v1/health")
 
 # /v1 bodies over the limit are refused before they are read (gateway_site.bodylimit).
+# /metrics is answered before Django (gateway_site.metrics).
 # Websockets: the admin's live feed of ledger rows (licensing.consumers).
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(django_application, max_bytes=settings.GATEWAY_MAX_BODY_BYTES),
+        "http": MetricsEndpoint(
+            BodyLimit(django_application, max_bytes=settings.GATEWAY_MAX_BODY_BYTES)
+        ),
         "websocket": websocket_application(),
     }
 )

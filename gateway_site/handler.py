@@ -19,6 +19,8 @@ from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.asgi import get_script_prefix as _script_prefix
 from django.urls import set_script_prefix
 
+from core import metrics
+
 from .middleware import API_PREFIX
 
 
@@ -30,6 +32,16 @@ class GatewayASGIHandler(ASGIHandler):
             await super().__call__(scope, receive, send)
 
     async def handle_api(self, scope, receive, send):
+        if not metrics.ENABLED:
+            return await self._handle_api(scope, receive, send)
+        # Until the last byte of the answer (a stream's too).
+        metrics.IN_FLIGHT.inc()
+        try:
+            await self._handle_api(scope, receive, send)
+        finally:
+            metrics.IN_FLIGHT.dec()
+
+    async def _handle_api(self, scope, receive, send):
         try:
             body_file = await self.read_body(receive)
         except RequestAborted:

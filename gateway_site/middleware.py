@@ -12,6 +12,8 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpResponse, JsonResponse
 from django.utils.module_loading import import_string
 
+from core import metrics
+
 from . import logs
 
 access_log = logging.getLogger("gateway.access")
@@ -93,6 +95,7 @@ class RequestContextMiddleware:
             response = internal_server_error()
         if is_api:
             response = normalize_api_response(request, response)
+            metrics.http_response(response.status_code)
         response["X-Request-Id"] = request_id
         if access_log.isEnabledFor(logging.INFO):
             _log_access(request, response, started)

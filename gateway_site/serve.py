@@ -11,16 +11,24 @@
    of two workers, the other idle). Each worker instead listens on a socket of its own bound
    with SO_REUSEPORT to the same address, and the kernel spreads new connections across them.
    The parent's socket is bound (reserving the address) but never listens, so it gets none.
-Drop this module once uvicorn does both.
+Drop these two once uvicorn does both.
+
+It also owns the workers' metrics directory (gateway_site.metrics_setup): emptied at start,
+inherited by the workers, and each worker that ends (restarted, killed) is marked dead, so its
+in-flight requests stop counting.
 """
 
 import socket
 
 import uvicorn
 from uvicorn.config import Config
+from uvicorn.supervisors import multiprocess
+
+from gateway_site import metrics_setup
 
 _bind_socket = Config.bind_socket
 _startup = uvicorn.Server.startup
+_join = multiprocess.Process.join
 _INET = (socket.AF_INET, socket.AF_INET6)
 
 
@@ -57,12 +65,20 @@ async def startup(self: uvicorn.Server, sockets=None) -> None:
     await _startup(self, sockets=sockets)
 
 
+def join(self: multiprocess.Process) -> None:
+    """In the supervisor: a worker has ended (every path that retires one joins it)."""
+    _join(self)
+    metrics_setup.mark_dead(self.pid)
+
+
 # At import: a spawned worker imports this module (as __mp_main__) and needs the patch too.
 Config.bind_socket = bind_socket
 uvicorn.Server.startup = startup
+multiprocess.Process.join = join
 
 
 def main() -> None:
+    metrics_setup.own_multiproc_dir()
     uvicorn.main()
 
 

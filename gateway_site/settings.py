@@ -180,6 +180,13 @@ GATEWAY = {
     "STREAM_USAGE_GRACE": float(os.environ.get("GATEWAY_STREAM_USAGE_GRACE", "2")),
 }
 
+# GET /metrics (gateway_site.metrics): the networks that may scrape it (checked at start-up) and
+# a bearer token that opens it from anywhere else ("" = none).
+GATEWAY_METRICS_ALLOW = os.environ.get("GATEWAY_METRICS_ALLOW", "127.0.0.0/8,::1/128")
+_cidr_list(GATEWAY_METRICS_ALLOW)
+GATEWAY_METRICS_TOKEN = os.environ.get("GATEWAY_METRICS_TOKEN", "")
+
+
 # Every line JSON (one object per line) or readable text, with the request id (gateway_site.logs);
 # JSON unless DEBUG (scripts/run.sh, a development tool, asks for text).
 LOG_FORMAT = os.environ.get("LOG_FORMAT") or ("text" if DEBUG else "json")

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from django.http import HttpResponse, StreamingHttpResponse
 
 from catalog.routing import Route, cached_catalog, load_catalog_snapshot, select_route
+from core import metrics
 from core.errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
 from gateway_site.db import run_db
 from licensing import fairuse, ledger
@@ -37,7 +38,7 @@ from licensing.ledger import LedgerEntry
 from . import moderation
 from .billing import Usage
 from .headers import parse_service_headers
-from .providers.base import scrub
+from .providers.base import ProviderFailure, scrub
 from .streaming import ProviderStream, StreamOutcome, relay
 
 logger = logging.getLogger("gateway")
@@ -69,6 +70,8 @@ class Call:
     route: Route | None = None
     stage: dict[int, str] | None = None  # the step under way before the call (error codes)
     fair_use: fairuse.Window | None = None  # the fair-use counters, when the policy sets limits
+    provider_started: float = 0.0  # perf_counter at the provider call (metrics)
+    provider_seconds: float | None = None  # its duration (streams: until the end)
 
 
 class Operation:
@@ -144,8 +147,9 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         raise
     # 9
     try:
-        result = await operation.call(call.route, body, call)
+        result = await _timed_call(call, operation)
     except GatewayError as exc:
+        _upstream_failed(call, exc)
         await _record(call, operation, status=exc.status, error=(_call_code(exc), exc))
         raise
     except asyncio.CancelledError:
@@ -233,11 +237,25 @@ def _call_code(exc: GatewayError) -> str:
     return _CALL.get(exc.status, ledger.PROVIDER_ERROR)
 
 
+async def _timed_call(call: Call, operation: Operation):
+    started = call.provider_started = time.perf_counter()
+    try:
+        return await operation.call(call.route, call.body, call)
+    finally:
+        call.provider_seconds = time.perf_counter() - started
+
+
+def _upstream_failed(call: Call, exc: GatewayError) -> None:
+    if isinstance(exc, ProviderFailure):
+        metrics.upstream_error(call.route.provider.slug, exc.upstream_kind)
+
+
 _background: set[asyncio.Task] = set()
 
 
 def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
     def finished(outcome: StreamOutcome) -> None:
+        _stream_timings(call, operation, outcome)
         result = None
         # 499: a client that left pays for what the provider produced (README, Decisions).
         if outcome.status in (200, 499) and outcome.usage is not None:
@@ -270,6 +288,19 @@ def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
+
+
+def _stream_timings(call: Call, operation: Operation, outcome: StreamOutcome) -> None:
+    call.provider_seconds = time.perf_counter() - call.provider_started
+    provider = call.route.provider.slug
+    try:
+        if outcome.first_event_at:
+            started = call.request.started_at
+            metrics.first_token(operation.service, provider, outcome.first_event_at - started)
+        if outcome.status not in (200, 499):
+            metrics.upstream_error(provider, "stream")
+    except Exception:  # never in the way of the stream's ledger row
+        logger.exception("stream metrics of request %s not recorded", call.request_id)
 
 
 async def _record(
@@ -317,9 +348,46 @@ async def _record(
         license_name=license.name,
     )
     remaining = await ledger_write(entry=entry, budget=None if refusal else call.budget)
+    if metrics.ENABLED:
+        try:
+            _observe(call, entry, remaining)
+        except Exception:  # a metric is never worth a failed, already charged request
+            logger.exception("metrics of request %s not recorded", call.request_id)
     if call.fair_use is not None and not refusal:
         await fairuse.add_tokens(call.fair_use, usage.total_tokens)
     return remaining
+
+
+def _observe(call: Call, entry: LedgerEntry, remaining: int | None) -> None:
+    """The request's metrics, once its ledger row is written (README, "Metrics")."""
+    metrics.request_recorded(
+        entry.service,
+        _model_label(call.route, entry.requested_model),
+        entry.provider,
+        entry.status_code,
+        total=time.perf_counter() - call.request.started_at,
+        provider_seconds=call.provider_seconds,
+    )
+    metrics.charged(
+        entry.license_id,
+        entry.service,
+        entry.credits,
+        entry.prompt_tokens,
+        entry.completion_tokens,
+    )
+    # A pooled budget only: per-user wallets are too many series, and not the license's state.
+    if remaining is not None and call.budget is not None and call.budget.key.holder == "license":
+        metrics.budget_remaining(entry.license_id, remaining)
+
+
+def _model_label(route: Route | None, requested: str) -> str:
+    """A catalog id, or `other`: never the client's own text."""
+    if route is not None:
+        return route.model.model_id if route.model is not None else metrics.OTHER
+    if not requested:
+        return metrics.NONE
+    catalog = cached_catalog()
+    return requested if catalog is not None and requested in catalog.models else metrics.OTHER
 
 
 def _error_of(status: int, error) -> tuple[str, str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -107,6 +108,7 @@ class StreamOutcome:
     status: int = 200
     estimated: bool = False  # usage counted by the gateway (a client that left early)
     upstream_id: str = ""  # the provider's id of the answer (chatcmpl-..., resp_...)
+    first_event_at: float = 0.0  # perf_counter when the provider's first event came (metrics)
 
 
 class SSEProtocol:
@@ -370,6 +372,8 @@ class _Upstream:
 
     def _take(self, blocks: list[bytes]) -> bool:
         protocol, outcome = self.stream.protocol, self.outcome
+        if blocks and not outcome.first_event_at:
+            outcome.first_event_at = time.perf_counter()
         for block in blocks:
             out = protocol.inspect(block, outcome)
             if outcome.usage is not None:

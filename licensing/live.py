@@ -30,6 +30,7 @@ from django.dispatch import receiver
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from core import metrics
 from gateway_site.pgpool import per_loop
 
 logger = logging.getLogger("gateway")
@@ -99,6 +100,7 @@ def publish(entries) -> None:
         publisher.put(entries)
     except Exception:  # a feed is never worth a failed request
         stats.failed += len(entries)
+        metrics.live_feed_lost("failed", len(entries))
         _warn("live feed: events could not be queued", exc_info=True)
 
 
@@ -135,6 +137,7 @@ class Publisher:
         room = max(0, QUEUE_MAX - len(self.queue))
         if len(entries) > room:
             stats.dropped += len(entries) - room
+            metrics.live_feed_lost("queue_full", len(entries) - room)
             _warn("live feed: queue full, events dropped")
             entries = entries[:room]
         for entry in entries:
@@ -159,6 +162,7 @@ class Publisher:
             stats.sent += len(rows)
         except Exception as exc:
             stats.failed += len(rows)
+            metrics.live_feed_lost("failed", len(rows))
             timeout = isinstance(exc, TimeoutError)
             reason = f"timed out after {SEND_TIMEOUT:g} s" if timeout else "failed"
             _warn(f"live feed: {len(rows)} events to {group} {reason}", exc_info=not timeout)

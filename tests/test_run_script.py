@@ -15,7 +15,7 @@ from catalog.models import Connection
 from licensing.models import License
 
 from .ports import run_script_ports
-from .test_cache_invalidation import database_url, free_port
+from .processes import database_url, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -62,9 +62,20 @@ def sanitize_message(message: str) -> str:
 class ProviderFailure(GatewayError):
     """A failed provider call, already mapped to the client's status."""
 
-    def __init__(self, message: str, *, status: int, retryable: bool, reason: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        retryable: bool,
+        reason: str | None = None,
+        kind: str = "other",
+    ):
         super().__init__(message, status=status, reason=reason)
         self.retryable = retryable
+        # What went wrong at the provider, for gateway_upstream_errors_total: timeout,
+        # connection, status_4xx / status_5xx (the provider's own status), malformed, unavailable.
+        self.upstream_kind = kind
 
 
 class ContentBlocked(ProviderFailure):
@@ -72,9 +83,11 @@ class ContentBlocked(ProviderFailure):
     an ordinary 400; the image endpoint answers it with a flagged entry."""
 
 
-def unavailable(reason: str) -> ProviderFailure:
+def unavailable(reason: str, kind: str = "unavailable") -> ProviderFailure:
     logger.warning("provider unavailable: %s", reason)
-    return ProviderFailure(ServiceUnavailable().message, status=503, retryable=True, reason=reason)
+    return ProviderFailure(
+        ServiceUnavailable().message, status=503, retryable=True, reason=reason, kind=kind
+    )
 
 
 def malformed(reason: str = "") -> ProviderFailure:
@@ -82,7 +95,9 @@ def malformed(reason: str = "") -> ProviderFailure:
     `raise malformed("why") from exc`. The reason goes to the log, never to the client."""
     reason = f"malformed provider answer: {reason or 'unreadable'}"
     logger.warning("%s", reason)
-    return ProviderFailure(PROVIDER_ERROR, status=500, retryable=False, reason=reason)
+    return ProviderFailure(
+        PROVIDER_ERROR, status=500, retryable=False, reason=reason, kind="malformed"
+    )
 
 
 class Transport:
@@ -148,9 +163,9 @@ class Transport:
                 method, url, content=content, headers=headers, params=params
             )
         except UpstreamTimeout as exc:
-            raise unavailable(f"{self.kind} timeout: {exc}") from exc
+            raise unavailable(f"{self.kind} timeout: {exc}", "timeout") from exc
         except UpstreamUnreachable as exc:
-            raise unavailable(f"{self.kind} transport error: {exc}") from exc
+            raise unavailable(f"{self.kind} transport error: {exc}", "connection") from exc
         self.raise_for_response(response)
         return response
 
@@ -168,9 +183,10 @@ class Transport:
         try:
             response = await client.send(request, stream=True)
         except httpx.TimeoutException as exc:
-            raise unavailable(f"{self.kind} timeout: {type(exc).__name__}") from exc
+            raise unavailable(f"{self.kind} timeout: {type(exc).__name__}", "timeout") from exc
         except httpx.TransportError as exc:
-            raise unavailable(f"{self.kind} transport error: {type(exc).__name__}") from exc
+            reason = f"{self.kind} transport error: {type(exc).__name__}"
+            raise unavailable(reason, "connection") from exc
         if response.status_code >= 300:
             try:
                 await response.aread()
@@ -214,20 +230,19 @@ class Transport:
         status = response.status_code
         if status < 300:
             return
+        kind = f"status_{min(status // 100, 5)}xx"
         if status in (400, 422):
             failure = ContentBlocked if self.content_blocked(response) else ProviderFailure
-            raise failure(
-                sanitize_message(self.error_message(response)), status=400, retryable=False
-            )
+            message = sanitize_message(self.error_message(response))
+            raise failure(message, status=400, retryable=False, kind=kind)
         if status == 404:
-            raise ProviderFailure(
-                sanitize_message(self.error_message(response)), status=404, retryable=False
-            )
+            message = sanitize_message(self.error_message(response))
+            raise ProviderFailure(message, status=404, retryable=False, kind=kind)
         if status in (401, 403, 429) or status >= 500:
-            raise unavailable(f"{self.kind} answered {status}")
+            raise unavailable(f"{self.kind} answered {status}", kind)
         reason = f"{self.kind} answered unmapped status {status}"
         logger.warning("%s", reason)
-        raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False, reason=reason)
+        raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False, reason=reason, kind=kind)
 
 
 # --- capabilities: what an endpoint asks of an adapter ------------------------------------------

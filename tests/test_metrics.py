@@ -1,0 +1,286 @@
+"""GET /metrics: what known requests leave in the Prometheus exposition (counts, credits equal to
+the ledger's, histograms, in-flight, refusals, upstream errors), who may scrape it, the sum over
+two worker processes, and that no label value holds a key or a prompt."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import httpx
+import openai
+import pytest
+from django.db.models import Sum
+from django.test import override_settings
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway_site.metrics import address_allowed, allowed, parse_networks
+from licensing.models import Transaction
+from tests.processes import Worker, database_url
+
+SMALL = "text-embedding-3-small"
+MINI = "gpt-4o-mini"
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def scrape(base_url: str, headers: dict | None = None) -> dict:
+    response = httpx.get(base_url + "/metrics", headers=headers or {}, timeout=10)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def total(samples: dict, name: str, **labels) -> float:
+    """The sum of `name` over every series whose labels include `labels`."""
+    wanted = set(labels.items())
+    return sum(v for (n, lbl), v in samples.items() if n == name and wanted <= lbl)
+
+
+def delta(before: dict, after: dict, name: str, **labels) -> float:
+    return total(after, name, **labels) - total(before, name, **labels)
+
+
+def wait_for_rows(count: int, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while Transaction.objects.count() < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert Transaction.objects.count() == count
+
+
+def in_flight_settles(base_url: str, timeout: float = 5.0) -> float:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = total(scrape(base_url), "gateway_requests_in_flight")
+        if value == 0 or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def sdk(gateway, api_key):
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=api_key, max_retries=0)
+
+
+def test_known_requests_are_counted(gateway, sdk, catalog, license, auth):
+    before = scrape(gateway.url)
+    sdk.embeddings.create(model=SMALL, input="one two three", encoding_format="float")
+    sdk.embeddings.create(model=SMALL, input="four five", encoding_format="float")
+    chunks = list(sdk.chat.completions.create(model=MINI, messages=HELLO, stream=True))
+    assert chunks
+    pinned = httpx.post(  # refused after the caller is known: a ledger row, 0 credits
+        gateway.url + "/v1/embeddings",
+        headers={**auth, "X-Service-Provider": "cloud"},
+        json={"model": SMALL, "input": "x"},
+    )
+    unknown = httpx.post(
+        gateway.url + "/v1/embeddings",
+        headers={"Authorization": "Bearer sk-svc-unknown"},
+        json={"model": SMALL, "input": "x"},
+    )
+    assert (pinned.status_code, unknown.status_code) == (400, 401)
+    wait_for_rows(4)
+    assert in_flight_settles(gateway.url) == 0
+    after = scrape(gateway.url)
+
+    def requests(**labels):
+        return delta(before, after, "gateway_requests_total", **labels)
+
+    ok = {"service": "embeddings", "model": SMALL, "provider": "direct", "status": "200"}
+    assert requests(**ok) == 2
+    assert requests(service="chat_completions", model=MINI, provider="direct", status="200") == 1
+    assert requests(service="embeddings", model=SMALL, provider="none", status="400") == 1
+    assert requests() == 4
+    responses = "gateway_http_responses_total"
+    assert delta(before, after, responses, status="401") == 1
+    assert delta(before, after, responses, status="200") == 3
+
+    # Histograms: every ledgered request's overhead, every provider call, the stream's TTFB.
+    embeddings = {"service": "embeddings", "provider": "direct"}
+    assert delta(before, after, "gateway_overhead_seconds_count", **embeddings) == 2
+    assert delta(before, after, "gateway_provider_call_seconds_count", **embeddings) == 2
+    assert delta(before, after, "gateway_provider_call_seconds_sum", **embeddings) > 0
+    refused = {"service": "embeddings", "provider": "none"}
+    assert delta(before, after, "gateway_overhead_seconds_count", **refused) == 1
+    assert delta(before, after, "gateway_provider_call_seconds_count", **refused) == 0
+    chat = {"service": "chat_completions", "provider": "direct"}
+    assert delta(before, after, "gateway_stream_first_token_seconds_count", **chat) == 1
+    assert delta(before, after, "gateway_provider_call_seconds_count", **chat) == 1
+    le_inf = {**embeddings, "le": "+Inf"}
+    assert delta(before, after, "gateway_overhead_seconds_bucket", **le_inf) == 2
+
+    # Credits and tokens equal the ledger's.
+    rows = Transaction.objects.filter(license=license)
+    ledger = rows.aggregate(credits=Sum("credits"), prompt=Sum("prompt_tokens"))
+    lic = str(license.id)
+    assert ledger["credits"] > 0
+    assert (
+        delta(before, after, "gateway_charged_microcredits_total", license=lic)
+        == (ledger["credits"])
+    )
+    assert (
+        delta(before, after, "gateway_tokens_total", license=lic, kind="prompt")
+        == (ledger["prompt"])
+    )
+    embedding_credits = rows.filter(service="embeddings").aggregate(c=Sum("credits"))["c"]
+    assert (
+        delta(
+            before, after, "gateway_charged_microcredits_total", license=lic, service="embeddings"
+        )
+        == embedding_credits
+    )
+
+
+def test_refusals_and_upstream_errors_are_counted(gateway, sdk, catalog, license, auth):
+    before = scrape(gateway.url)
+    catalog["direct"].fail_next(503)
+    with pytest.raises(openai.InternalServerError):
+        sdk.embeddings.create(model=SMALL, input="x", encoding_format="float")
+    # A model the catalog does not list is forwarded; the provider does not know it either.
+    with pytest.raises(openai.NotFoundError):
+        sdk.embeddings.create(model="no-such-model", input="x", encoding_format="float")
+    pinned = httpx.post(
+        gateway.url + "/v1/embeddings",
+        headers={**auth, "X-Service-Provider": "cloud"},
+        json={"model": "no-such-model", "input": "x"},
+    )
+    assert pinned.status_code == 400
+    wait_for_rows(3)
+    after = scrape(gateway.url)
+    errors = "gateway_upstream_errors_total"
+    assert delta(before, after, errors, provider="direct", kind="status_5xx") == 1
+    assert delta(before, after, errors, provider="direct", kind="status_4xx") == 1
+    assert delta(before, after, errors) == 2  # the refusal never reached a provider
+    failed = {"service": "embeddings", "model": SMALL, "provider": "direct", "status": "503"}
+    assert delta(before, after, "gateway_requests_total", **failed) == 1
+    unknown = {"service": "embeddings", "model": "other", "provider": "direct", "status": "404"}
+    assert delta(before, after, "gateway_requests_total", **unknown) == 1
+    refused = {"service": "embeddings", "model": "other", "provider": "none", "status": "400"}
+    assert delta(before, after, "gateway_requests_total", **refused) == 1
+
+
+def test_pooled_budget_remaining_is_the_wallets(gateway, catalog, make_license, make_key):
+    license = make_license(name="limited", limit=10**6, period="daily")
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key(license), max_retries=0)
+    client.embeddings.create(model=SMALL, input="one two three", encoding_format="float")
+    wait_for_rows(1)
+    spent = Transaction.objects.get().credits
+    samples = scrape(gateway.url)
+    remaining = total(samples, "gateway_budget_remaining_microcredits", license=str(license.id))
+    assert spent > 0 and remaining == 10**6 - spent
+
+
+def test_no_label_holds_a_key_or_a_prompt(gateway, sdk, catalog, api_key):
+    prompt = "my secret essay about photosynthesis"
+    sdk.embeddings.create(model=SMALL, input=prompt, encoding_format="float")
+    with pytest.raises(openai.NotFoundError):
+        sdk.embeddings.create(model=f"{prompt} {api_key}", input=prompt, encoding_format="float")
+    wait_for_rows(2)
+    text = httpx.get(gateway.url + "/metrics").text
+    assert prompt not in text and api_key not in text and "photosynthesis" not in text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            for value in sample.labels.values():
+                assert "sk-" not in value and len(value) < 64, (sample.name, value)
+
+
+# --- access -----------------------------------------------------------------------------------
+
+
+def test_address_check():
+    default = parse_networks("127.0.0.0/8,::1/128")
+    assert address_allowed("127.0.0.1", default) and address_allowed("127.8.9.10", default)
+    assert address_allowed("::1", default) and address_allowed("::ffff:127.0.0.1", default)
+    for outside in ("192.0.2.7", "10.0.0.1", "::2", "", None, "not-an-address", "localhost"):
+        assert not address_allowed(outside, default), outside
+    office = parse_networks("10.20.0.0/16, 2001:db8::/32")
+    assert address_allowed("10.20.3.4", office) and address_allowed("2001:db8::5", office)
+    assert not address_allowed("10.21.0.1", office) and not address_allowed("127.0.0.1", office)
+
+
+def test_scope_check_reads_the_scope_client_and_the_token():
+    scope = {
+        "client": ("203.0.113.9", 50000),
+        "headers": [(b"x-forwarded-for", b"127.0.0.1"), (b"authorization", b"Bearer nope")],
+    }
+    loopback = {"client": ("127.0.0.1", 50000), "headers": []}
+    with override_settings(GATEWAY_METRICS_ALLOW="127.0.0.0/8", GATEWAY_METRICS_TOKEN=""):
+        assert not allowed(scope) and allowed(loopback)
+    with override_settings(GATEWAY_METRICS_ALLOW="127.0.0.0/8", GATEWAY_METRICS_TOKEN="s3cret"):
+        assert not allowed(scope)
+        good = {**scope, "headers": [(b"authorization", b"Bearer s3cret")]}
+        assert allowed(good)
+        assert not allowed({**scope, "client": None})
+
+
+def test_token_from_a_disallowed_address(gateway, catalog):
+    unknown_path = httpx.get(gateway.url + "/metricz")
+    with override_settings(GATEWAY_METRICS_ALLOW="192.0.2.0/24", GATEWAY_METRICS_TOKEN="s3cret"):
+        bare = httpx.get(gateway.url + "/metrics")
+        wrong = httpx.get(gateway.url + "/metrics", headers={"Authorization": "Bearer s3cre"})
+        other = httpx.get(gateway.url + "/metrics", headers={"Authorization": "Basic s3cret"})
+        forwarded = httpx.get(gateway.url + "/metrics", headers={"X-Forwarded-For": "10.1.1.1"})
+        # uvicorn trusts X-Forwarded-For from its --forwarded-allow-ips (default 127.0.0.1):
+        # the proxy's client is the one checked.
+        proxied = httpx.get(gateway.url + "/metrics", headers={"X-Forwarded-For": "192.0.2.1"})
+        right = httpx.get(gateway.url + "/metrics", headers={"Authorization": "Bearer s3cret"})
+    for refused in (bare, wrong, other, forwarded):
+        # Exactly what any unknown path gets: nothing tells that /metrics exists.
+        assert refused.status_code == 404
+        assert refused.content == unknown_path.content
+        assert refused.headers["content-type"] == unknown_path.headers["content-type"]
+    assert right.status_code == 200 and "gateway_requests_in_flight" in right.text
+    assert proxied.status_code == 200
+    # A local proxy's outside client is not loopback, although the proxy itself is.
+    outside = httpx.get(gateway.url + "/metrics", headers={"X-Forwarded-For": "203.0.113.5"})
+    assert outside.status_code == 404
+    assert httpx.post(gateway.url + "/metrics").status_code == 404
+
+
+# --- several worker processes -----------------------------------------------------------------
+
+
+@pytest.fixture
+def two_workers(transactional_db, catalog, tmp_path):
+    started = []
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=database_url(),
+        GATEWAY_ACCESS_LOG_LEVEL="WARNING",
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prometheus"),
+        GATEWAY_INVALIDATION_FILE=str(tmp_path / "cache-generation"),
+        GATEWAY_LEDGER_SPOOL_DIR=str(tmp_path / "spool"),
+    )
+    try:
+        for n in range(2):
+            started.append(Worker(env, tmp_path / f"worker-{n}.log"))
+        for worker in started:
+            worker.wait_ready()
+        yield started
+    finally:
+        for worker in started:
+            worker.stop()
+
+
+def test_workers_are_summed(two_workers, license, make_key, tmp_path):
+    key = make_key(license)
+    for worker, count in zip(two_workers, (1, 2), strict=True):
+        client = openai.OpenAI(base_url=worker.url + "/v1", api_key=key, max_retries=0)
+        for _ in range(count):
+            client.embeddings.create(model=SMALL, input="hello", encoding_format="float")
+    wait_for_rows(3)
+    ok = {"service": "embeddings", "model": SMALL, "provider": "direct", "status": "200"}
+    credits = Transaction.objects.aggregate(c=Sum("credits"))["c"]
+    for worker in two_workers:  # either worker answers with the sum of both
+        samples = scrape(worker.url)
+        assert total(samples, "gateway_requests_total", **ok) == 3
+        assert total(samples, "gateway_charged_microcredits_total") == credits
+        assert total(samples, "gateway_overhead_seconds_count") == 3
+        assert total(samples, "gateway_requests_in_flight") == 0
+        assert total(samples, "gateway_ledger_spool_entries") == 0
+    files = sorted(p.name for p in (tmp_path / "prometheus").iterdir())
+    pids = {str(w.proc.pid) for w in two_workers}
+    assert {name.rsplit("_", 1)[1].removesuffix(".db") for name in files} >= pids
