@@ -23,7 +23,7 @@ from asgiref.sync import sync_to_async
 from django import forms
 from django.core.exceptions import ValidationError
 from django.core.handlers.asgi import ASGIRequest
-from django.db.models import BooleanField, Count, F, Func, Q, Sum
+from django.db.models import BooleanField, Count, F, Func, Max, Min, Q, Sum
 from django.http import StreamingHttpResponse
 
 from catalog.models import Provider
@@ -142,6 +142,28 @@ class MetadataMatch(Func):
         return f"{accessor} ? ({' || '.join(tests)})"
 
 
+class StartsWith(Func):
+    """A case-sensitive prefix match on PostgreSQL and SQLite alike. PostgreSQL: `LIKE 'p%'` on
+    the column itself, which a btree (varchar_pattern_ops) index answers; SQLite: `GLOB 'p*'`
+    (its LIKE ignores case)."""
+
+    output_field = BooleanField()
+
+    def __init__(self, field: str, prefix: str):
+        super().__init__(F(field))
+        self.prefix = prefix
+
+    def as_sql(self, compiler, connection, **extra_context):
+        column, params = compiler.compile(self.source_expressions[0])
+        pattern = re.sub(r"([*?\[])", r"[\1]", self.prefix) + "*"
+        return f"{column} GLOB %s", (*params, pattern)
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        column, params = compiler.compile(self.source_expressions[0])
+        pattern = re.sub(r"([\\%_])", r"\\\1", self.prefix) + "%"
+        return f"{column} LIKE %s", (*params, pattern)
+
+
 def parse_search(text: str) -> list[tuple[str | None, str]]:
     """`q` as (key, value) terms; key None: a bare word."""
     lexer = shlex.shlex(text, posix=True)
@@ -167,11 +189,11 @@ def parse_search(text: str) -> list[tuple[str | None, str]]:
 def search_condition(key: str | None, value: str) -> Q:
     if key is not None:
         return Q(MetadataMatch(key, value))
-    # Request ids are lowercase hex: a case-sensitive prefix (LIKE 'abc%') can use an index.
+    # Request ids are lowercase hex (uuid4().hex): an id pasted in capitals still matches.
     request_id = value.lower() if HEX.fullmatch(value) else value
     return (
-        Q(request_id__startswith=request_id)
-        | Q(upstream_id__startswith=value)
+        Q(StartsWith("request_id", request_id))
+        | Q(StartsWith("upstream_id", value))
         | Q(MetadataMatch(None, value))
     )
 
@@ -227,18 +249,25 @@ class Totals:
     credits: int
     tokens: int
     images: int
+    first: datetime | None = None  # the oldest and newest row's time
+    last: datetime | None = None
 
 
 def transaction_totals(queryset) -> Totals:
-    """Rows, credits, tokens and images of a filtered set, in one aggregate query (`count(*)`
-    and the sums only read columns a covering index holds)."""
+    """Rows, credits, tokens and images of a filtered set, and its first and last time, in one
+    aggregate query; it reads only columns the covering index `tx_license_time` holds."""
     found = queryset.order_by().aggregate(
         rows=Count("*"),
         credits=Sum("credits"),
         tokens=Sum("total_tokens"),
         images=Sum("images"),
+        first=Min("created_at"),
+        last=Max("created_at"),
     )
-    return Totals(**{name: int(value or 0) for name, value in found.items()})
+    first, last = found.pop("first"), found.pop("last")
+    return Totals(
+        **{name: int(value or 0) for name, value in found.items()}, first=first, last=last
+    )
 
 
 # --- the CSV export ----------------------------------------------------------------------------

@@ -5,6 +5,9 @@ change list that applies both."""
 
 from __future__ import annotations
 
+from calendar import monthrange
+from datetime import UTC, date
+
 from django import forms
 from django.contrib import admin
 from django.contrib.admin.views.main import ORDER_VAR, ChangeList
@@ -13,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.http import HttpResponseBadRequest, JsonResponse
 from django.urls import reverse
+from django.utils import formats
 
 from .models import ApiKey, EndUser, Institution, License, Transaction
 from .review import InstantField, TransactionFilter, transaction_totals
@@ -90,6 +94,11 @@ class ScopedAutocomplete(AutocompleteSelect):
     def get_url(self):
         return reverse("admin:licensing_transaction_choices", args=[self.filter_name])
 
+    def optgroups(self, name, value, attr=None):
+        # The chosen row is looked up by id to show its name: only what can be an id.
+        ids = [v for v in value if str(v).isascii() and str(v).isdigit() and len(str(v)) < 19]
+        return super().optgroups(name, ids, attr)
+
 
 class UtcDateTimeInput(forms.DateTimeInput):
     """`<input type="datetime-local">`, showing any accepted value as UTC wall time."""
@@ -131,6 +140,71 @@ def admin_filterset(request, queryset) -> TransactionFilter:
     return filterset
 
 
+def _day_title(day: date) -> str:
+    return formats.date_format(day, "MONTH_DAY_FORMAT")
+
+
+def _month_title(day: date) -> str:
+    return formats.date_format(day, "YEAR_MONTH_FORMAT")
+
+
+def date_drill_down(cl) -> dict:
+    """The admin's date drill-down, with its links made from the first and last time of the
+    filtered rows (known from the totals query) rather than from a DISTINCT over every row
+    (400 ms on a million): every year, month or day between the two is offered."""
+    field = cl.date_hierarchy
+    keys = (f"{field}__year", f"{field}__month", f"{field}__day")
+    year, month, day = (int(cl.params[k]) if k in cl.params else None for k in keys)
+    first, last = cl.totals.first, cl.totals.last
+    if first is not None:
+        first, last = first.astimezone(UTC).date(), last.astimezone(UTC).date()
+
+    def link(*values):
+        return cl.get_query_string(dict(zip(keys, values, strict=False)), [f"{field}__"])
+
+    def within(start: date, end: date) -> bool:
+        return first is not None and start <= last and end >= first
+
+    if year is None and first is not None and first.year == last.year:
+        year = first.year
+        month = first.month if first.month == last.month else None
+    if year and month and day:
+        chosen = date(year, month, day)
+        return {
+            "show": True,
+            "back": {"link": link(year, month), "title": _month_title(chosen)},
+            "choices": [{"title": _day_title(chosen)}],
+        }
+    if year and month:
+        days = [date(year, month, d) for d in range(1, monthrange(year, month)[1] + 1)]
+        return {
+            "show": True,
+            "back": {"link": link(year), "title": str(year)},
+            "choices": [
+                {"link": link(year, month, d.day), "title": _day_title(d)}
+                for d in days
+                if within(d, d)
+            ],
+        }
+    if year:
+        months = [date(year, m, 1) for m in range(1, 13)]
+        return {
+            "show": True,
+            "back": {"link": link(), "title": "All dates"},
+            "choices": [
+                {"link": link(year, m.month), "title": _month_title(m)}
+                for m in months
+                if within(m, m.replace(day=monthrange(year, m.month)[1]))
+            ],
+        }
+    years = range(first.year, last.year + 1) if first is not None else ()
+    return {
+        "show": True,
+        "back": None,
+        "choices": [{"link": link(y), "title": str(y)} for y in years],
+    }
+
+
 def _number(value: int) -> str:
     return f"{value:,}"
 
@@ -167,10 +241,17 @@ class ReviewChangeList(ChangeList):
         if not superuser and form["institution"].value():
             hidden.append(("institution", form["institution"].value()))
         totals = self.totals
+        shown = [field for field in form if field.name != "institution" or superuser]
+        errors = list(form.non_field_errors()) + [
+            f"{field.label}: {error}"
+            for field in form
+            if field not in shown
+            for error in field.errors
+        ]
         return {
-            "review_fields": [f for f in form if f.name != "institution" or superuser],
+            "review_fields": shown,
             "review_hidden": hidden,
-            "review_errors": form.non_field_errors(),
+            "review_errors": errors,
             "review_invalid": bool(self.review.errors),
             "review_totals": {
                 "rows": _number(totals.rows),
@@ -179,6 +260,7 @@ class ReviewChangeList(ChangeList):
                 "images": _number(totals.images),
             },
             "export_query": self.get_query_string(),
+            "review_dates": date_drill_down(self),
         }
 
 
