@@ -776,7 +776,7 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="license")
     def license_name(self, obj):
-        return _truncated(obj.license.name, 20)
+        return _truncated(obj.license.name, 18)
 
     @admin.display(description="holder")
     def holder(self, obj):
@@ -785,7 +785,7 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
                 '<span title="API key {}">{}…</span>', obj.api_key.name, obj.api_key.prefix
             )
         if obj.end_user_id is not None:
-            return _truncated(obj.end_user.subject, 16)
+            return _truncated(obj.end_user.subject, 14)
         return "-"
 
     @admin.display(description="model")
@@ -794,6 +794,8 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
         title = f"requested {obj.requested_model}"
         if obj.billed_model and obj.billed_model != obj.requested_model:
             title += f", billed {obj.billed_model}"
+        if len(shown) > 20:
+            shown = shown[:19] + "…"
         return format_html('<span title="{}">{}</span>', title, shown)
 
     @admin.display(description="status")
@@ -812,17 +814,17 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="tokens")
     def tokens(self, obj):
-        text = "-" if obj.total_tokens is None else f"{obj.total_tokens:,}"
+        parts = [] if obj.total_tokens is None else [f"{obj.total_tokens:,}"]
         if obj.images:
-            text += f" · {obj.images} img"
-        return text
+            parts.append(f"{obj.images} img")
+        return " · ".join(parts) or "-"
 
     @admin.display(description="reason")
     def reason(self, obj):
         if not (obj.error_code or obj.error_message):
             return ""
         full = ": ".join(part for part in (obj.error_code, obj.error_message) if part)
-        return _truncated(full, 30)
+        return _truncated(full, 26)
 
     @admin.display(description="request id")
     def request(self, obj):

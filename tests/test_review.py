@@ -218,6 +218,8 @@ def test_columns_show_holder_status_class_and_short_ids(ledger, admin_client):
     assert "provider_unavailable: Service tem" in row
     response = admin_client.get(CHANGELIST, {"q": ledger["chat"].request_id})
     assert f"{ledger['a']['api_key'].prefix}…" in response.content.decode()
+    response = admin_client.get(CHANGELIST, {"service": "image_generation"})
+    assert '<td class="field-tokens">2 img</td>' in response.content.decode()
 
 
 # --- scoping -----------------------------------------------------------------------------------
