@@ -169,6 +169,7 @@ def parse_search(text: str) -> list[tuple[str | None, str]]:
     lexer = shlex.shlex(text, posix=True)
     lexer.whitespace_split = True
     lexer.escape = ""  # a backslash is an ordinary character in ids and values
+    lexer.quotes = '"'  # and so is an apostrophe (O'Brien)
     lexer.commenters = ""
     try:
         words = list(lexer)

@@ -79,7 +79,7 @@ def make_ledger() -> dict:
             billed_model="gpt-image-1",
             images=2,
             credits=80_000,
-            metadata={"course": "=cmd|' /C calc'!A0"},
+            metadata={"course": "=cmd|' /C calc'!A0", "who": "O'Brien"},
         ),
         "denied": _row(
             lic_a,
@@ -248,6 +248,7 @@ SEARCH_CASES = [
     ('"Intro to AI"', {"aggregator"}),
     ("course=NOPE", set()),
     ("CS101 abc125", {"b_chat"}),
+    ("who=O'Brien", {"image"}),
 ]
 
 

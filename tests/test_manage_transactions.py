@@ -182,7 +182,7 @@ BAD = [
     {"outcome": "bogus"},
     {"model": "a\x00"},
     {"q": "a\x00"},
-    {"q": "'open"},
+    {"q": '"open'},
     {"q": "x" * 501},
 ]
 

@@ -169,7 +169,7 @@ def test_csv_cells_a_spreadsheet_would_run_are_quoted(ledger, admin_client):
     assert lines[ledger["failure"].request_id]["end_user"] == "'=2+5"
     # Metadata is one JSON object per cell: it starts with "{", whatever its values.
     image = lines[ledger["image"].request_id]
-    assert json.loads(image["metadata"]) == {"course": "=cmd|' /C calc'!A0"}
+    assert json.loads(image["metadata"]) == {"course": "=cmd|' /C calc'!A0", "who": "O'Brien"}
     for line in lines.values():
         for value in line.values():
             assert not value.startswith(("=", "+", "-", "@")), value
