@@ -148,61 +148,67 @@ def _month_title(day: date) -> str:
     return formats.date_format(day, "YEAR_MONTH_FORMAT")
 
 
-def date_drill_down(cl) -> dict:
+class DateDrillDown:
     """The admin's date drill-down, with its links made from the first and last time of the
     filtered rows (known from the totals query) rather than from a DISTINCT over every row
     (400 ms on a million): every year, month or day between the two is offered."""
-    field = cl.date_hierarchy
-    keys = (f"{field}__year", f"{field}__month", f"{field}__day")
-    year, month, day = (int(cl.params[k]) if k in cl.params else None for k in keys)
-    first, last = cl.totals.first, cl.totals.last
-    if first is not None:
-        first, last = first.astimezone(UTC).date(), last.astimezone(UTC).date()
 
-    def link(*values):
-        return cl.get_query_string(dict(zip(keys, values, strict=False)), [f"{field}__"])
+    def __init__(self, cl):
+        self.cl, field = cl, cl.date_hierarchy
+        self.prefix = f"{field}__"
+        self.keys = (f"{field}__year", f"{field}__month", f"{field}__day")
+        self.first = self.last = None
+        if cl.totals.first is not None:
+            self.first = cl.totals.first.astimezone(UTC).date()
+            self.last = cl.totals.last.astimezone(UTC).date()
 
-    def within(start: date, end: date) -> bool:
-        return first is not None and start <= last and end >= first
+    def context(self) -> dict:
+        year, month, day = (
+            int(self.cl.params[k]) if k in self.cl.params else None for k in self.keys
+        )
+        first, last = self.first, self.last
+        if year is None and first is not None and first.year == last.year:
+            year, month = first.year, (first.month if first.month == last.month else None)
+        if year and month and day:
+            back, choices = self._day(date(year, month, day))
+        elif year and month:
+            back, choices = self._days(year, month)
+        elif year:
+            back, choices = self._months(year)
+        else:
+            back, choices = self._years()
+        return {"show": True, "back": back, "choices": choices}
 
-    if year is None and first is not None and first.year == last.year:
-        year = first.year
-        month = first.month if first.month == last.month else None
-    if year and month and day:
-        chosen = date(year, month, day)
-        return {
-            "show": True,
-            "back": {"link": link(year, month), "title": _month_title(chosen)},
-            "choices": [{"title": _day_title(chosen)}],
-        }
-    if year and month:
+    def _link(self, *values) -> str:
+        return self.cl.get_query_string(dict(zip(self.keys, values, strict=False)), [self.prefix])
+
+    def _within(self, start: date, end: date) -> bool:
+        return self.first is not None and start <= self.last and end >= self.first
+
+    def _day(self, chosen: date):
+        back = {"link": self._link(chosen.year, chosen.month), "title": _month_title(chosen)}
+        return back, [{"title": _day_title(chosen)}]
+
+    def _days(self, year: int, month: int):
         days = [date(year, month, d) for d in range(1, monthrange(year, month)[1] + 1)]
-        return {
-            "show": True,
-            "back": {"link": link(year), "title": str(year)},
-            "choices": [
-                {"link": link(year, month, d.day), "title": _day_title(d)}
-                for d in days
-                if within(d, d)
-            ],
-        }
-    if year:
-        months = [date(year, m, 1) for m in range(1, 13)]
-        return {
-            "show": True,
-            "back": {"link": link(), "title": "All dates"},
-            "choices": [
-                {"link": link(year, m.month), "title": _month_title(m)}
-                for m in months
-                if within(m, m.replace(day=monthrange(year, m.month)[1]))
-            ],
-        }
-    years = range(first.year, last.year + 1) if first is not None else ()
-    return {
-        "show": True,
-        "back": None,
-        "choices": [{"link": link(y), "title": str(y)} for y in years],
-    }
+        choices = [
+            {"link": self._link(year, month, d.day), "title": _day_title(d)}
+            for d in days
+            if self._within(d, d)
+        ]
+        return {"link": self._link(year), "title": str(year)}, choices
+
+    def _months(self, year: int):
+        choices = [
+            {"link": self._link(year, m), "title": _month_title(date(year, m, 1))}
+            for m in range(1, 13)
+            if self._within(date(year, m, 1), date(year, m, monthrange(year, m)[1]))
+        ]
+        return {"link": self._link(), "title": "All dates"}, choices
+
+    def _years(self):
+        years = range(self.first.year, self.last.year + 1) if self.first is not None else ()
+        return None, [{"link": self._link(y), "title": str(y)} for y in years]
 
 
 def _number(value: int) -> str:
@@ -260,7 +266,7 @@ class ReviewChangeList(ChangeList):
                 "images": _number(totals.images),
             },
             "export_query": self.get_query_string(),
-            "review_dates": date_drill_down(self),
+            "review_dates": DateDrillDown(self).context(),
         }
 
 

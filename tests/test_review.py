@@ -200,6 +200,12 @@ def test_date_drill_down_offers_the_days_between_the_first_and_last_row(ledger, 
     assert [choice["title"] for choice in months["choices"]] == ["March 10"]  # one day only
     page = admin_client.get(CHANGELIST, {"created_at__year": 2026}).content.decode()
     assert "March 2026" in page and "November 2026" in page and "February 2026" not in page
+    old = ledger["chat"]
+    old.pk, old.request_id, old.created_at = None, "from-2024", T0.replace(year=2024)
+    old.save()
+    years = admin_client.get(CHANGELIST).context["review_dates"]
+    assert [choice["title"] for choice in years["choices"]] == ["2024", "2025", "2026"]
+    assert years["back"] is None and "created_at__year=2025" in years["choices"][1]["link"]
 
 
 def test_detail_page_shows_answer_id_status_class_and_reason(ledger, admin_client):
