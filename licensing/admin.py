@@ -43,7 +43,7 @@ from .models import (
 )
 from .policy import SERVICES
 from .policy_try import try_request
-from .review import csv_response, export_filename, iso_utc
+from .review import csv_response, export_filename, iso_utc, scoped_ledger
 from .scoping import institution_id_of, owns, scope_of, scoped
 from .usage import holder_names, licenses_usage
 
@@ -706,6 +706,10 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     @property
     def media(self):
         return super().media + review_admin.admin_widget_media()
+
+    def get_queryset(self, request):
+        # Scoped like every licensing admin, by license ids instead of a join (see scoped_ledger).
+        return scoped_ledger(admin.ModelAdmin.get_queryset(self, request), scope_of(request.user))
 
     def get_urls(self):
         from . import live, usage_views

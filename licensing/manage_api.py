@@ -22,7 +22,13 @@ from rest_framework.routers import DefaultRouter
 
 from .credentials import api_key_create
 from .models import ApiKey, EndUser, JwtIssuer, License, LicenseType, Transaction
-from .review import CSV_COLUMNS, TransactionFilter, csv_response, export_filename
+from .review import (
+    CSV_COLUMNS,
+    TransactionFilter,
+    csv_response,
+    export_filename,
+    scoped_ledger,
+)
 from .scoping import scope_of, scoped
 from .services import api_key_revoke, api_key_rotate
 from .usage import licenses_usage
@@ -347,6 +353,10 @@ class TransactionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Scope
     filterset_class = TransactionFilter
     pagination_class = LedgerNewestFirst
     renderer_classes = [*viewsets.GenericViewSet.renderer_classes, CsvRenderer]
+
+    def get_queryset(self):
+        # Scoped by license ids rather than a join (see licensing.review.scoped_ledger).
+        return scoped_ledger(self.queryset.all(), scope_of(self.request.user))
 
     @extend_schema(
         responses={

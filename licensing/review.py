@@ -50,6 +50,22 @@ def _scoped(model, *related):
     return queryset
 
 
+def licenses_of(institution_id: int) -> list[int]:
+    return list(License.objects.filter(institution_id=institution_id).values_list("pk", flat=True))
+
+
+def scoped_ledger(queryset, scope):
+    """`licensing.scoping.scoped` for ledger rows, by the institution's license ids rather than
+    a join: PostgreSQL then knows how many rows those licenses have, and a small institution's
+    newest page is read from `tx_license_time` (0.3 ms) instead of by walking every
+    institution's newest rows until 50 match (107 ms on a million; bench/review.py)."""
+    if scope.superuser:
+        return queryset
+    if scope.institution_id is None or not scope.allows(Transaction, "view"):
+        return queryset.none()
+    return queryset.filter(license_id__in=licenses_of(scope.institution_id))
+
+
 def _provider_choices():
     return [(slug, slug) for slug in Provider.objects.values_list("slug", flat=True)]
 
@@ -203,7 +219,7 @@ class TransactionFilter(django_filters.FilterSet):
     """The review filters: the query parameters of the admin's filter bar and of the API."""
 
     institution = django_filters.ModelChoiceFilter(
-        field_name="license__institution", queryset=_scoped(Institution), label="institution"
+        queryset=_scoped(Institution), label="institution", method="filter_institution"
     )
     license = django_filters.ModelChoiceFilter(queryset=_scoped(License), label="license")
     api_key = django_filters.ModelChoiceFilter(label="API key", queryset=_scoped(ApiKey, "license"))
@@ -231,6 +247,9 @@ class TransactionFilter(django_filters.FilterSet):
         model = Transaction
         fields: list[str] = []
         form = ReviewForm
+
+    def filter_institution(self, queryset, name, value):
+        return queryset.filter(license_id__in=licenses_of(value.pk))  # see scoped_ledger
 
     def filter_model(self, queryset, name, value):
         return queryset.filter(Q(requested_model=value) | Q(billed_model=value))
