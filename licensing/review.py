@@ -219,7 +219,10 @@ class TransactionFilter(django_filters.FilterSet):
     """The review filters: the query parameters of the admin's filter bar and of the API."""
 
     institution = django_filters.ModelChoiceFilter(
-        queryset=_scoped(Institution), label="institution", method="filter_institution"
+        field_name="license__institution",
+        queryset=_scoped(Institution),
+        label="institution",
+        method="filter_institution",
     )
     license = django_filters.ModelChoiceFilter(queryset=_scoped(License), label="license")
     api_key = django_filters.ModelChoiceFilter(label="API key", queryset=_scoped(ApiKey, "license"))
