@@ -1,5 +1,6 @@
 """The management API, /manage/v1/ (djangorestframework): licenses with their budget usage,
-API keys (create, revoke, rotate; the key is shown once), end users. For institution admins'
+API keys (create, revoke, rotate; the key is shown once), end users, and the ledger
+(transactions, with licensing.review's filters and CSV export). For institution admins'
 scripts and LMS integrations; scoped exactly like the admin (licensing.scoping): a row of
 another institution is a 404. Errors are DRF's own shapes (this is not the /v1 contract).
 Authentication: `Authorization: Token <token>` (DRF tokens) or the admin's session."""
@@ -8,17 +9,26 @@ from __future__ import annotations
 
 import django_filters
 from django.urls import include, path
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from drf_spectacular.views import SpectacularJSONAPIView
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import BasePermission
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
 from .credentials import api_key_create
-from .models import ApiKey, EndUser, JwtIssuer, License, LicenseType
+from .models import ApiKey, EndUser, JwtIssuer, License, LicenseType, Transaction
+from .review import (
+    CSV_COLUMNS,
+    TransactionFilter,
+    csv_response,
+    export_filename,
+    scoped_ledger,
+)
 from .scoping import scope_of, scoped
 from .services import api_key_revoke, api_key_rotate
 from .usage import licenses_usage
@@ -258,10 +268,135 @@ class EndUserViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVie
     filterset_class = EndUserFilter
 
 
+# --- the ledger --------------------------------------------------------------------------------
+
+
+class TransactionSerializer(serializers.ModelSerializer):
+    answer_id = serializers.CharField(source="upstream_id", help_text="The provider's answer id")
+    institution = serializers.CharField(source="license.institution.name")
+    license_name = serializers.CharField(source="license.name")
+    api_key_prefix = serializers.CharField(source="api_key.prefix", default=None)
+    end_user_subject = serializers.CharField(source="end_user.subject", default=None)
+    status = serializers.IntegerField(source="status_code", help_text="The HTTP status answered")
+
+    class Meta:
+        model = Transaction
+        fields = (
+            "id",
+            "created_at",
+            "request_id",
+            "answer_id",
+            "institution",
+            "license",
+            "license_name",
+            "api_key",
+            "api_key_prefix",
+            "end_user",
+            "end_user_subject",
+            "service",
+            "requested_model",
+            "billed_model",
+            "provider",
+            "connection",
+            "status",
+            "outcome",
+            "error_code",
+            "error_message",
+            "prompt_tokens",
+            "completion_tokens",
+            "total_tokens",
+            "images",
+            "megapixels",
+            "units",
+            "credits",
+            "latency_ms",
+            "metadata",
+        )
+
+
+class CsvRenderer(BaseRenderer):
+    """`?format=csv`: the views stream the CSV themselves (licensing.review.csv_response); an
+    error answer is rendered as JSON instead (see TransactionViewSet.finalize_response)."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        raise NotImplementedError("CSV answers are streamed by the view")
+
+
+class LedgerNewestFirst(NewestFirst):
+    ordering = ("-created_at", "-id")
+
+
+CSV_DESCRIPTION = (
+    "`csv`: every row of the filtered set (not a page), streamed, with the columns "
+    + ", ".join(header for header, _ in CSV_COLUMNS)
+    + "; times in ISO 8601 UTC; text a spreadsheet would run as a formula starts with `'`."
+)
+
+
+@extend_schema(
+    parameters=[
+        OpenApiParameter(
+            "format", OpenApiTypes.STR, enum=["json", "csv"], description=CSV_DESCRIPTION
+        )
+    ]
+)
+class TransactionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    """Ledger rows of the caller's institution, newest first, with the review filters; search
+    `q`: request-id or answer-id prefix, `key=value` in the metadata, or a bare value."""
+
+    queryset = Transaction.objects.select_related("license__institution", "api_key", "end_user")
+    serializer_class = TransactionSerializer
+    filterset_class = TransactionFilter
+    pagination_class = LedgerNewestFirst
+    renderer_classes = [*viewsets.GenericViewSet.renderer_classes, CsvRenderer]
+
+    def get_queryset(self):
+        # Scoped by license ids rather than a join (see licensing.review.scoped_ledger).
+        return scoped_ledger(self.queryset.all(), scope_of(self.request.user))
+
+    @extend_schema(
+        responses={
+            (200, "application/json"): TransactionSerializer(many=True),
+            (200, "text/csv"): OpenApiTypes.STR,
+        }
+    )
+    def list(self, request, *args, **kwargs):
+        if isinstance(request.accepted_renderer, CsvRenderer):
+            queryset = self.filter_queryset(self.get_queryset())
+            return csv_response(request, queryset, export_filename())
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(
+        responses={
+            (200, "application/json"): TransactionSerializer,
+            (200, "text/csv"): OpenApiTypes.STR,
+        }
+    )
+    def retrieve(self, request, *args, **kwargs):
+        if isinstance(request.accepted_renderer, CsvRenderer):
+            row = self.get_object()
+            return csv_response(request, Transaction.objects.filter(pk=row.pk), export_filename())
+        return super().retrieve(request, *args, **kwargs)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        if isinstance(response, Response) and isinstance(
+            getattr(request, "accepted_renderer", None), CsvRenderer
+        ):
+            # Only errors get here with CSV chosen: they keep DRF's JSON shape.
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
+
+
 router = DefaultRouter(trailing_slash=False)
 router.register("licenses", LicenseViewSet, basename="manage-license")
 router.register("keys", ApiKeyViewSet, basename="manage-key")
 router.register("end-users", EndUserViewSet, basename="manage-end-user")
+router.register("transactions", TransactionViewSet, basename="manage-transaction")
 
 urlpatterns = [
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="manage-openapi"),
