@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import time
 import tracemalloc
 
@@ -23,7 +22,7 @@ from licensing import live
 from licensing.consumers import PATH
 from licensing.models import Transaction
 from tests.live_helpers import feed_entry, session_cookie, staff_user
-from tests.test_cache_invalidation import RedisServer, Worker, database_url
+from tests.processes import Worker, database_url, redis_server_or_skip
 
 SMALL = "text-embedding-3-small"
 
@@ -230,9 +229,7 @@ def test_a_viewer_that_does_not_read_loses_rows_and_memory_stays_bounded(
 
 @pytest.fixture
 def redis_url(tmp_path):
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (.ci/run installs the Debian package)")
-    server = RedisServer(tmp_path)
+    server = redis_server_or_skip(tmp_path)
     yield server.url
     server.stop()
 
