@@ -3,11 +3,13 @@ processes (cache invalidation, fair use across workers, the live feed through Re
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -98,3 +100,23 @@ def redis_server_or_skip(workdir: Path) -> RedisServer:
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (.ci/run installs the Debian package)")
     return RedisServer(workdir)
+
+
+@contextmanager
+def running_workers(count: int, tmp_path: Path, env=None):
+    """`count` gateway worker processes on the test database, started and ready for the block.
+    `env` (a dict, or a function of the worker's number) adds to the environment; REDIS_URL is
+    the test's only if it says so, and every worker logs to `worker-<n>.log` in `tmp_path`."""
+    base = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    base.update(DATABASE_URL=database_url(), GATEWAY_ACCESS_LOG_LEVEL="WARNING")
+    workers = []
+    try:
+        for n in range(count):
+            extra = env(n) if callable(env) else env or {}
+            workers.append(Worker({**base, **extra}, tmp_path / f"worker-{n}.log"))
+        for worker in workers:
+            worker.wait_ready()
+        yield workers
+    finally:
+        for worker in workers:
+            worker.stop()

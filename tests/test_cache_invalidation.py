@@ -4,7 +4,6 @@ a first-time JWT user clears nothing."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from django.test import override_settings
 from catalog.models import Connection, ProviderModel
 from gateway_site import localcache
 from licensing.models import ApiKey, EndUser, Institution, JwtIssuer, License
-from tests.processes import RedisServer, Worker, database_url, redis_server_or_skip
+from tests.processes import RedisServer, redis_server_or_skip, running_workers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,23 +69,10 @@ def invalidation(request, tmp_path):
 
 @pytest.fixture
 def workers(transactional_db, invalidation, tmp_path):
-    started = []
-    for n in range(2):
-        env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-        env.update(
-            DATABASE_URL=database_url(),
-            GATEWAY_CACHE_TTL="300",  # only the invalidation can make them see a change
-            GATEWAY_ACCESS_LOG_LEVEL="WARNING",
-            **invalidation.env(n),
-        )
-        started.append(Worker(env, tmp_path / f"worker-{n}.log"))
-    try:
-        for worker in started:
-            worker.wait_ready()
-        yield started
-    finally:
-        for worker in started:
-            worker.stop()
+    # A long TTL: only the invalidation can make them see a change.
+    env = lambda n: {"GATEWAY_CACHE_TTL": "300", **invalidation.env(n)}  # noqa: E731
+    with running_workers(2, tmp_path, env) as workers:
+        yield workers
 
 
 def statuses_within(workers, headers, expected: int, limit: float) -> list[float]:

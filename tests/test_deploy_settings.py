@@ -15,7 +15,7 @@ from axes.models import AccessAttempt
 from django.core.checks import run_checks
 from django.test import Client, override_settings
 
-from .test_cache_invalidation import Worker, database_url
+from tests.processes import Worker, database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = "<!-- production-env: tested by tests/test_deploy_settings.py -->"

@@ -5,7 +5,6 @@ refusal is a ledger row; counters shared across worker processes through Redis."
 from __future__ import annotations
 
 import asyncio
-import os
 
 import openai
 import pytest
@@ -16,7 +15,7 @@ from licensing import fairuse
 from licensing.models import LicenseType, Transaction, Wallet
 from licensing.policy import PolicyDocumentError, compile_policy, open_policy_document
 from tests.ledger_helpers import refusal_codes
-from tests.processes import Worker, database_url, redis_server_or_skip
+from tests.processes import redis_server_or_skip, running_workers
 
 SMALL = "text-embedding-3-small"
 BODY = {"model": SMALL, "input": "one two three four five six", "encoding_format": "float"}
@@ -156,27 +155,21 @@ def test_an_unreachable_redis_admits(client, catalog, make_license, make_key):
 def test_limits_hold_across_worker_processes(transactional_db, tmp_path, make_license, make_key,
                                              catalog):  # fmt: skip
     server = redis_server_or_skip(tmp_path)
-    workers = []
+    env = {"REDIS_URL": server.url, "GATEWAY_INVALIDATION_FILE": str(tmp_path / "generation")}
     try:
-        env = {
-            **{k: v for k, v in os.environ.items() if k != "REDIS_URL"},
-            "DATABASE_URL": database_url(),
-            "REDIS_URL": server.url,
-            "GATEWAY_INVALIDATION_FILE": str(tmp_path / "generation"),
-        }
-        workers = [Worker(env, tmp_path / f"worker-{n}.log") for n in range(2)]
-        for worker in workers:
-            worker.wait_ready()
-        _, (headers,) = limited(make_license, make_key, {"holder": {"requests_per_minute": 3}})
-        statuses = [
-            workers[n % 2].http.post("/v1/embeddings", headers=headers, json=BODY) for n in range(6)
-        ]
-        assert sorted(r.status_code for r in statuses) == [200] * 3 + [429] * 3
-        assert Transaction.objects.filter(outcome="success").count() == 3
-        for response in statuses:
-            if response.status_code == 429:
-                assert_429(response)
+        with running_workers(2, tmp_path, env) as workers:
+            _limits_across(workers, make_license, make_key)
     finally:
-        for worker in workers:
-            worker.stop()
         server.stop()
+
+
+def _limits_across(workers, make_license, make_key):
+    _, (headers,) = limited(make_license, make_key, {"holder": {"requests_per_minute": 3}})
+    statuses = [
+        workers[n % 2].http.post("/v1/embeddings", headers=headers, json=BODY) for n in range(6)
+    ]
+    assert sorted(r.status_code for r in statuses) == [200] * 3 + [429] * 3
+    assert Transaction.objects.filter(outcome="success").count() == 3
+    for response in statuses:
+        if response.status_code == 429:
+            assert_429(response)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 import tracemalloc
 
@@ -22,7 +21,7 @@ from licensing import live
 from licensing.consumers import PATH
 from licensing.models import Transaction
 from tests.live_helpers import feed_entry, session_cookie, staff_user
-from tests.processes import Worker, database_url, redis_server_or_skip
+from tests.processes import redis_server_or_skip, running_workers
 
 SMALL = "text-embedding-3-small"
 
@@ -237,23 +236,12 @@ def redis_url(tmp_path):
 @pytest.fixture
 def two_workers(catalog, redis_url, tmp_path):
     """Two uvicorn processes on the test database that share the feed through Redis."""
-    started = []
-    for n in range(2):
-        env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-        env.update(
-            DATABASE_URL=database_url(),
-            REDIS_URL=redis_url,
-            GATEWAY_INVALIDATION_FILE=str(tmp_path / f"worker-{n}"),
-            GATEWAY_ACCESS_LOG_LEVEL="WARNING",
-        )
-        started.append(Worker(env, tmp_path / f"worker-{n}.log"))
-    try:
-        for worker in started:
-            worker.wait_ready()
-        yield started
-    finally:
-        for worker in started:
-            worker.stop()
+
+    def env(n):
+        return {"REDIS_URL": redis_url, "GATEWAY_INVALIDATION_FILE": str(tmp_path / f"worker-{n}")}
+
+    with running_workers(2, tmp_path, env) as workers:
+        yield workers
 
 
 def test_a_row_served_by_one_worker_reaches_a_viewer_on_another(

@@ -5,7 +5,6 @@ across the workers. PostgreSQL only (the row locking it relies on)."""
 
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -16,7 +15,7 @@ from django.db.models import Sum
 
 from licensing.models import Transaction, Wallet
 from licensing.policy import open_policy_document
-from tests.processes import Worker, database_url, redis_server_or_skip
+from tests.processes import redis_server_or_skip, running_workers
 
 SMALL = "text-embedding-3-small"
 BODY = {"model": SMALL, "input": "a few words to embed", "encoding_format": "float"}
@@ -28,20 +27,10 @@ def four_workers(transactional_db, tmp_path, catalog):
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL: SQLite serializes writers, the point here is row locking")
     server = redis_server_or_skip(tmp_path)
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "REDIS_URL"},
-        "DATABASE_URL": database_url(),
-        "REDIS_URL": server.url,
-        "GATEWAY_ACCESS_LOG_LEVEL": "WARNING",
-    }
-    workers = [Worker(env, tmp_path / f"worker-{n}.log") for n in range(WORKERS)]
     try:
-        for worker in workers:
-            worker.wait_ready()
-        yield workers
+        with running_workers(WORKERS, tmp_path, {"REDIS_URL": server.url}) as workers:
+            yield workers
     finally:
-        for worker in workers:
-            worker.stop()
         server.stop()
 
 

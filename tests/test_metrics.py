@@ -4,7 +4,6 @@ two worker processes, and that no label value holds a key or a prompt."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import httpx
@@ -16,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway_site.metrics import address_allowed, allowed, parse_networks
 from licensing.models import Transaction
-from tests.processes import Worker, database_url
+from tests.processes import running_workers
 
 SMALL = "text-embedding-3-small"
 MINI = "gpt-4o-mini"
@@ -245,24 +244,13 @@ def test_token_from_a_disallowed_address(gateway, catalog):
 
 @pytest.fixture
 def two_workers(transactional_db, catalog, tmp_path):
-    started = []
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=database_url(),
-        GATEWAY_ACCESS_LOG_LEVEL="WARNING",
-        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prometheus"),
-        GATEWAY_INVALIDATION_FILE=str(tmp_path / "cache-generation"),
-        GATEWAY_LEDGER_SPOOL_DIR=str(tmp_path / "spool"),
-    )
-    try:
-        for n in range(2):
-            started.append(Worker(env, tmp_path / f"worker-{n}.log"))
-        for worker in started:
-            worker.wait_ready()
-        yield started
-    finally:
-        for worker in started:
-            worker.stop()
+    env = {
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
+        "GATEWAY_INVALIDATION_FILE": str(tmp_path / "cache-generation"),
+        "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path / "spool"),
+    }
+    with running_workers(2, tmp_path, env) as workers:
+        yield workers
 
 
 def test_workers_are_summed(two_workers, license, make_key, tmp_path):
