@@ -1,5 +1,6 @@
 """Settings come from the environment (see README, "Configuration")."""
 
+import logging
 import os
 from pathlib import Path
 
@@ -193,6 +194,16 @@ LOG_FORMAT = os.environ.get("LOG_FORMAT") or ("text" if DEBUG else "json")
 if LOG_FORMAT not in ("json", "text"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be json or text, not {LOG_FORMAT!r}")
 _CONSOLE = {"handlers": ["console"], "propagate": False}
+
+
+def _uvicorn_access_log_off() -> bool:
+    """uvicorn's `--no-access-log` leaves its access logger without handlers and not
+    propagating, before the application (and this file) is loaded; configuring that logger here
+    would turn a line per request back on, and its cost with it."""
+    found = logging.Logger.manager.loggerDict.get("uvicorn.access")
+    return isinstance(found, logging.Logger) and not found.handlers and not found.propagate
+
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -224,7 +235,11 @@ LOGGING = {
         # application is loaded, before the server says it started).
         "uvicorn": {**_CONSOLE, "level": "INFO"},
         "uvicorn.error": {"level": "INFO"},
-        "uvicorn.access": {**_CONSOLE, "level": "INFO"},
+        "uvicorn.access": (
+            {"handlers": [], "propagate": False, "level": "WARNING"}
+            if _uvicorn_access_log_off()
+            else {**_CONSOLE, "level": "INFO"}
+        ),
     },
 }
 

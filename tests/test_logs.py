@@ -53,6 +53,8 @@ def test_every_line_is_json_with_the_request_id(transactional_db, tmp_path, cata
     for record in records:
         assert {"time", "level", "logger", "message", "request_id"} <= set(record), record
     assert any(r["logger"].startswith("uvicorn") for r in records)  # the server's own lines
+    # The worker runs with --no-access-log: the gateway's access line is the only one.
+    assert not any(r["logger"] == "uvicorn.access" for r in records)
     mine = [r for r in records if r["request_id"] == seen["request_id"]]
     warning = next(r for r in mine if "answered 429" in r["message"])
     assert (warning["level"], warning["logger"]) == ("WARNING", "gateway")
