@@ -1,5 +1,6 @@
 """ASGI entry point: `uvicorn gateway_site.asgi:application`."""
 
+import gc
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
@@ -15,6 +16,7 @@ django.setup(set_prefix=False)
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
+from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
 from licensing.consumers import websocket_application  # noqa: E402
@@ -39,3 +41,29 @@ application = ProtocolTypeRouter(
         "websocket": websocket_application(),
     }
 )
+
+
+def _tune_gc() -> None:
+    """The cyclic collector, for a long-lived server with a large heap: the objects built at
+    start-up (Django, the URL conf, every provider module: ~170,000) are frozen out of its scans,
+    and a young generation of 700 objects (Python's default) is raised to
+    GATEWAY_GC_THRESHOLD's first number. Requests free nearly everything by reference counting,
+    but 32 requests in flight keep enough alive to trigger a collection every few requests,
+    each scanning them all: 0.3 ms of CPU per request at 32 connections (bench/README)."""
+    value = os.environ.get("GATEWAY_GC_THRESHOLD", "20000,20,50").strip()
+    if value.lower() in ("", "default"):
+        return
+    try:
+        thresholds = [int(part) for part in value.split(",")]
+        if not 1 <= len(thresholds) <= 3 or min(thresholds) < 1:
+            raise ValueError
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"GATEWAY_GC_THRESHOLD must be 1 to 3 positive integers or 'default', not {value!r}"
+        ) from None
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*thresholds)
+
+
+_tune_gc()
