@@ -70,22 +70,26 @@ class GatewayASGIHandler(ASGIHandler):
                 pass
             return response
 
-        listener = asyncio.create_task(self.listen_for_disconnect(receive))
+        listener = asyncio.create_task(_until_disconnect(receive))
         worker = asyncio.create_task(process_request())
         await asyncio.wait((listener, worker), return_when=asyncio.FIRST_COMPLETED)
-        for task in (listener, worker):
-            if task.done():
-                try:
-                    task.result()
-                except RequestAborted:
-                    pass
-            else:
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
+        if not worker.done():  # the client went away
+            worker.cancel()
+        if not listener.done():
+            listener.cancel()
         try:
-            return worker.result()
+            return await worker
         except asyncio.CancelledError:
             return None
+        finally:
+            del listener, worker  # no cycle through this frame: the request is freed at once
+
+
+async def _until_disconnect(receive) -> None:
+    """Returns at the client's disconnect. Django's `listen_for_disconnect` raises
+    RequestAborted instead, on every request (the server reports a disconnect once the answer
+    is sent), and that exception's traceback ties the request's objects into a reference cycle
+    that only the cyclic garbage collector frees: ~80 objects per request, at 32 connections a
+    30 ms collection every second (bench/README)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass

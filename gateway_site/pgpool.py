@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import os
 
+from django.conf import settings
 from django.db import connections
 
 _pools: dict[int, object] = {}
 
 
 def available() -> bool:
-    return connections["default"].vendor == "postgresql"
+    # From the settings, not `connections["default"]`: in a request's context that builds a
+    # DatabaseWrapper of its own (asgiref's context-local storage) for one attribute.
+    return "postgresql" in settings.DATABASES["default"]["ENGINE"]
 
 
 def _connect_kwargs() -> dict:

@@ -368,6 +368,9 @@ class _Upstream:
             self._fail(SERVICE_UNAVAILABLE)
         finally:
             await self.stream.response.aclose()
+            # httpx's response and its stream refer to each other: a cycle of ~45 objects per
+            # stream left to the cyclic garbage collector (gateway_site.asgi, _tune_gc).
+            self.stream.response.stream = httpx.ByteStream(b"")
             self._end()
 
     def _take(self, blocks: list[bytes]) -> bool:
