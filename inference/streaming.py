@@ -23,6 +23,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import orjson
@@ -317,7 +318,7 @@ def _type_of(data: bytes) -> bytes | None:
 class ProviderStream:
     """An open upstream SSE answer, handed from the provider call to the pipeline."""
 
-    response: httpx.Response
+    response: Any  # httpx.Response, or providers.pool.StreamedAnswer
     protocol: SSEProtocol
 
 
@@ -367,10 +368,12 @@ class _Upstream:
             logger.warning("stream broke: %s", type(exc).__name__)
             self._fail(SERVICE_UNAVAILABLE)
         finally:
-            await self.stream.response.aclose()
-            # httpx's response and its stream refer to each other: a cycle of ~45 objects per
-            # stream left to the cyclic garbage collector (gateway_site.asgi, _tune_gc).
-            self.stream.response.stream = httpx.ByteStream(b"")
+            response = self.stream.response
+            await response.aclose()
+            if isinstance(response, httpx.Response):
+                # httpx's response and its stream refer to each other: a cycle of ~45 objects
+                # per stream left to the cyclic garbage collector (gateway_site.asgi).
+                response.stream = httpx.ByteStream(b"")
             self._end()
 
     def _take(self, blocks: list[bytes]) -> bool:

@@ -169,32 +169,27 @@ class Transport:
         self.raise_for_response(response)
         return response
 
-    async def open_stream(self, route: Route, path: str, body: Any) -> httpx.Response:
-        """POST and return the response once its headers are in, body unread.
+    async def open_stream(self, route: Route, path: str, body: Any):
+        """POST and return the answer once its headers are in, body unread (an
+        `httpx.Response` or a `pool.StreamedAnswer`: `status_code`, `aiter_raw()`, `aclose()`).
 
         A failure status is read and mapped here, so that it reaches the client as a normal
         JSON error before any stream opens."""
-        client = self.client(route.connection)
         url = route.connection.base_url + path
         content = orjson.dumps(body)
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         headers.update(self.auth_headers(route, "POST", url, content))
-        request = client.build_request("POST", url, content=content, headers=headers)
         try:
-            response = await client.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise unavailable(f"{self.kind} timeout: {type(exc).__name__}", "timeout") from exc
-        except httpx.TransportError as exc:
-            reason = f"{self.kind} transport error: {type(exc).__name__}"
-            raise unavailable(reason, "connection") from exc
-        if response.status_code >= 300:
-            try:
-                await response.aread()
-            except httpx.HTTPError as exc:
-                raise unavailable(f"{self.kind} error body unreadable") from exc
-            finally:
-                await response.aclose()
-            self.raise_for_response(response)
+            response = await self.upstream(route.connection).stream(
+                url, content=content, headers=headers
+            )
+        except UpstreamTimeout as exc:
+            raise unavailable(f"{self.kind} timeout: {exc}", "timeout") from exc
+        except UpstreamUnreachable as exc:
+            raise unavailable(f"{self.kind} transport error: {exc}", "connection") from exc
+        except httpx.HTTPError as exc:  # the error body of a failure status was unreadable
+            raise unavailable(f"{self.kind} error body unreadable") from exc
+        self.raise_for_response(response)
         return response
 
     async def post_json(self, route: Route, path: str, body: Any, **kwargs) -> Any:
