@@ -33,6 +33,10 @@ workers = int(os.environ.get("GATEWAY_WORKERS") or len(os.sched_getaffinity(0)))
 reuse_port = True  # a listener per worker (see above)
 # gunicorn's run-time control socket (~/.gunicorn/gunicorn.ctl): not used here, one surface less.
 control_socket_disable = True
+# Idle kept-alive connections stay open longer than a proxy keeps its own (nginx: 60 s), so the
+# proxy closes first and never sends a request on a connection the worker is closing. gunicorn's
+# default (2 s) also closed the benchmark's idle connections under it (read errors).
+keepalive = 75
 # A worker's requests (a stream: up to GATEWAY_UPSTREAM_TIMEOUT) may finish after SIGTERM.
 graceful_timeout = 30
 accesslog = None  # the gateway writes its own access line (gateway.access)
