@@ -318,6 +318,24 @@ def uvicorn_cmd(app: str, port: int, workers: int, nodelay: bool = False) -> lis
     return [PY, "-m", module, app, "--host", "127.0.0.1", "--port", str(port), *server]
 
 
+SERVERS = ("uvicorn", "gunicorn", "granian")
+
+
+def server_cmd(server: str, app: str, port: int, workers: int, nodelay: bool) -> list[str]:
+    """`app` served by `server` as docs/deployment.md serves it, on 127.0.0.1:`port`."""
+    if server == "gunicorn":
+        conf = ["-c", "python:gateway_site.gunicorn_conf", "--log-level", "warning"]
+        bind = ["--bind", f"127.0.0.1:{port}", "--workers", str(workers)]
+        return [PY, "-m", "gunicorn", *conf, *bind, app]
+    if server == "granian":
+        # Its HTTP and sockets are Rust (TCP_NODELAY set there); the event loop is asyncio, like
+        # the others' (uvloop is not installed).
+        opts = ["--interface", "asgi", "--workers", str(workers), "--loop", "asyncio"]
+        opts += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+        return [PY, "-m", "granian", *opts, app]
+    return uvicorn_cmd(app, port, workers, nodelay)
+
+
 class Processes:
     """Servers, each in its own process group (uvicorn's workers included), logs in `logdir`."""
 
@@ -594,6 +612,13 @@ def parse_args() -> argparse.Namespace:
         "on first use); --no-litellm: skip it",
     )
     parser.add_argument(
+        "--server",
+        choices=SERVERS,
+        default="uvicorn",
+        help="what serves gateway and floor: uvicorn (gateway_site.serve), gunicorn with "
+        "uvicorn workers (gateway_site.gunicorn_conf) or granian (docs/deployment.md)",
+    )
+    parser.add_argument(
         "--tcp-nodelay",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -642,9 +667,16 @@ class Run:
     litellm_port: int | None = None  # None: LiteLLM is not measured
     litellm_note: str = ""  # why not
 
-    def server(self, name: str, app: str, port: int, *extra: str) -> None:
-        cmd = uvicorn_cmd(app, port, self.args.workers, self.args.tcp_nodelay)
-        self.procs.start(name, [*cmd, *extra], self.env)
+    def server(self, name: str, app: str, port: int, app_dir: str = "") -> None:
+        args = self.args
+        cmd = server_cmd(args.server, app, port, args.workers, args.tcp_nodelay)
+        env = self.env
+        if app_dir:  # the floor's package (every server imports from sys.path)
+            env = {
+                **env,
+                "PYTHONPATH": os.pathsep.join(filter(None, [app_dir, env.get("PYTHONPATH")])),
+            }
+        self.procs.start(name, cmd, env)
 
     def load(self, target: Target, seconds: float, connections: int | None = None) -> Result:
         connections = connections or self.args.connections
@@ -706,7 +738,7 @@ def run_embeddings(run: Run) -> Embeddings:
     fake = ["fake_upstreams", "openai", "--port", str(port["upstream"]), "--api-key", UPSTREAM_KEY]
     procs.start("upstream", [PY, "-m", *fake], run.env)
     run.server("gateway", GATEWAY_APP, port["gateway"])
-    run.server("floor", "floor_site.asgi:application", port["floor"], "--app-dir", "bench")
+    run.server("floor", "floor_site.asgi:application", port["floor"], str(ROOT / "bench"))
     for target in targets:
         procs.wait_ready(target)
     if run.litellm_port:
@@ -833,7 +865,12 @@ def main() -> int:
         shutil.rmtree(procs.logdir, ignore_errors=True)
         pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
-    server = "gateway_site.serve (TCP_NODELAY)" if args.tcp_nodelay else "stock uvicorn"
+    server = {
+        "gunicorn": "gunicorn + uvicorn-worker (gateway_site.gunicorn_conf)",
+        "granian": "granian (asgi, asyncio loop)",
+    }.get(args.server) or (
+        "gateway_site.serve (TCP_NODELAY)" if args.tcp_nodelay else "stock uvicorn"
+    )
     litellm = (
         f"{LITELLM_SPEC.split('[')[0]} {LITELLM_SPEC.split('==')[1]}, {args.workers} workers, "
         "offline, no DB"

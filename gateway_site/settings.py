@@ -1,6 +1,5 @@
 """Settings come from the environment (see README, "Configuration")."""
 
-import logging
 import os
 from pathlib import Path
 
@@ -86,6 +85,12 @@ def _database(url: str) -> dict:
 DATABASES = {
     "default": _database(os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 }
+# The CSV export reads the ledger through a server-side cursor (WITH HOLD: it outlives its
+# transaction), which a PgBouncer in transaction mode cannot keep on one server connection;
+# "off" reads the rows client-side instead (docs/deployment.md, "PgBouncer").
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = os.environ.get(
+    "GATEWAY_PG_SERVER_SIDE_CURSORS", "on"
+).strip().lower() in {"off", "0", "false", "no"}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL and a busy timeout let the API's worker threads write concurrently on a first run.
     DATABASES["default"]["OPTIONS"] = {
@@ -196,14 +201,6 @@ if LOG_FORMAT not in ("json", "text"):
 _CONSOLE = {"handlers": ["console"], "propagate": False}
 
 
-def _uvicorn_access_log_off() -> bool:
-    """uvicorn's `--no-access-log` leaves its access logger without handlers and not
-    propagating, before the application (and this file) is loaded; configuring that logger here
-    would turn a line per request back on, and its cost with it."""
-    found = logging.Logger.manager.loggerDict.get("uvicorn.access")
-    return isinstance(found, logging.Logger) and not found.handlers and not found.propagate
-
-
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -235,11 +232,9 @@ LOGGING = {
         # application is loaded, before the server says it started).
         "uvicorn": {**_CONSOLE, "level": "INFO"},
         "uvicorn.error": {"level": "INFO"},
-        "uvicorn.access": (
-            {"handlers": [], "propagate": False, "level": "WARNING"}
-            if _uvicorn_access_log_off()
-            else {**_CONSOLE, "level": "INFO"}
-        ),
+        # gateway.access is the access line. uvicorn's own would repeat it per request, and its
+        # --no-access-log cannot help: it empties this logger before this config fills it again.
+        "uvicorn.access": {**_CONSOLE, "level": "WARNING"},
     },
 }
 

@@ -1,0 +1,83 @@
+"""gunicorn settings for the gateway with uvicorn workers (docs/deployment.md).
+
+    gunicorn -c python:gateway_site.gunicorn_conf --bind 0.0.0.0:8000 gateway_site.asgi:application
+
+Workers come from GATEWAY_WORKERS (default: one per core), proxy trust from gunicorn's own
+FORWARDED_ALLOW_IPS (or --forwarded-allow-ips); anything else on the command line or in
+GUNICORN_CMD_ARGS overrides this module. What the gateway needs from gunicorn (the same two
+problems gateway_site.serve fixes for uvicorn, measured in bench/README.md, "Servers"):
+
+1. Nagle. gunicorn makes its listeners with proto 0, so asyncio does not turn TCP_NODELAY on for
+   accepted connections; but gunicorn sets TCP_NODELAY on the listener and Linux copies it to
+   every accepted socket, so there is no delayed-ACK stall. Nothing to fix.
+2. Balance. Workers accepting from one shared listener are unbalanced under load (measured: 28
+   of 32 kept-alive connections on one of two workers). With `reuse_port` gunicorn 27
+   binds no listener in the master; each worker binds a socket of its own with SO_REUSEPORT and
+   the kernel spreads connections across them (measured: 13 and 19).
+
+It also owns the workers' metrics directory (gateway_site.metrics_setup): emptied at start,
+inherited by the workers, and a worker that exits is marked dead for prometheus-client.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from gateway_site import metrics_setup
+
+worker_class = "uvicorn_worker.UvicornWorker"
+# One per core: the gateway's Python is CPU-bound. The cores this process may run on (in a
+# container with a CPU quota rather than a cpuset, set GATEWAY_WORKERS to the quota).
+workers = int(os.environ.get("GATEWAY_WORKERS") or len(os.sched_getaffinity(0)))
+reuse_port = True  # a listener per worker (see above)
+# gunicorn's run-time control socket (~/.gunicorn/gunicorn.ctl): not used here, one surface less.
+control_socket_disable = True
+# Idle kept-alive connections stay open longer than a proxy keeps its own (nginx: 60 s), so the
+# proxy closes first and never sends a request on a connection the worker is closing. gunicorn's
+# default (2 s) also closed the benchmark's idle connections under it (read errors).
+keepalive = 75
+# A worker's requests (a stream: up to GATEWAY_UPSTREAM_TIMEOUT) may finish after SIGTERM.
+graceful_timeout = 30
+accesslog = None  # the gateway writes its own access line (gateway.access)
+
+# gunicorn's own lines (master and worker start and exit) in the gateway's format (LOG_FORMAT,
+# the same default as the settings); gateway_site.logs imports no Django.
+_format = os.environ.get("LOG_FORMAT") or (
+    "text" if os.environ.get("DEBUG", "").strip().lower() in {"1", "true", "yes", "on"} else "json"
+)
+logconfig_dict = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"request_id": {"()": "gateway_site.logs.RequestIdFilter"}},
+    "formatters": {"gateway": {"()": f"gateway_site.logs.{_format.capitalize()}Formatter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "gateway",
+            "filters": ["request_id"],
+        }
+    },
+    "loggers": {
+        "gunicorn.error": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "gunicorn.access": {"handlers": [], "level": "WARNING", "propagate": False},
+    },
+}
+
+
+def on_starting(server) -> None:
+    # Before the workers fork (they inherit the variable) and before anything imports
+    # prometheus_client, which picks its mode at import.
+    metrics_setup.own_multiproc_dir()
+
+
+def post_worker_init(worker) -> None:
+    # uvicorn-worker cut uvicorn.error off from propagation (to hand it gunicorn's handlers);
+    # the settings' LOGGING, loaded since, removed those: let its lines (an exception in the
+    # application among them) reach the "uvicorn" logger, in the gateway's format.
+    logging.getLogger("uvicorn.error").propagate = True
+
+
+def child_exit(server, worker) -> None:
+    """In the master: a worker has exited (crashed, restarted); its in-flight gauge stops."""
+    metrics_setup.mark_dead(worker.pid)

@@ -1,0 +1,309 @@
+"""The deployment files stay true: Dockerfile, docker-compose.yml, .dockerignore, the gunicorn
+configuration and docs/deployment.md name only modules, commands and variables that exist, the
+compose environment passes `check --deploy`, and the Dockerfile's command serves the gateway
+(health, the live feed's websocket, the proxy's headers, JSON log lines). No container runtime
+runs here: these are the checks that can be made without one."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from importlib import import_module, util
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from cryptography.fernet import Fernet
+from django.contrib.auth import get_user_model
+from django.core.management import get_commands
+from django.urls import resolve
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from licensing.consumers import PATH as LIVE_FEED
+from tests.live_helpers import session_cookie
+from tests.processes import database_url, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+GUIDE = ROOT / "docs" / "deployment.md"
+# Variables of other programs, named in the guide or the compose file but not the gateway's.
+FOREIGN = {
+    "POSTGRES_PASSWORD",  # the postgres image's
+    "POSTGRES_USER",
+    "POSTGRES_DB",
+    "GUNICORN_CMD_ARGS",  # gunicorn's own
+    "CONN_MAX_AGE",  # a Django setting, not a variable
+    "SO_REUSEPORT",  # socket options
+    "TCP_NODELAY",
+    "IPPROTO_TCP",
+}
+
+
+def readme_variables() -> set[str]:
+    """Every variable the README's configuration table names (a row may name several)."""
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Configuration (environment)", 1)[1].split("\n### ", 1)[0]
+    names = set()
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            names |= set(re.findall(r"`([A-Z][A-Z0-9_]+)`", line))
+    return names
+
+
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """(instruction, arguments), continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
+    lines = [line.strip() for line in text.splitlines()]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+        for line in lines
+        if line and not line.startswith("#")
+    ]
+
+
+def instructions(name: str) -> list[str]:
+    return [args for instruction, args in dockerfile() if instruction == name]
+
+
+def cmd() -> list[str]:
+    (args,) = instructions("CMD")
+    return json.loads(args)
+
+
+# --- Dockerfile ----------------------------------------------------------------------------------
+
+
+def test_the_dockerfile_installs_the_pinned_server_without_dev_extras():
+    assert instructions("FROM") == ["python:3.11-slim"]
+    installs = [run for run in instructions("RUN") if "pip install" in run]
+    assert len(installs) == 1
+    words = shlex.split(installs[0])
+    assert words[words.index("-c") + 1] == "constraints.txt"
+    assert ".[server]" in words and not any("dev" in word for word in words)
+    user = instructions("USER")
+    assert user and user[-1] not in {"root", "0"}
+    assert instructions("EXPOSE") == ["8000"]
+
+
+def test_the_server_extra_is_pinned_in_pyproject_and_constraints():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    server = pyproject["project"]["optional-dependencies"]["server"]
+    constraints = set((ROOT / "constraints.txt").read_text().split())
+    assert {re.split("==", pin)[0] for pin in server} == {"gunicorn", "uvicorn-worker", "granian"}
+    for pin in server:
+        assert "==" in pin and pin in constraints, pin
+
+
+def test_the_dockerfile_command_and_health_check_name_what_exists():
+    words = cmd()
+    assert words[:2] == ["gunicorn", "-c"]
+    conf = import_module(words[2].removeprefix("python:"))
+    module, _, cls = conf.worker_class.rpartition(".")
+    assert getattr(import_module(module), cls)
+    app_module, _, app = words[-1].partition(":")
+    # Found, not imported: importing the ASGI module sets the process's metrics mode.
+    assert util.find_spec(app_module) and app == "application"
+    assert "application =" in (ROOT / (app_module.replace(".", "/") + ".py")).read_text()
+    (health,) = instructions("HEALTHCHECK")
+    url = re.search(r"http://127\.0\.0\.1:8000(/[^'\"]*)", health).group(1)
+    assert url == "/v1/health" and resolve(url)
+    for run in instructions("RUN"):
+        for command in re.findall(r"manage\.py (\w+)", run):
+            assert command in get_commands(), command
+
+
+def test_the_dockerignore_keeps_secrets_and_state_out_and_what_runs_in():
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for must in (".git", ".venv", "var", ".env", "db.sqlite3*"):
+        assert must in patterns, must
+
+    def ignored(path: str) -> bool:
+        return any(
+            fnmatch.fnmatch(path, p.removeprefix("**/")) or path.startswith(p.rstrip("/") + "/")
+            for p in patterns
+        )
+
+    from licensing.admin import POLICY_DOCS  # served by the admin at run time
+
+    kept = ["manage.py", "pyproject.toml", "constraints.txt", str(POLICY_DOCS.relative_to(ROOT))]
+    kept += ["gateway_site/gunicorn_conf.py", "licensing/models.py", "catalog/defaults.py"]
+    for path in kept:
+        assert (ROOT / path).exists() and not ignored(path), path
+
+
+# --- docker-compose.yml ---------------------------------------------------------------------------
+
+
+def test_the_compose_file_is_the_documented_setup():
+    services = compose()["services"]
+    assert set(services) == {"db", "redis", "migrate", "gateway"}
+    db, redis, migrate, gateway = (services[n] for n in ("db", "redis", "migrate", "gateway"))
+    assert db["image"] == "postgres:15" and "pg_isready" in " ".join(db["healthcheck"]["test"])
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in db["volumes"])
+    assert redis["image"] == "redis:7"
+    assert "manage.py migrate" in migrate["command"][-1]
+    assert "manage.py load_catalog" in migrate["command"][-1]
+    assert migrate["depends_on"]["db"]["condition"] == "service_healthy"
+    assert gateway["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert gateway["build"] == "." and migrate["build"] == "."
+    spool = gateway["environment"]["GATEWAY_LEDGER_SPOOL_DIR"]
+    assert f"ledger-spool:{spool}" in gateway["volumes"]
+    assert gateway["environment"]["REDIS_URL"].startswith("redis://redis:")
+    assert "@db:5432/" in gateway["environment"]["DATABASE_URL"]
+    for command in re.findall(r"manage\.py (\w+)", migrate["command"][-1]):
+        assert command in get_commands(), command
+
+
+def test_compose_secrets_come_from_the_operators_env_file():
+    env = compose()["services"]["gateway"]["environment"]
+    for name in ("SECRET_KEY", "GATEWAY_ENCRYPTION_KEYS"):
+        assert re.fullmatch(r"\$\{" + name + r":\?[^}]+\}", env[name]), env[name]
+    assert "${POSTGRES_PASSWORD:?" in env["DATABASE_URL"]
+    assert not (ROOT / ".env").exists() or ".env" in (ROOT / ".gitignore").read_text()
+
+
+def test_compose_variables_are_in_the_readme_table():
+    documented = readme_variables()
+    for name in ("gateway", "migrate"):
+        for variable in compose()["services"][name]["environment"]:
+            assert variable in documented, variable
+
+
+def test_check_deploy_is_clean_with_the_compose_environment(tmp_path):
+    values = {
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "GATEWAY_ENCRYPTION_KEYS": Fernet.generate_key().decode(),
+        "POSTGRES_PASSWORD": "pw",
+        "ALLOWED_HOSTS": "gateway.example.edu",
+        "CSRF_TRUSTED_ORIGINS": "https://gateway.example.edu",
+    }
+
+    def interpolate(value: str) -> str:
+        return re.sub(
+            r"\$\{(\w+)(?::[-?]([^}]*))?\}",
+            lambda m: values.get(m.group(1), m.group(2) or ""),
+            str(value),
+        )
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SECURE_", "GATEWAY_"))}
+    env.update(
+        {k: interpolate(v) for k, v in compose()["services"]["gateway"]["environment"].items()}
+    )
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'check.sqlite3'}"  # checks need no server
+    env["GATEWAY_LEDGER_SPOOL_DIR"] = str(tmp_path / "spool")
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "System check identified no issues" in result.stdout + result.stderr
+
+
+# --- docs/deployment.md ---------------------------------------------------------------------------
+
+
+def test_every_variable_in_the_guide_is_in_the_readme_table():
+    named = set(re.findall(r"\b([A-Z][A-Z0-9]*_[A-Z0-9_]+)\b", GUIDE.read_text()))
+    missing = named - readme_variables() - FOREIGN
+    assert not missing, f"docs/deployment.md names variables the README does not: {missing}"
+
+
+def test_every_command_in_the_guide_exists():
+    text = GUIDE.read_text()
+    commands = set(re.findall(r"manage\.py (\w+)", text))
+    assert commands >= {"migrate", "load_catalog", "collectstatic", "replay_ledger_spool"}
+    assert commands <= set(get_commands()), commands - set(get_commands())
+    modules = re.findall(r"python:([a-z_][\w.]*)", text)
+    modules += re.findall(r"python3? -m ([a-z_][\w.]*)", text)
+    assert "gateway_site.gunicorn_conf" in modules
+    for module in modules:
+        assert util.find_spec(module), module
+
+
+def test_the_readme_links_the_guide():
+    readme = (ROOT / "README.md").read_text()
+    assert readme.count("(docs/deployment.md)") >= 2  # the top and Production
+
+
+def test_server_side_cursors_can_be_turned_off_for_pgbouncer():
+    code = "from django.conf import settings; print(settings.DATABASES['default']"
+    code += "['DISABLE_SERVER_SIDE_CURSORS'])"
+    for value, expected in (("off", "True"), ("on", "False"), (None, "False")):
+        env = {k: v for k, v in os.environ.items() if k != "GATEWAY_PG_SERVER_SIDE_CURSORS"}
+        if value:
+            env["GATEWAY_PG_SERVER_SIDE_CURSORS"] = value
+        result = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", code],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert result.stdout.strip().splitlines()[-1] == expected, (value, result.stderr)
+
+
+# --- the Dockerfile's command, run here ---------------------------------------------------------
+
+
+def test_the_dockerfile_command_serves_the_gateway(transactional_db, tmp_path):
+    """gunicorn with gateway_site.gunicorn_conf, as the image runs it (on a free port, with the
+    test database): health, the live feed's websocket, the proxy's headers, JSON lines."""
+    port = free_port()
+    words = [w.replace("0.0.0.0:8000", f"127.0.0.1:{port}") for w in cmd()]
+    cookie = session_cookie(get_user_model().objects.create_superuser("root", password="pw"))
+    env = {**os.environ, "DATABASE_URL": database_url(), "GATEWAY_WORKERS": "2"}
+    env.update(LOG_FORMAT="json", PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"))
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    env.pop("REDIS_URL", None)
+    log = tmp_path / "gunicorn.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            words, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"{base}/v1/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        # Loopback may scrape; through a proxy on loopback, the forwarded client may not.
+        assert httpx.get(f"{base}/metrics").status_code == 200
+        forwarded = httpx.get(f"{base}/metrics", headers={"X-Forwarded-For": "203.0.113.9"})
+        assert forwarded.status_code == 404
+        ws = "ws" + base.removeprefix("http") + LIVE_FEED
+        with connect(ws, additional_headers={"Cookie": cookie}, origin=base, open_timeout=10):
+            pass  # accepted: the consumer checked the admin session
+        with pytest.raises(InvalidStatus) as refused:
+            with connect(ws, origin=base, open_timeout=10):
+                pass
+        assert refused.value.response.status_code == 403
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+    lines = log.read_text().splitlines()
+    records = [json.loads(line) for line in lines]  # every line JSON, gunicorn's own included
+    assert sum("Booting worker" in r["message"] for r in records) == 2
+    assert {"gunicorn.error", "uvicorn.error", "gateway.access"} <= {r["logger"] for r in records}
+    assert proc.returncode == 0
