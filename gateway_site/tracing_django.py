@@ -8,9 +8,13 @@ has none (gateway_site.handler). Its hooks do no I/O, so they run inline here; e
 
 from __future__ import annotations
 
+import logging
+
 from asgiref.sync import markcoroutinefunction
 from opentelemetry.instrumentation.django import DjangoInstrumentor
 from opentelemetry.instrumentation.django.middleware.otel_middleware import _DjangoMiddleware
+
+logger = logging.getLogger("gateway")
 
 
 class AsyncDjangoMiddleware(_DjangoMiddleware):
@@ -22,9 +26,16 @@ class AsyncDjangoMiddleware(_DjangoMiddleware):
         markcoroutinefunction(self)
 
     async def __call__(self, request):
-        self.process_request(request)
+        try:
+            self.process_request(request)
+        except Exception:  # a trace is never worth a failed request
+            logger.exception("server span not started")
         response = await self.get_response(request)
-        return self.process_response(request, response)
+        try:
+            return self.process_response(request, response)
+        except Exception:
+            logger.exception("server span not ended")
+            return response
 
     async def process_view(self, request, view_func, *args, **kwargs):
         return super().process_view(request, view_func, *args, **kwargs)

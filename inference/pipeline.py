@@ -241,27 +241,29 @@ def _call_code(exc: GatewayError) -> str:
 
 async def _timed_call(call: Call, operation: Operation):
     started = call.provider_started = time.perf_counter()
-    if tracing.ENABLED:
-        return await _traced_call(call, operation, started)
     try:
+        if tracing.ENABLED:
+            return await _traced_call(call, operation)
         return await operation.call(call.route, call.body, call)
     finally:
         call.provider_seconds = time.perf_counter() - started
 
 
-async def _traced_call(call: Call, operation: Operation, started: float):
+async def _traced_call(call: Call, operation: Operation):
     """The call inside its span (README, "Tracing"); a stream's span ends with the stream."""
-    span, token = provider_span.start(call, operation)
+    try:
+        span, token = provider_span.start(call, operation)
+    except Exception:  # a trace is never worth a failed request
+        logger.exception("provider span of request %s not started", call.request_id)
+        return await operation.call(call.route, call.body, call)
     try:
         result = await operation.call(call.route, call.body, call)
     except BaseException as exc:
         status = 499 if isinstance(exc, asyncio.CancelledError) else getattr(exc, "status", 500)
-        error = provider_span.error_type(exc)
-        provider_span.finish(span, call.route, status=status, error=error)
+        provider_span.finish(span, call.route, status=status, error=provider_span.error_type(exc))
         raise
     finally:
         provider_span.leave(token)
-        call.provider_seconds = time.perf_counter() - started
     if isinstance(result, ProviderStream):
         call.span = span
     else:
