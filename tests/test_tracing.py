@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from tests.conftest import LiveGateway, _close_other_connections
+from tests.conftest import LiveGateway, _wait_for_background_ledger_writes
 from tests.processes import ROOT, database_url, free_port, running_workers
 
 MINI = "gpt-4o-mini"
@@ -33,8 +33,9 @@ HELLO = [{"role": "user", "content": "a secret prompt"}]
 
 
 @pytest.fixture(scope="module")
-def traced(django_db_setup, django_db_blocker):
-    """A gateway of its own, built after tracing was installed with an in-memory exporter."""
+def traced(live_gateway):
+    """A gateway of its own, built after tracing was installed with an in-memory exporter.
+    (The session's gateway closes the ORM threads' connections at the end of the run.)"""
     from django.conf import settings
 
     from gateway_site import tracing_setup
@@ -52,11 +53,21 @@ def traced(django_db_setup, django_db_blocker):
         try:
             yield live, exporter
         finally:
+            close_pool(live)
             live.stop()
-            with django_db_blocker.unblock():
-                _close_other_connections()
     finally:
         tracing_setup.uninstall()
+
+
+def close_pool(live: LiveGateway) -> None:
+    """This server's own PostgreSQL pool (its loop's), so the test database can be dropped;
+    the session's gateway keeps its connections."""
+    import asyncio
+
+    from gateway_site import pgpool
+
+    if live.loop is not None and live.loop.is_running():
+        asyncio.run_coroutine_threadsafe(pgpool.close_all(), live.loop).result(timeout=10)
 
 
 @pytest.fixture
@@ -64,9 +75,7 @@ def spans(traced, catalog):
     live, exporter = traced
     exporter.clear()
     yield exporter
-    from tests.conftest import _wait_for_background_ledger_writes
-
-    _wait_for_background_ledger_writes()
+    _wait_for_background_ledger_writes()  # a stream's row lands after its last byte
 
 
 @pytest.fixture
