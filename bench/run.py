@@ -59,6 +59,7 @@ BODY = json.dumps(
 )
 DRAIN = 2.0  # seconds wrk keeps running after the window so in-flight requests complete
 GATEWAY_APP = "gateway_site.asgi:application"
+TRACED = "gateway-traced"  # --tracing: the same gateway with OpenTelemetry on
 CHAT_PROMPT = (
     "Explain in two short paragraphs how photosynthesis turns sunlight, water and carbon "
     "dioxide into sugar and oxygen inside green plant leaves."
@@ -628,6 +629,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--access-log", action="store_true", help="gateway with GATEWAY_ACCESS_LOG_LEVEL=INFO"
     )
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="embeddings: also a second gateway with OpenTelemetry tracing on, exporting to a "
+        "sink collector (bench/otlp_sink.py), interleaved with the first",
+    )
     embeddings = parser.add_argument_group("embeddings")
     embeddings.add_argument("--connections", type=int, default=32)
     embeddings.add_argument(
@@ -666,11 +673,13 @@ class Run:
     upstream_port: dict[str, int]  # by case: each case's fake upstream
     litellm_port: int | None = None  # None: LiteLLM is not measured
     litellm_note: str = ""  # why not
+    sink_port: int | None = None  # --tracing: the stand-in collector
+    sink_stats: dict = field(default_factory=dict)  # what it received
 
-    def server(self, name: str, app: str, port: int, app_dir: str = "") -> None:
+    def server(self, name: str, app: str, port: int, app_dir: str = "", env=None) -> None:
         args = self.args
         cmd = server_cmd(args.server, app, port, args.workers, args.tcp_nodelay)
-        env = self.env
+        env = env or self.env
         if app_dir:  # the floor's package (every server imports from sys.path)
             env = {
                 **env,
@@ -726,7 +735,7 @@ class ChatStream:
 
 def run_embeddings(run: Run) -> Embeddings:
     args, procs = run.args, run.procs
-    port = {name: free_port() for name in ("gateway", "floor")}
+    port = {name: free_port() for name in ("gateway", "floor", TRACED)}
     port["upstream"] = run.upstream_port["embeddings"]
     url = {name: f"http://127.0.0.1:{p}/v1/embeddings" for name, p in port.items()}
     configure_upstream(run.env, port["upstream"])
@@ -738,6 +747,10 @@ def run_embeddings(run: Run) -> Embeddings:
     fake = ["fake_upstreams", "openai", "--port", str(port["upstream"]), "--api-key", UPSTREAM_KEY]
     procs.start("upstream", [PY, "-m", *fake], run.env)
     run.server("gateway", GATEWAY_APP, port["gateway"])
+    if args.tracing:
+        title = "gateway, tracing on (OTLP to a sink)"
+        targets.insert(1, Target(TRACED, title, url[TRACED], run.key))
+        start_traced_gateway(run, port[TRACED])
     run.server("floor", "floor_site.asgi:application", port["floor"], str(ROOT / "bench"))
     for target in targets:
         procs.wait_ready(target)
@@ -748,7 +761,7 @@ def run_embeddings(run: Run) -> Embeddings:
             targets.append(target)
     c32: dict[str, list[Result]] = defaultdict(list)
     c1: dict[str, list[Result]] = defaultdict(list)
-    gateway_ok = 1  # the readiness request
+    gateway_ok = 2 if args.tracing else 1  # the readiness requests
     for n in range(1, args.rounds + 1):
         for target in targets:
             print(
@@ -762,9 +775,13 @@ def run_embeddings(run: Run) -> Embeddings:
             one = run.measure(lambda t=target: run.load(t, args.seconds_one, 1))
             c32[target.name].append(many)
             c1[target.name].append(one)
-            if target.name == "gateway":
+            if target.name in ("gateway", TRACED):
                 gateway_ok += warm.ok + many.ok + one.ok
     procs.stop("gateway")  # every ledger write has finished
+    if args.tracing:
+        procs.stop(TRACED)  # its last spans exported on the way out
+        run.sink_stats = sink_stats(run.sink_port)
+        procs.stop("collector")
     procs.stop("floor")
     ledger = read_ledger(run.db_url)
     profile = (
@@ -772,6 +789,22 @@ def run_embeddings(run: Run) -> Embeddings:
     )
     procs.stop("upstream")
     return Embeddings(targets, dict(c32), dict(c1), gateway_ok, ledger, profile)
+
+
+def start_traced_gateway(run: Run, port: int) -> None:
+    """The gateway with OTEL_EXPORTER_OTLP_ENDPOINT set, exporting to bench/otlp_sink.py."""
+    run.sink_port = free_port()
+    sink = [PY, str(ROOT / "bench" / "otlp_sink.py"), str(run.sink_port)]
+    run.procs.start("collector", sink, run.env)
+    env = {**run.env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{run.sink_port}"}
+    run.server(TRACED, GATEWAY_APP, port, env=env)
+
+
+def sink_stats(port: int) -> dict:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/stats", timeout=5).json()
+    except httpx.HTTPError as exc:
+        return {"error": repr(exc)}
 
 
 def run_chat_stream(run: Run) -> ChatStream:
@@ -886,6 +919,8 @@ def main() -> int:
     ok = True
     if embeddings:
         report_embeddings(args, "wrk" if wrk else "python/httpx", embeddings)
+        if args.tracing:
+            report_tracing(args, embeddings, run.sink_stats)
         ok &= check_ledger(embeddings.ledger, "embeddings", embeddings.gateway_ok)
     if chat:
         ok &= report_chat(args, chat)
@@ -1005,6 +1040,21 @@ class Goal:
     goal: str
     met: object  # median -> bool; None: informative
     note: str = ""
+
+
+def report_tracing(args, case: Embeddings, sink: dict) -> None:
+    """Tracing's CPU per request: the traced gateway's less the untraced one's, per round."""
+    off, on = case.c32["gateway"], case.c32[TRACED]
+    extra = [b.cpu_ms(TRACED) - a.cpu_ms("gateway") for a, b in zip(off, on, strict=True)]
+    share = [
+        100 * (b.cpu_ms(TRACED) / a.cpu_ms("gateway") - 1) for a, b in zip(off, on, strict=True)
+    ]
+    print(
+        f"\ntracing: gateway CPU ms/req at {args.connections} connections, off "
+        f"{cell([r.cpu_ms('gateway') for r in off], '.3f')}, on "
+        f"{cell([r.cpu_ms(TRACED) for r in on], '.3f')}: {cell(extra, '.3f', '+')} ms/req "
+        f"({cell(share, '.0f', '+')}%); the sink collector received {sink}"
+    )
 
 
 def report_issue(args, emb: Embeddings | None, chat: ChatStream | None, litellm_note: str):

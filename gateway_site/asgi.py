@@ -14,6 +14,12 @@ import django  # noqa: E402
 
 django.setup(set_prefix=False)
 
+from gateway_site.tracing_setup import setup_from_environment  # noqa: E402
+
+# With OTEL_EXPORTER_OTLP_ENDPOINT: before the handler builds its middleware chain (the Django
+# instrumentation adds one) and before any database connection (psycopg's) is opened.
+setup_from_environment()
+
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.exceptions import ImproperlyConfigured  # noqa: E402

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from django.http import HttpResponse, StreamingHttpResponse
 
 from catalog.routing import Route, cached_catalog, load_catalog_snapshot, select_route
-from core import metrics
+from core import metrics, tracing
 from core.errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
 from gateway_site.db import run_db
 from licensing import fairuse, ledger
@@ -36,6 +36,7 @@ from licensing.group_commit import ledger_write
 from licensing.ledger import LedgerEntry
 
 from . import moderation
+from . import tracing as provider_span
 from .billing import Usage
 from .headers import parse_service_headers
 from .providers.base import ProviderFailure, scrub
@@ -72,6 +73,7 @@ class Call:
     fair_use: fairuse.Window | None = None  # the fair-use counters, when the policy sets limits
     provider_started: float = 0.0  # perf_counter at the provider call (metrics)
     provider_seconds: float | None = None  # its duration (streams: until the end)
+    span: Any = None  # a stream's provider-call span, ended with the stream (tracing)
 
 
 class Operation:
@@ -240,9 +242,34 @@ def _call_code(exc: GatewayError) -> str:
 async def _timed_call(call: Call, operation: Operation):
     started = call.provider_started = time.perf_counter()
     try:
+        if tracing.ENABLED:
+            return await _traced_call(call, operation)
         return await operation.call(call.route, call.body, call)
     finally:
         call.provider_seconds = time.perf_counter() - started
+
+
+async def _traced_call(call: Call, operation: Operation):
+    """The call inside its span (README, "Tracing"); a stream's span ends with the stream."""
+    try:
+        span, token = provider_span.start(call, operation)
+    except Exception:  # a trace is never worth a failed request
+        logger.exception("provider span of request %s not started", call.request_id)
+        return await operation.call(call.route, call.body, call)
+    try:
+        result = await operation.call(call.route, call.body, call)
+    except BaseException as exc:
+        status = 499 if isinstance(exc, asyncio.CancelledError) else getattr(exc, "status", 500)
+        provider_span.finish(span, call.route, status=status, error=provider_span.error_type(exc))
+        raise
+    finally:
+        provider_span.leave(token)
+    if isinstance(result, ProviderStream):
+        call.span = span
+    else:
+        model = provider_span.answer_model(result.body)
+        provider_span.finish(span, call.route, usage=result.usage, response_model=model)
+    return result
 
 
 def _upstream_failed(call: Call, exc: GatewayError) -> None:
@@ -256,6 +283,8 @@ _background: set[asyncio.Task] = set()
 def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
     def finished(outcome: StreamOutcome) -> None:
         _stream_timings(call, operation, outcome)
+        if call.span is not None:
+            _end_stream_span(call, outcome)
         result = None
         # 499: a client that left pays for what the provider produced (README, Decisions).
         if outcome.status in (200, 499) and outcome.usage is not None:
@@ -288,6 +317,18 @@ def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
+
+
+def _end_stream_span(call: Call, outcome: StreamOutcome) -> None:
+    failed = outcome.status not in (200, 499)
+    provider_span.finish(
+        call.span,
+        call.route,
+        usage=outcome.usage,
+        response_model=outcome.response_model,
+        status=outcome.status,
+        error="stream" if failed else None,
+    )
 
 
 def _stream_timings(call: Call, operation: Operation, outcome: StreamOutcome) -> None:

@@ -109,6 +109,7 @@ class StreamOutcome:
     status: int = 200
     estimated: bool = False  # usage counted by the gateway (a client that left early)
     upstream_id: str = ""  # the provider's id of the answer (chatcmpl-..., resp_...)
+    response_model: str = ""  # the model the provider's events name (tracing)
     first_event_at: float = 0.0  # perf_counter when the provider's first event came (metrics)
 
 
@@ -154,20 +155,26 @@ def answer_id(value) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _chunk_id(data: bytes) -> str:
+def _chunk_ids(data: bytes) -> tuple[str, str]:
+    """(answer id, model) of a chat chunk."""
     try:
         chunk = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return ""
-    return answer_id(chunk.get("id")) if isinstance(chunk, dict) else ""
+        return "", ""
+    if not isinstance(chunk, dict):
+        return "", ""
+    return answer_id(chunk.get("id")), answer_id(chunk.get("model"))
 
 
-def _response_id(data: bytes) -> str:
+def _response_ids(data: bytes) -> tuple[str, str]:
+    """(answer id, model) of a responses event that carries the response."""
     try:
         response = orjson.loads(data).get("response")
     except (orjson.JSONDecodeError, AttributeError):
-        return ""
-    return answer_id(response.get("id")) if isinstance(response, dict) else ""
+        return "", ""
+    if not isinstance(response, dict):
+        return "", ""
+    return answer_id(response.get("id")), answer_id(response.get("model"))
 
 
 def _failure_message(error) -> str:
@@ -192,7 +199,8 @@ class ChatSSE(SSEProtocol):
             return block
         self.kept.append((None, data))
         if not outcome.upstream_id:
-            outcome.upstream_id = _chunk_id(data)  # every chunk carries it: read the first
+            # Every chunk carries them: read the first.
+            outcome.upstream_id, outcome.response_model = _chunk_ids(data)
         if b'"usage"' in data or b'"error"' in data:
             try:
                 chunk = orjson.loads(data)
@@ -263,7 +271,7 @@ class ResponsesSSE(SSEProtocol):
             self.kept.append((name, data))
             return block
         if name == b"response.created" and not outcome.upstream_id:
-            outcome.upstream_id = _response_id(data)
+            outcome.upstream_id, outcome.response_model = _response_ids(data)
         if name == b"error":
             try:
                 error = orjson.loads(data)
@@ -279,6 +287,7 @@ class ResponsesSSE(SSEProtocol):
                 response = {}
             if isinstance(response, dict) and not outcome.upstream_id:
                 outcome.upstream_id = answer_id(response.get("id"))
+                outcome.response_model = answer_id(response.get("model"))
             if isinstance(response, dict) and isinstance(response.get("usage"), dict):
                 outcome.usage = _usage_or_none(usage_formats.openai_responses, response["usage"])
         return block

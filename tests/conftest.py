@@ -17,8 +17,9 @@ UPSTREAM_KEY = "sk-upstream-test"
 
 
 class LiveGateway:
-    def __init__(self):
-        from gateway_site.asgi import application
+    def __init__(self, application=None):
+        if application is None:
+            from gateway_site.asgi import application
 
         # IPPROTO_TCP so that asyncio sets TCP_NODELAY (no delayed-ACK stalls on keep-alive).
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)

@@ -19,6 +19,8 @@ import httpx
 from django.conf import settings
 from httpx_aiohttp import AiohttpTransport
 
+from core import tracing
+
 
 class UpstreamTimeout(Exception):
     pass
@@ -47,6 +49,8 @@ class Upstream:
         self.http = httpx.AsyncClient(
             transport=transport, timeout=timeout_config, follow_redirects=False, trust_env=False
         )
+        if not aiohttp_transport:
+            tracing.instrument_httpx(self.http)  # aiohttp's own spans cover the other clients
         self._aiohttp_timeout = aiohttp.ClientTimeout(
             sock_connect=self.connect_timeout, sock_read=self.read_timeout
         )
@@ -55,7 +59,9 @@ class Upstream:
         """Made on first use, inside the serving event loop."""
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self.limit, keepalive_timeout=self.keepalive)
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=False)
+            self._session = aiohttp.ClientSession(
+                connector=connector, trust_env=False, trace_configs=tracing.aiohttp_trace_configs()
+            )
         return self._session
 
     async def request(
