@@ -456,8 +456,19 @@ def relay(
 
 async def _relay(upstream: _Upstream, finished: Callable) -> AsyncIterator[bytes]:
     upstream.relay_started = True
+    queue = upstream.queue
     try:
-        while (data := await upstream.queue.get()) is not _END:
+        ended = False
+        while not ended and (data := await queue.get()) is not _END:
+            # Events that arrived together (a provider often sends several deltas in one
+            # segment) go to the client in one write: per write, the server's framing and a
+            # system call cost more than the event's own bytes.
+            while not queue.empty():
+                more = queue.get_nowait()
+                if more is _END:
+                    ended = True
+                    break
+                data += more
             yield data
     except BaseException:  # the client went away (CancelledError / GeneratorExit)
         upstream.client_left(finished)

@@ -515,3 +515,36 @@ def test_a_client_hanging_up_at_the_end_marker_got_a_complete_stream(gateway, ra
     row = Transaction.objects.get(request_id=request_id)
     assert (row.status_code, row.prompt_tokens, row.completion_tokens) == (200, 3, 1)
     assert row.credits == price(MINI, Usage(prompt_tokens=3, completion_tokens=1))
+
+
+def test_events_that_arrive_together_are_relayed_in_one_write():
+    """The relay joins what is already queued (a burst of deltas) into one chunk, and still
+    ends at the end marker with the outcome reported once."""
+    import asyncio
+
+    from inference.streaming import _END, StreamOutcome, _relay
+
+    class Upstream:
+        def __init__(self):
+            self.queue = asyncio.Queue()
+            self.outcome = StreamOutcome()
+            self.relay_started = False
+
+        def client_left(self, finished):  # pragma: no cover - the client stays here
+            raise AssertionError("the client did not leave")
+
+    async def relayed():
+        upstream, told = Upstream(), []
+        for event in (b"data: 1\n\n", b"data: 2\n\n"):
+            upstream.queue.put_nowait(event)
+        chunks = []
+        events = _relay(upstream, told.append)
+        chunks.append(await events.__anext__())  # the two queued events, joined
+        for event in (b"data: 3\n\n", b"data: [DONE]\n\n", _END):
+            upstream.queue.put_nowait(event)
+        chunks.extend([chunk async for chunk in events])
+        return chunks, told
+
+    chunks, told = asyncio.run(relayed())
+    assert chunks == [b"data: 1\n\ndata: 2\n\n", b"data: 3\n\ndata: [DONE]\n\n"]
+    assert len(told) == 1 and told[0].status == 200
