@@ -299,3 +299,22 @@ def website(website_server, settings):
         "FETCH_ALLOWED_PORTS": frozenset({80, 443, port}),
     }
     return website_server
+
+
+# --- the browser tests: the README's server and one Chromium page per module -------------------
+
+
+@pytest.fixture(scope="module")
+def server():
+    from tests.browser import running_server
+
+    with running_server() as run:
+        yield run
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from tests.browser import browser_page
+
+    with browser_page() as page:
+        yield page

@@ -11,23 +11,10 @@ import subprocess
 import sys
 
 import httpx
-import pytest
 
-from tests.browser import ROOT, SHOTS, browser_page, pick, requires_chromium, running_server, shot
+from tests.browser import ROOT, SHOTS, pick, requires_chromium, shot
 
 pytestmark = requires_chromium
-
-
-@pytest.fixture(scope="module")
-def server():
-    with running_server() as run:
-        yield run
-
-
-@pytest.fixture(scope="module")
-def page(server):
-    with browser_page() as page:
-        yield page
 
 
 def test_the_admin_in_a_browser(server, page):

@@ -10,26 +10,13 @@ from __future__ import annotations
 import csv
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from openai import OpenAI
 
-from tests.browser import browser_page, login, pick, requires_chromium, running_server, shot
+from tests.browser import login, pick, requires_chromium, shot
 
 pytestmark = requires_chromium
 
 REVIEWER_PASSWORD = "a-reviewer-password-1"
-
-
-@pytest.fixture(scope="module")
-def server():
-    with running_server() as run:
-        yield run
-
-
-@pytest.fixture(scope="module")
-def page(server):
-    with browser_page() as page:
-        yield page
 
 
 def embed(server, key: str, text: str) -> tuple[str, int]:

@@ -13,7 +13,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tests.browser import SHOTS, browser_page, login, requires_chromium, running_server, shot
+from tests.browser import SHOTS, login, requires_chromium, shot
 
 pytestmark = requires_chromium
 
@@ -47,18 +47,6 @@ for day in range(1, 21):
     ))
 Transaction.objects.bulk_create(rows)
 """
-
-
-@pytest.fixture(scope="module")
-def server():
-    with running_server() as run:
-        yield run
-
-
-@pytest.fixture(scope="module")
-def page(server):
-    with browser_page() as page:
-        yield page
 
 
 def make_requests(server) -> tuple[int, int]:
