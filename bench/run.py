@@ -60,6 +60,9 @@ BODY = json.dumps(
 DRAIN = 2.0  # seconds wrk keeps running after the window so in-flight requests complete
 GATEWAY_APP = "gateway_site.asgi:application"
 TRACED = "gateway-traced"  # --tracing: the same gateway with OpenTelemetry on
+# The floor plus the contract's own I/O: wallet read, upstream call, durable commit.
+IO_FLOOR = "iofloor"
+IO_FLOOR_TITLE = "I/O floor (floor + read, call, commit)"
 CHAT_PROMPT = (
     "Explain in two short paragraphs how photosynthesis turns sunlight, water and carbon "
     "dioxide into sugar and oxygen inside green plant leaves."
@@ -329,9 +332,9 @@ def server_cmd(server: str, app: str, port: int, workers: int, nodelay: bool) ->
         bind = ["--bind", f"127.0.0.1:{port}", "--workers", str(workers)]
         return [PY, "-m", "gunicorn", *conf, *bind, app]
     if server == "granian":
-        # Its HTTP and sockets are Rust (TCP_NODELAY set there); the event loop is asyncio, like
-        # the others' (uvloop is not installed).
-        opts = ["--interface", "asgi", "--workers", str(workers), "--loop", "asyncio"]
+        # Its HTTP and sockets are Rust (TCP_NODELAY set there); the event loop is uvloop, like
+        # the others' (uvicorn's `auto` takes it).
+        opts = ["--interface", "asgi", "--workers", str(workers), "--loop", "uvloop"]
         opts += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
         return [PY, "-m", "granian", *opts, app]
     return uvicorn_cmd(app, port, workers, nodelay)
@@ -735,13 +738,15 @@ class ChatStream:
 
 def run_embeddings(run: Run) -> Embeddings:
     args, procs = run.args, run.procs
-    port = {name: free_port() for name in ("gateway", "floor", TRACED)}
+    port = {name: free_port() for name in ("gateway", "floor", IO_FLOOR, TRACED)}
     port["upstream"] = run.upstream_port["embeddings"]
     url = {name: f"http://127.0.0.1:{p}/v1/embeddings" for name, p in port.items()}
+    url[IO_FLOOR] = f"http://127.0.0.1:{port[IO_FLOOR]}/v1/io/embeddings"
     configure_upstream(run.env, port["upstream"])
     targets = [
         Target("gateway", "gateway (auth, budget, policy, ledger)", url["gateway"], run.key),
         Target("floor", "floor (bare django-ninja)", url["floor"], "unused"),
+        Target(IO_FLOOR, IO_FLOOR_TITLE, url[IO_FLOOR], "unused"),
         Target("upstream", "upstream (fake, direct)", url["upstream"], UPSTREAM_KEY),
     ]
     fake = ["fake_upstreams", "openai", "--port", str(port["upstream"]), "--api-key", UPSTREAM_KEY]
@@ -752,6 +757,7 @@ def run_embeddings(run: Run) -> Embeddings:
         targets.insert(1, Target(TRACED, title, url[TRACED], run.key))
         start_traced_gateway(run, port[TRACED])
     run.server("floor", "floor_site.asgi:application", port["floor"], str(ROOT / "bench"))
+    start_io_floor(run, port[IO_FLOOR], port["upstream"])
     for target in targets:
         procs.wait_ready(target)
     if run.litellm_port:
@@ -783,12 +789,30 @@ def run_embeddings(run: Run) -> Embeddings:
         run.sink_stats = sink_stats(run.sink_port)
         procs.stop("collector")
     procs.stop("floor")
+    procs.stop(IO_FLOOR)
     ledger = read_ledger(run.db_url)
     profile = (
         profile_gateway(procs, run.env, run.key, run.load, args.seconds) if args.profile else ""
     )
     procs.stop("upstream")
     return Embeddings(targets, dict(c32), dict(c1), gateway_ok, ledger, profile)
+
+
+def create_io_floor_tables(db_url: str) -> None:
+    if str(ROOT / "bench") not in sys.path:  # run as a script it is sys.path[0] already
+        sys.path.insert(0, str(ROOT / "bench"))
+    from floor_site.io_floor import create_tables
+
+    create_tables(db_url)
+
+
+def start_io_floor(run: Run, port: int, upstream_port: int) -> None:
+    """The floor's app again, for its I/O floor endpoints (floor_site/io_floor.py), on the
+    benchmark's database and the case's upstream: a process of its own, for its CPU figure."""
+    create_io_floor_tables(run.db_url)
+    env = {**run.env, "FLOOR_DATABASE_URL": run.db_url, "FLOOR_UPSTREAM_KEY": UPSTREAM_KEY}
+    env["FLOOR_UPSTREAM"] = _base(upstream_port)
+    run.server(IO_FLOOR, "floor_site.asgi:application", port, str(ROOT / "bench"), env=env)
 
 
 def start_traced_gateway(run: Run, port: int) -> None:
@@ -810,10 +834,13 @@ def sink_stats(port: int) -> dict:
 def run_chat_stream(run: Run) -> ChatStream:
     args, procs = run.args, run.procs
     port = {"gateway": free_port(), "upstream": run.upstream_port["chat-stream"]}
+    port[IO_FLOOR] = free_port()
     url = {name: f"http://127.0.0.1:{p}/v1/chat/completions" for name, p in port.items()}
+    url[IO_FLOOR] = f"http://127.0.0.1:{port[IO_FLOOR]}/v1/io/chat/completions"
     configure_upstream(run.env, port["upstream"])  # the new gateway process reads it afresh
     targets = [
         Target("gateway", "gateway", url["gateway"], run.key, CHAT_BODY, stream=True),
+        Target(IO_FLOOR, "I/O floor", url[IO_FLOOR], "unused", CHAT_BODY, stream=True),
         Target(
             "upstream",
             "upstream (fake, direct)",
@@ -826,6 +853,7 @@ def run_chat_stream(run: Run) -> ChatStream:
     fake = ["bench.upstream", "--port", str(port["upstream"]), "--api-key", UPSTREAM_KEY]
     procs.start("upstream", [PY, "-m", *fake, "--chunk-delay", str(args.chunk_delay)], run.env)
     run.server("gateway", GATEWAY_APP, port["gateway"])
+    start_io_floor(run, port[IO_FLOOR], port["upstream"])
     for target in targets:
         procs.wait_ready(target)
     if run.litellm_port:
@@ -856,6 +884,7 @@ def run_chat_stream(run: Run) -> ChatStream:
                 gateway_failed += warm.failed + result.failed
     wait_for_ledger(run.db_url, CHAT_SERVICE, gateway_ok + gateway_failed)
     procs.stop("gateway")
+    procs.stop(IO_FLOOR)
     procs.stop("upstream")
     return ChatStream(targets, dict(results), gateway_ok, stagger)
 
@@ -1064,6 +1093,7 @@ def report_issue(args, emb: Embeddings | None, chat: ChatStream | None, litellm_
         f"{args.connections} connections, p50 at one;\nCPU ms/req: the server's own process tree"
     )
     rows = [("upstream", "upstream alone"), ("floor", "bare django-ninja floor")]
+    rows += [(IO_FLOOR, "I/O floor: floor + read, call, commit")]
     rows += [("gateway", "gateway, full pipeline")]
     rows += [("litellm", f"LiteLLM {LITELLM_SPEC.split('==')[1]} proxy, offline, no DB")]
     columns = [("req/s @32", 17), ("p99 @32 ms", 22), ("p50 @1 ms", 20), ("CPU ms/req", 18)]
@@ -1124,6 +1154,34 @@ def report_issue(args, emb: Embeddings | None, chat: ChatStream | None, litellm_
             "+.1f",
             "< 2 ms",
             lambda m: m < 2,
+        ),
+        Goal(
+            "I/O floor: added p50 @1 over upstream alone, ms",
+            per_round(IO_FLOOR, "upstream", lambda a, b: a.p50_ms - b.p50_ms, c1),
+            "+.2f",
+            "",
+            None,
+        ),
+        Goal(
+            "gateway's own: gateway p50 @1 - I/O floor's, ms",
+            per_round("gateway", IO_FLOOR, lambda a, b: a.p50_ms - b.p50_ms, c1),
+            "+.2f",
+            "",
+            None,
+        ),
+        Goal(
+            "I/O floor: stream TTFB overhead at p50, ms",
+            per_round(IO_FLOOR, "upstream", ttfb, streams),
+            "+.1f",
+            "",
+            None,
+        ),
+        Goal(
+            "gateway's own: gateway TTFB p50 - I/O floor's, ms",
+            per_round("gateway", IO_FLOOR, ttfb, streams),
+            "+.1f",
+            "",
+            None,
         ),
         Goal(
             "gateway req/s @32 / LiteLLM's",

@@ -1,9 +1,12 @@
-"""One bare async endpoint: validate the gateway's request model, answer a fixed body."""
+"""The floor: one bare async endpoint (validate the gateway's request model, answer a fixed body),
+and the I/O floor's two (io_floor.py)."""
 
 from typing import Annotated, Literal
 
 from ninja import NinjaAPI
 from pydantic import BaseModel, ConfigDict, Field
+
+from . import io_floor
 
 api = NinjaAPI(docs_url=None, openapi_url=None)
 
@@ -35,3 +38,23 @@ class EmbeddingsRequest(BaseModel):
 @api.post("/embeddings")
 async def embeddings(request, body: EmbeddingsRequest):
     return ANSWER
+
+
+# The I/O floor (io_floor.py): the same endpoint plus the wallet read, the upstream call and the
+# durable commit a charged request cannot do without.
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    messages: list[dict] = Field(min_length=1)
+    stream: bool = False
+
+
+@api.post("/io/embeddings")
+async def embeddings_io(request, body: EmbeddingsRequest):
+    return await io_floor.embeddings(body.model_dump(exclude_none=True))
+
+
+@api.post("/io/chat/completions")
+async def chat_io(request, body: ChatRequest):
+    return await io_floor.chat_stream(body.model_dump())
