@@ -807,12 +807,13 @@ def create_io_floor_tables(db_url: str) -> None:
 
 
 def start_io_floor(run: Run, port: int, upstream_port: int) -> None:
-    """The floor's app again, for its I/O floor endpoints (floor_site/io_floor.py), on the
-    benchmark's database and the case's upstream: a process of its own, for its CPU figure."""
+    """The floor's app again, for its I/O floor endpoints (floor_site/io_floor.py), behind the
+    gateway's own ASGI handler (floor_site/io_asgi.py), on the benchmark's database and the
+    case's upstream: a process of its own, for its CPU figure."""
     create_io_floor_tables(run.db_url)
     env = {**run.env, "FLOOR_DATABASE_URL": run.db_url, "FLOOR_UPSTREAM_KEY": UPSTREAM_KEY}
     env["FLOOR_UPSTREAM"] = _base(upstream_port)
-    run.server(IO_FLOOR, "floor_site.asgi:application", port, str(ROOT / "bench"), env=env)
+    run.server(IO_FLOOR, "floor_site.io_asgi:application", port, str(ROOT / "bench"), env=env)
 
 
 def start_traced_gateway(run: Run, port: int) -> None:

@@ -6,8 +6,9 @@ row durably before it answers (issue 12: nothing acknowledged before it is durab
 endpoints do exactly that and nothing else (no authentication, policy, routing, validation
 beyond the schema, or billing): one primary-key read over an async psycopg pool, the upstream
 call over one aiohttp session, and one durable statement (a wallet UPDATE and a ledger INSERT).
-What the gateway adds beyond them is its own cost; what they add over the upstream alone is the
-price of the contract's I/O on the machine (bench/README, "The I/O floor").
+Served behind the gateway's own ASGI handler (io_asgi.py), what the gateway adds beyond them is
+its own cost; what they add over the upstream alone is the price of the framework and the
+contract's I/O on the machine (bench/README, "The I/O floor").
 
 Set by bench/run.py: FLOOR_DATABASE_URL (its tables made by `create_tables`), FLOOR_UPSTREAM
 (the fake upstream's /v1 base URL) and FLOOR_UPSTREAM_KEY.
