@@ -26,6 +26,8 @@ import psycopg
 from django.http import HttpResponse, StreamingHttpResponse
 from psycopg_pool import AsyncConnectionPool
 
+from gateway_site import pgpool
+
 READ = "SELECT spent FROM floor_io_wallet WHERE id = 1"
 COMMIT = (
     "WITH w AS (UPDATE floor_io_wallet SET spent = spent + %s WHERE id = 1 RETURNING spent), "
@@ -79,15 +81,11 @@ class _Clients:
             return (await cursor.fetchone())[0]
 
 
-_clients: dict[int, _Clients] = {}
+_clients = pgpool.per_loop(_Clients)
 
 
 async def clients() -> _Clients:
-    loop = id(asyncio.get_running_loop())
-    found = _clients.get(loop)
-    if found is None:
-        found = _clients[loop] = _Clients()
-    return await found.ready()
+    return await _clients().ready()
 
 
 async def embeddings(body: dict) -> HttpResponse:
