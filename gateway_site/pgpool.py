@@ -40,6 +40,13 @@ def pool_size() -> int:
     return int(os.environ.get("GATEWAY_PG_POOL_SIZE", "8"))
 
 
+def pool_timeout() -> float:
+    """Seconds a statement waits for a connection. The batching tasks hold one connection each,
+    so a wait only happens when none can be made (the database is down): the request then gets
+    its retryable 503 (a charge goes to the spool) instead of hanging until the database is back."""
+    return float(os.environ.get("GATEWAY_PG_POOL_TIMEOUT", "2"))
+
+
 async def pool():
     """This loop's pool, opened on first use."""
     from psycopg_pool import AsyncConnectionPool
@@ -53,7 +60,7 @@ async def pool():
         min_size=1,
         max_size=pool_size(),
         open=False,
-        timeout=10,
+        timeout=pool_timeout(),
         # No health check per checkout (a round trip each): a connection that breaks raises
         # OperationalError to its user and the pool discards it when it comes back.
     )
