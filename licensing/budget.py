@@ -196,9 +196,7 @@ class WalletReads:
         while self._waiting:
             batch, self._waiting = self._waiting, {}
             try:
-                async with (await pgpool.pool()).connection() as conn:
-                    cursor = await conn.execute(WALLETS_READ_SQL, [list(batch)])
-                    rows = {row[0]: row[1:] for row in await cursor.fetchall()}
+                rows = await _read_wallets(list(batch))
             except Exception as exc:  # every waiting request answers it (503 for an outage)
                 for futures in batch.values():
                     for future in futures:
@@ -209,6 +207,18 @@ class WalletReads:
                 for future in futures:
                     if not future.done():
                         future.set_result(rows.get(wallet_id))
+
+
+async def _read_wallets(ids: list[int]) -> dict[int, tuple[int, str]]:
+    """{id: (spent, unit)}. One wallet (every read at low load) by its plain primary-key
+    statement: an array parameter costs ~40 µs more to send and to plan around."""
+    async with (await pgpool.pool()).connection() as conn:
+        if len(ids) == 1:
+            cursor = await conn.execute(WALLET_READ_SQL, ids)
+            found = await cursor.fetchone()
+            return {ids[0]: found} if found else {}
+        cursor = await conn.execute(WALLETS_READ_SQL, [ids])
+        return {row[0]: row[1:] for row in await cursor.fetchall()}
 
 
 _wallet_reads = pgpool.per_loop(WalletReads)

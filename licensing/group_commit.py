@@ -129,11 +129,15 @@ async def commit_batch_async(batch: list[Pending]) -> dict[int, int]:
     json_to_recordset: preparing each value through its model field and dumping one array per
     column cost more CPU than the rest of the commit (the profile at 32 connections)."""
     sums = _wallet_sums(batch)
-    wallets = jsonio.dumps([{"id": w, "amount": a} for w, a in sums]).decode()
-    rows = jsonio.dumps([_row_json(i.entry, i.wallet_id) for i in batch]).decode()
+    if len(batch) == 1:
+        sql, params = _single_sql(), _single_params(batch[0], sums)
+    else:
+        wallets = jsonio.dumps([{"id": w, "amount": a} for w, a in sums]).decode()
+        rows = jsonio.dumps([_row_json(i.entry, i.wallet_id) for i in batch]).decode()
+        sql, params = _batch_sql(), [wallets, timezone.now(), rows]
     pool = await pgpool.pool()
     async with pool.connection() as conn:
-        cursor = await conn.execute(_batch_sql(), [wallets, timezone.now(), rows])
+        cursor = await conn.execute(sql, params)
         spent = dict(await cursor.fetchall())
     missing = {w for w, _ in sums} - set(spent)
     if missing:  # pragma: no cover - a wallet deleted under a charge: nothing was written
@@ -169,6 +173,30 @@ def _batch_sql() -> str:
         f"FROM json_to_recordset(%s::json) AS r({record})) "
         "SELECT id, spent FROM charged"
     )
+
+
+@functools.cache
+def _single_sql() -> str:
+    """A batch of one (every batch at low load): one wallet, so no lock order to keep, and plain
+    parameters, ~0.1 ms less than the JSON document to send and unpack. The values are cast
+    as the batch statement casts them, so both refuse the same rows."""
+    quote = connection.ops.quote_name
+    table = quote(Transaction._meta.db_table)
+    names = ", ".join(quote(f.column) for f in FIELDS)
+    values = ", ".join(f"%s::{_column_type(f)}" for f in FIELDS)
+    return (
+        "WITH charged AS (UPDATE licensing_wallet SET spent = spent + %s, updated_at = %s "
+        "WHERE id = %s RETURNING id, spent), "
+        f"ledger AS (INSERT INTO {table} ({names}) VALUES ({values})) "
+        "SELECT id, spent FROM charged"
+    )
+
+
+def _single_params(item: Pending, sums: list[tuple[int, int]]) -> list:
+    wallet_id, amount = sums[0] if sums else (None, 0)
+    row = _row_json(item.entry, item.wallet_id)
+    row["metadata"] = jsonio.dumps(row["metadata"]).decode()
+    return [amount, timezone.now(), wallet_id, *row.values()]
 
 
 def _column_type(field) -> str:
