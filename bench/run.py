@@ -43,6 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import profile_buckets
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +58,7 @@ BODY = json.dumps(
         "encoding_format": "float",
     }
 )
+SPY_RATE = 500  # py-spy samples a second, per process
 DRAIN = 2.0  # seconds wrk keeps running after the window so in-flight requests complete
 GATEWAY_APP = "gateway_site.asgi:application"
 TRACED = "gateway-traced"  # --tracing: the same gateway with OpenTelemetry on
@@ -586,6 +588,47 @@ def profile_gateway(procs: Processes, env: dict, key: str, load, seconds: float)
     return text.getvalue()
 
 
+def spy_profile(run: Run, target: Target) -> tuple[str, int]:
+    """py-spy on the measured gateway's processes, at `--connections` and at one
+    (bench/profile_buckets.py); (the tables, the 200s answered meanwhile)."""
+    exe, why = profile_buckets.install()
+    if exe is None:
+        return f"py-spy profile skipped: {why}", 0
+    pids = group_pids(run.procs.procs["gateway"].pid)
+    texts, ok = [], 0
+    for connections in (run.args.connections, 1):
+        seconds = run.args.seconds
+        spies = profile_buckets.start(exe, pids, seconds + 1, SPY_RATE, run.procs.logdir)
+        time.sleep(0.5)  # attached before the load starts
+        result = run.measure(lambda c=connections, s=seconds: run.load(target, s, c))
+        samples, errors = profile_buckets.collect(spies)
+        ok += result.ok
+        cpu = result.cpu.get("gateway", 0.0) / max(result.requests, 1) * 1000
+        title = (
+            f"py-spy, gateway ({len(pids)} processes), {connections} connection(s), "
+            f"{result.requests} requests in {seconds:g}s, {SPY_RATE} Hz GIL-held samples; "
+            f"the gateway's CPU from /proc meanwhile: {cpu:.3f} ms/req"
+        )
+        texts.append(profile_buckets.table(samples, cpu, title))
+        if errors:
+            texts.append(f"py-spy errors: {errors}")
+    return "\n\n".join(texts), ok
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The processes of one server's process group (its supervisor and workers)."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid:
+                pids.append(int(entry.name))
+    return sorted(pids)
+
+
 def _origin(filename: str, function: str) -> str:
     if filename == "~":
         return function
@@ -647,6 +690,12 @@ def parse_args() -> argparse.Namespace:
     embeddings.add_argument("--python-load", action="store_true", help="do not use wrk")
     embeddings.add_argument(
         "--profile", action="store_true", help="then profile a 1-worker gateway (cProfile)"
+    )
+    embeddings.add_argument(
+        "--py-spy",
+        action="store_true",
+        help="after the rounds, py-spy the measured gateway's workers under load, at "
+        "--connections and at one, samples in issue 12's buckets (bench/profile_buckets.py)",
     )
     chat = parser.add_argument_group("chat-stream")
     chat.add_argument("--streams", type=int, default=16, help="concurrent streams")
@@ -783,6 +832,9 @@ def run_embeddings(run: Run) -> Embeddings:
             c1[target.name].append(one)
             if target.name in ("gateway", TRACED):
                 gateway_ok += warm.ok + many.ok + one.ok
+    if args.py_spy:
+        profile_text, ok = spy_profile(run, targets[0])
+        gateway_ok += ok
     procs.stop("gateway")  # every ledger write has finished
     if args.tracing:
         procs.stop(TRACED)  # its last spans exported on the way out
@@ -794,6 +846,9 @@ def run_embeddings(run: Run) -> Embeddings:
     profile = (
         profile_gateway(procs, run.env, run.key, run.load, args.seconds) if args.profile else ""
     )
+    if args.py_spy:
+        cprofile = "cProfile, 1-worker gateway (event-loop thread):\n" + profile if profile else ""
+        profile = "\n" + profile_text + ("\n\n" + cprofile if cprofile else "")
     procs.stop("upstream")
     return Embeddings(targets, dict(c32), dict(c1), gateway_ok, ledger, profile)
 
@@ -958,7 +1013,8 @@ def main() -> int:
     ok &= check_wallets(ledger)
     report_issue(args, embeddings, chat, run.litellm_note)
     if embeddings and embeddings.profile:
-        print("\ncProfile, 1-worker gateway, embeddings load (event-loop thread):")
+        if not args.py_spy:
+            print("\ncProfile, 1-worker gateway, embeddings load (event-loop thread):")
         print(embeddings.profile)
     return 0 if ok else 1
 

@@ -7,7 +7,8 @@ Their only work is `close_old_connections` (and `reset_queries` under DEBUG) for
 thread's database connections. The /v1 path opens no connection on its own thread (ORM work
 runs on gateway_site.db's worker threads, which look after their own connections, and the hot
 statements go through gateway_site.pgpool), so on /v1 the handler skips the thread and the
-started signal and closes the response inline. Everything else (the admin) is Django's own.
+started and finished signals and closes the response inline. Everything else (the admin) is
+Django's own.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class GatewayASGIHandler(ASGIHandler):
             return
         response = await self._respond_or_abort(request, receive, send)
         if response is not None:
-            response.close()  # resource closers; request_finished touches no connection here
+            _close(response)
         body_file.close()
 
     async def _respond_or_abort(self, request, receive, send):
@@ -83,6 +84,19 @@ class GatewayASGIHandler(ASGIHandler):
             return None
         finally:
             del listener, worker  # no cycle through this frame: the request is freed at once
+
+
+def _close(response) -> None:
+    """`response.close()` without its request_finished signal: the receivers (closing this
+    context's database connections and caches, resetting the URL conf) have nothing to do on
+    /v1, which opens neither here, and asking cost ~25 µs a request (bench/README)."""
+    for closer in response._resource_closers:
+        try:
+            closer()
+        except Exception:  # as Django's own close: a closer's failure is not the client's
+            pass
+    response._resource_closers.clear()
+    response.closed = True
 
 
 async def _until_disconnect(receive) -> None:

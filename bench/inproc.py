@@ -1,0 +1,247 @@
+"""One request after the other through an ASGI application in one process, without a server or
+a client: wall and CPU microseconds per request, and a streamed answer's time to its first event.
+
+    .venv/bin/python bench/inproc.py [--rounds 3] [--requests 1500] [--case embeddings|chat-stream]
+                                     [--against REF]
+
+The precise A/B of bench/README ("In one process"): a change of 20-30 µs a request is lost in
+the servers' noise (wrk, uvicorn, the scheduler), but shows here, where the only other processes
+are the fake upstream and PostgreSQL. Each round runs the gateway's application
+(gateway_site.asgi) and the I/O floor's (bench/floor_site) in fresh processes, one after the
+other, on a throwaway database set up as bench/run.py sets up its own. `--against REF` adds a
+third target, the gateway as it is at the git revision REF (a temporary worktree), in the same
+interleaved rounds: the A/B of a change in one command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import run as bench
+
+CHAT_SHORT = {
+    "model": "gpt-4o-mini",
+    "messages": [{"role": "user", "content": "Explain photosynthesis in two short paragraphs."}],
+    "stream": True,
+}
+PATHS = {
+    ("gateway", "embeddings"): "/v1/embeddings",
+    ("gateway", "chat-stream"): "/v1/chat/completions",
+    ("iofloor", "embeddings"): "/v1/io/embeddings",
+    ("iofloor", "chat-stream"): "/v1/io/chat/completions",
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", choices=("embeddings", "chat-stream"), default="embeddings")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=1500, help="measured, per round")
+    parser.add_argument("--targets", default="gateway,iofloor")
+    parser.add_argument("--against", metavar="REF", help="also the gateway at this git revision")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)  # the child: gateway | iofloor
+    parser.add_argument("--root", help=argparse.SUPPRESS)  # the child's code (a worktree)
+    args = parser.parse_args()
+    if args.serve:
+        _child(args)
+        return 0
+    return _parent(args)
+
+
+def _parent(args) -> int:
+    bench.ensure_postgres()
+    db = f"gw_inproc_{uuid.uuid4().hex[:10]}"
+    db_url = f"{bench.PG}/{db}"
+    bench.pg_admin(f'CREATE DATABASE "{db}"')
+    procs = bench.Processes(Path(tempfile.mkdtemp(prefix="gw-inproc-")))
+    env = {**os.environ, "DATABASE_URL": db_url, "DEBUG": "false"}
+    env["GATEWAY_ACCESS_LOG_LEVEL"] = "WARNING"
+    worktree = _worktree(args.against, procs.logdir) if args.against else None
+    try:
+        key = bench.set_up_gateway(env)
+        port = bench.free_port()
+        bench.configure_upstream(env, port)
+        bench.create_io_floor_tables(db_url)
+        fake = ["fake_upstreams", "openai", "--port", str(port), "--api-key", bench.UPSTREAM_KEY]
+        procs.start("upstream", [bench.PY, "-m", *fake], env)
+        env |= {"INPROC_KEY": key, "INPROC_UPSTREAM": bench._base(port)}
+        _wait_for(port)
+        rows: dict[str, list[dict]] = {t: [] for t in args.targets.split(",")}
+        if worktree:
+            rows[f"gateway@{args.against}"] = []
+        for n in range(args.rounds):
+            for target in rows:
+                rows[target].append(_round(args, target, env, worktree))
+                print(f"round {n + 1}/{args.rounds}, {target}: {rows[target][-1]}", flush=True)
+        _report(args, rows)
+    finally:
+        procs.stop_all()
+        if worktree:
+            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=bench.ROOT)
+        bench.pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    return 0
+
+
+def _wait_for(port: int) -> None:
+    import socket
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"the fake upstream on {port} did not start")
+
+
+def _worktree(ref: str, parent: Path) -> Path:
+    """REF checked out beside the tree, with this tree's secrets key (the database's secrets
+    were encrypted with it)."""
+    path = parent / "worktree"
+    cmd = ["git", "worktree", "add", "--quiet", "--detach", str(path), ref]
+    subprocess.run(cmd, cwd=bench.ROOT, check=True)
+    key = bench.ROOT / "var" / "encryption.key"
+    if key.exists():
+        (path / "var").mkdir(exist_ok=True)
+        (path / "var" / "encryption.key").write_bytes(key.read_bytes())
+    return path
+
+
+def _round(args, target: str, env: dict, worktree: Path | None) -> dict:
+    serve, root = target, bench.ROOT
+    if "@" in target:
+        serve, root = "gateway", worktree
+    cmd = [bench.PY, __file__, "--serve", serve, "--case", args.case, "--root", str(root)]
+    cmd += ["--requests", str(args.requests)]
+    out = subprocess.run(
+        cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+    lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
+    if out.returncode or not lines:
+        raise RuntimeError(f"{target} failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def _report(args, rows: dict[str, list[dict]]) -> None:
+    print(
+        f"\n{args.case}, {args.requests} requests one after the other per round, medians of "
+        f"{args.rounds} rounds (min..max), µs per request"
+    )
+    columns = ["wall", "cpu", "ttfb"] if args.case == "chat-stream" else ["wall", "cpu"]
+    width = max(10, *(len(t) + 2 for t in rows))
+    print(f"{'target':{width}}" + "".join(f"{c:>22}" for c in columns))
+    for target, results in rows.items():
+        cells = []
+        for column in columns:
+            values = [r[column] for r in results]
+            cells.append(f"{statistics.median(values):8.0f} ({min(values):.0f}..{max(values):.0f})")
+        print(f"{target:{width}}" + "".join(f"{c:>22}" for c in cells))
+
+
+# --------------------------------------------------------------------------- the child
+
+
+def _child(args) -> None:
+    import uvloop  # the loop gateway_site.serve runs on
+
+    target, case = args.serve, args.case
+    app = _application(target, args.root)
+    body = json.dumps(CHAT_SHORT if case == "chat-stream" else json.loads(bench.BODY)).encode()
+    path = PATHS[(target, case)]
+    scope = _scope(path, os.environ["INPROC_KEY"], body)
+
+    async def measure() -> dict:
+        for _ in range(100):  # connections, caches, prepared statements
+            await _one(app, scope, body)
+        cpu, wall = time.process_time(), time.perf_counter()
+        firsts = [await _one(app, scope, body) for _ in range(args.requests)]
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        per = 1e6 / args.requests
+        result = {"wall": round(wall * per), "cpu": round(cpu * per)}
+        if case == "chat-stream":
+            result["ttfb"] = round(statistics.median(firsts) * 1e6)
+        return result
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        print(json.dumps(runner.run(measure())), flush=True)
+
+
+def _application(target: str, root: str):
+    sys.path.insert(0, root)  # before the editable install's finder, which comes last
+    if target == "gateway":
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
+        from gateway_site.asgi import application
+
+        return application
+    os.environ["FLOOR_DATABASE_URL"] = os.environ["DATABASE_URL"]
+    os.environ["FLOOR_UPSTREAM"] = os.environ["INPROC_UPSTREAM"]
+    os.environ["FLOOR_UPSTREAM_KEY"] = bench.UPSTREAM_KEY
+    from floor_site.io_asgi import application
+
+    return application
+
+
+def _scope(path: str, key: str, body: bytes) -> dict:
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"authorization", f"Bearer {key}".encode()),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+    }
+
+
+async def _one(app, scope: dict, body: bytes) -> float:
+    """One request to its last byte; returns the seconds to the first `data:` event (streams)."""
+    started = time.perf_counter()
+    state = {"sent": False, "first": 0.0, "status": None}
+    done = asyncio.Event()
+
+    async def receive():
+        if not state["sent"]:
+            state["sent"] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            state["status"] = message["status"]
+            return
+        if not state["first"] and b"data:" in message.get("body", b""):
+            state["first"] = time.perf_counter() - started
+        if not message.get("more_body"):
+            done.set()
+
+    await app(dict(scope), receive, send)
+    if state["status"] != 200:
+        raise RuntimeError(f"{scope['path']} answered {state['status']}")
+    return state["first"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
