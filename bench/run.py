@@ -588,26 +588,29 @@ def profile_gateway(procs: Processes, env: dict, key: str, load, seconds: float)
     return text.getvalue()
 
 
-def spy_profile(run: Run, target: Target) -> tuple[str, int]:
+def spy_profile(run: Run, target: Target, many: list[Result], one: list[Result]) -> tuple[str, int]:
     """py-spy on the measured gateway's processes, at `--connections` and at one
-    (bench/profile_buckets.py); (the tables, the 200s answered meanwhile)."""
+    (bench/profile_buckets.py); (the tables, the 200s answered meanwhile). The shares are
+    scaled to the CPU per request of the rounds: each sample pauses the process, which costs
+    CPU of its own (at one connection, nearly half again)."""
     exe, why = profile_buckets.install()
     if exe is None:
         return f"py-spy profile skipped: {why}", 0
     pids = group_pids(run.procs.procs["gateway"].pid)
     texts, ok = [], 0
-    for connections in (run.args.connections, 1):
+    for connections, rounds in ((run.args.connections, many), (1, one)):
         seconds = run.args.seconds
         spies = profile_buckets.start(exe, pids, seconds + 1, SPY_RATE, run.procs.logdir)
         time.sleep(0.5)  # attached before the load starts
         result = run.measure(lambda c=connections, s=seconds: run.load(target, s, c))
         samples, errors = profile_buckets.collect(spies)
         ok += result.ok
-        cpu = result.cpu.get("gateway", 0.0) / max(result.requests, 1) * 1000
+        cpu = statistics.median(r.cpu_ms("gateway") for r in rounds)
         title = (
             f"py-spy, gateway ({len(pids)} processes), {connections} connection(s), "
             f"{result.requests} requests in {seconds:g}s, {SPY_RATE} Hz GIL-held samples; "
-            f"the gateway's CPU from /proc meanwhile: {cpu:.3f} ms/req"
+            f"CPU ms/req: {cpu:.3f} in the rounds (the column's scale), "
+            f"{result.cpu_ms('gateway'):.3f} while profiled"
         )
         texts.append(profile_buckets.table(samples, cpu, title))
         if errors:
@@ -833,7 +836,7 @@ def run_embeddings(run: Run) -> Embeddings:
             if target.name in ("gateway", TRACED):
                 gateway_ok += warm.ok + many.ok + one.ok
     if args.py_spy:
-        profile_text, ok = spy_profile(run, targets[0])
+        profile_text, ok = spy_profile(run, targets[0], c32["gateway"], c1["gateway"])
         gateway_ok += ok
     procs.stop("gateway")  # every ledger write has finished
     if args.tracing:
