@@ -35,7 +35,7 @@ OWN = [
     ("licensing/budget.py", "budget read (statement, psycopg)"),
     ("licensing/fairuse.py", "pipeline: steps, render"),
     ("inference/providers/", "provider call (aiohttp, httpx response)"),
-    ("inference/streaming.py", "provider call (aiohttp, httpx response)"),
+    ("inference/streaming.py", "stream relay: reader task, SSE, usage"),
     ("licensing/credentials.py", "authentication"),
     ("licensing/policy.py", "policy, guardrails"),
     ("licensing/guardrails.py", "policy, guardrails"),

@@ -38,6 +38,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -588,34 +589,34 @@ def profile_gateway(procs: Processes, env: dict, key: str, load, seconds: float)
     return text.getvalue()
 
 
-def spy_profile(run: Run, target: Target, many: list[Result], one: list[Result]) -> tuple[str, int]:
-    """py-spy on the measured gateway's processes, at `--connections` and at one
-    (bench/profile_buckets.py); (the tables, the 200s answered meanwhile). The shares are
-    scaled to the CPU per request of the rounds: each sample pauses the process, which costs
-    CPU of its own (at one connection, nearly half again)."""
+def spy_profile(run: Run, loads: list[tuple[str, Callable, list]]) -> tuple[str, int, int]:
+    """py-spy on the measured gateway's processes under each (title, load, the rounds' results)
+    in turn (bench/profile_buckets.py); (the tables, its 200s, its failed streams meanwhile).
+    The shares are scaled to the CPU per request of the rounds: each sample pauses the process,
+    which costs CPU of its own (at one connection, nearly half again)."""
     exe, why = profile_buckets.install()
     if exe is None:
-        return f"py-spy profile skipped: {why}", 0
+        return f"py-spy profile skipped: {why}", 0, 0
     pids = group_pids(run.procs.procs["gateway"].pid)
-    texts, ok = [], 0
-    for connections, rounds in ((run.args.connections, many), (1, one)):
-        seconds = run.args.seconds
-        spies = profile_buckets.start(exe, pids, seconds + 1, SPY_RATE, run.procs.logdir)
+    texts, ok, failed = [], 0, 0
+    for title, load, rounds in loads:
+        spies = profile_buckets.start(exe, pids, run.args.seconds + 1, SPY_RATE, run.procs.logdir)
         time.sleep(0.5)  # attached before the load starts
-        result = run.measure(lambda c=connections, s=seconds: run.load(target, s, c))
+        result = run.measure(load)
         samples, errors = profile_buckets.collect(spies)
         ok += result.ok
+        failed += getattr(result, "failed", 0)
         cpu = statistics.median(r.cpu_ms("gateway") for r in rounds)
         title = (
-            f"py-spy, gateway ({len(pids)} processes), {connections} connection(s), "
-            f"{result.requests} requests in {seconds:g}s, {SPY_RATE} Hz GIL-held samples; "
-            f"CPU ms/req: {cpu:.3f} in the rounds (the column's scale), "
-            f"{result.cpu_ms('gateway'):.3f} while profiled"
+            f"py-spy, gateway ({len(pids)} processes), {title}: {result.ok} answered in "
+            f"{run.args.seconds:g}s, {SPY_RATE} Hz GIL-held samples; CPU ms per answer: "
+            f"{cpu:.3f} in the rounds (the column's scale), {result.cpu_ms('gateway'):.3f} "
+            "while profiled"
         )
         texts.append(profile_buckets.table(samples, cpu, title))
         if errors:
             texts.append(f"py-spy errors: {errors}")
-    return "\n\n".join(texts), ok
+    return "\n\n".join(texts), ok, failed
 
 
 def group_pids(pgid: int) -> list[int]:
@@ -786,6 +787,7 @@ class ChatStream:
     results: dict[str, list[StreamResult]]  # by target, one per round
     gateway_ok: int  # the gateway's complete streams: readiness, warm-up, measured
     stagger: float
+    profile: str = ""  # --py-spy
 
 
 def run_embeddings(run: Run) -> Embeddings:
@@ -836,7 +838,20 @@ def run_embeddings(run: Run) -> Embeddings:
             if target.name in ("gateway", TRACED):
                 gateway_ok += warm.ok + many.ok + one.ok
     if args.py_spy:
-        profile_text, ok = spy_profile(run, targets[0], c32["gateway"], c1["gateway"])
+        gateway = targets[0]
+        loads = [
+            (
+                f"embeddings at {args.connections} connections",
+                lambda: run.load(gateway, args.seconds),
+                c32["gateway"],
+            ),
+            (
+                "embeddings at one connection",
+                lambda: run.load(gateway, args.seconds, 1),
+                c1["gateway"],
+            ),
+        ]
+        profile_text, ok, _ = spy_profile(run, loads)
         gateway_ok += ok
     procs.stop("gateway")  # every ledger write has finished
     if args.tracing:
@@ -941,11 +956,18 @@ def run_chat_stream(run: Run) -> ChatStream:
             if target.name == "gateway":
                 gateway_ok += warm.ok + result.ok
                 gateway_failed += warm.failed + result.failed
+    profile = ""
+    if args.py_spy:
+        gateway = targets[0]
+        title = f"chat streams, {args.streams} at a time"
+        load = lambda: asyncio.run(stream_load(gateway, args.seconds, args.streams, stagger))  # noqa: E731
+        profile, ok, failed = spy_profile(run, [(title, load, results["gateway"])])
+        gateway_ok, gateway_failed = gateway_ok + ok, gateway_failed + failed
     wait_for_ledger(run.db_url, CHAT_SERVICE, gateway_ok + gateway_failed)
     procs.stop("gateway")
     procs.stop(IO_FLOOR)
     procs.stop("upstream")
-    return ChatStream(targets, dict(results), gateway_ok, stagger)
+    return ChatStream(targets, dict(results), gateway_ok, stagger, profile)
 
 
 def main() -> int:
@@ -1015,6 +1037,8 @@ def main() -> int:
         ok &= check_ledger(ledger, CHAT_SERVICE, chat.gateway_ok)
     ok &= check_wallets(ledger)
     report_issue(args, embeddings, chat, run.litellm_note)
+    if chat and chat.profile:
+        print("\n" + chat.profile)
     if embeddings and embeddings.profile:
         if not args.py_spy:
             print("\ncProfile, 1-worker gateway, embeddings load (event-loop thread):")
