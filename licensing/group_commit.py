@@ -6,8 +6,9 @@ at low load a batch is one request (no added wait), under load one round trip ca
 
 A batch is one transaction: one `UPDATE ... RETURNING spent` per wallet with the batch's sum
 (wallets in id order, so two processes' batches never deadlock) and one multi-row INSERT of the
-ledger rows. On PostgreSQL it is sent from the event loop over the async pool in pipeline mode
-(one round trip, no thread hop); elsewhere it runs through the ORM on a worker thread. Each
+ledger rows. On PostgreSQL it is sent from the event loop over the async pool as one statement
+(one round trip, no thread hop; a batch of one by a plainer statement of its own); elsewhere it
+runs through the ORM on a worker thread. Each
 request's `credits_remaining` is exact: the wallet's total after the batch, less what the
 requests after it in the same batch added. If the batch cannot be written, every entry goes to
 the durable spool (licensing.spool) and is written when the database is back.
