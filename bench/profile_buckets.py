@@ -17,13 +17,10 @@ ours (aiohttp's protocol callbacks, the pool's upkeep, the loop itself), for the
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PY_SPY_SPEC = "py-spy==0.4.3"
-VENV = ROOT / "var" / "bench-py-spy"
+PY_SPY_SPEC = "py-spy==0.4.3"  # installed by run.py into var/bench-py-spy (bench/venv_tools.py)
 
 # (what the frame's path contains, bucket), innermost match wins; the gateway's own modules.
 OWN = [
@@ -77,24 +74,6 @@ API_FUNCTIONS = [
     ("BearerAuth", "authentication"),
     ("parse", "validation: JSON, django-ninja, pydantic"),
 ]
-
-
-def install() -> tuple[Path | None, str]:
-    """py-spy's binary, installed once; (None, why) when it cannot be."""
-    exe, marker = VENV / "bin" / "py-spy", VENV / "bench-installed"
-    if exe.exists() and marker.exists() and marker.read_text().strip() == PY_SPY_SPEC:
-        return exe, ""
-    base = getattr(sys, "_base_executable", sys.executable)
-    pip = [str(VENV / "bin" / "pip"), "install", "-q", "--disable-pip-version-check"]
-    try:
-        subprocess.run([base, "-m", "venv", str(VENV)], capture_output=True, check=True)
-        r = subprocess.run([*pip, PY_SPY_SPEC], capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"could not make {VENV}: {exc}"
-    if r.returncode or not exe.exists():
-        return None, f"pip install {PY_SPY_SPEC} failed: {(r.stdout + r.stderr)[-800:]}"
-    marker.write_text(PY_SPY_SPEC + "\n")
-    return exe, ""
 
 
 def start(exe: Path, pids: list[int], seconds: float, rate: int, outdir: Path):

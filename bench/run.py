@@ -46,6 +46,7 @@ from pathlib import Path
 import httpx
 import profile_buckets
 import psycopg
+import venv_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -502,22 +503,10 @@ def wait_for_ledger(db_url: str, service: str, rows: int, timeout: float = 10) -
 
 def install_litellm() -> tuple[Path | None, str]:
     """LiteLLM's CLI in a virtual environment of its own, made once; (None, why) on failure."""
-    exe, marker = LITELLM_VENV / "bin" / "litellm", LITELLM_VENV / "bench-installed"
-    if exe.exists() and marker.exists() and marker.read_text().strip() == LITELLM_SPEC:
-        return exe, ""
-    print(f"LiteLLM: installing {LITELLM_SPEC} into {LITELLM_VENV} (once, reused afterwards)")
-    base = getattr(sys, "_base_executable", PY)  # a venv of the interpreter, not of our .venv
-    pip = [str(LITELLM_VENV / "bin" / "pip"), "install", "-q", "--disable-pip-version-check"]
-    try:
-        subprocess.run([base, "-m", "venv", str(LITELLM_VENV)], capture_output=True, check=True)
-        r = subprocess.run([*pip, LITELLM_SPEC], capture_output=True, text=True, timeout=1500)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"could not make {LITELLM_VENV}: {exc}"
-    if r.returncode or not exe.exists():
-        lines = [x[:300] for x in (r.stdout + r.stderr).splitlines() if "is ignored:" not in x]
-        return None, f"pip install {LITELLM_SPEC} failed:\n" + "\n".join(lines[-15:])
-    marker.write_text(LITELLM_SPEC + "\n")
-    return exe, ""
+    exe = LITELLM_VENV / "bin" / "litellm"
+    if not (LITELLM_VENV / "bench-installed").exists() or not exe.exists():
+        print(f"LiteLLM: installing {LITELLM_SPEC} into {LITELLM_VENV} (once, reused afterwards)")
+    return venv_tools.install(LITELLM_SPEC, LITELLM_VENV, "litellm", timeout=1500)
 
 
 def litellm_config(path: Path, embeddings_port: int, chat_port: int) -> None:
@@ -594,7 +583,9 @@ def spy_profile(run: Run, loads: list[tuple[str, Callable, list]]) -> tuple[str,
     in turn (bench/profile_buckets.py); (the tables, its 200s, its failed streams meanwhile).
     The shares are scaled to the CPU per request of the rounds: each sample pauses the process,
     which costs CPU of its own (at one connection, nearly half again)."""
-    exe, why = profile_buckets.install()
+    exe, why = venv_tools.install(
+        profile_buckets.PY_SPY_SPEC, ROOT / "var" / "bench-py-spy", "py-spy", timeout=600
+    )
     if exe is None:
         return f"py-spy profile skipped: {why}", 0, 0
     pids = group_pids(run.procs.procs["gateway"].pid)

@@ -158,9 +158,8 @@ _COLUMNS = [(f.attname, f.column) for f in FIELDS]
 def _batch_sql() -> str:
     """Lock the batch's wallets in id order (two processes' batches never deadlock), add each
     wallet's sum, and insert the rows."""
+    table, names = _ledger_columns()
     quote = connection.ops.quote_name
-    table = quote(Transaction._meta.db_table)
-    names = ", ".join(quote(f.column) for f in FIELDS)
     record = ", ".join(f"{quote(f.column)} {_column_type(f)}" for f in FIELDS)
     return (
         "WITH c AS MATERIALIZED (SELECT * FROM json_to_recordset(%s::json) "
@@ -181,9 +180,7 @@ def _single_sql() -> str:
     """A batch of one (every batch at low load): one wallet, so no lock order to keep, and plain
     parameters, ~0.1 ms less than the JSON document to send and unpack. The values are cast
     as the batch statement casts them, so both refuse the same rows."""
-    quote = connection.ops.quote_name
-    table = quote(Transaction._meta.db_table)
-    names = ", ".join(quote(f.column) for f in FIELDS)
+    table, names = _ledger_columns()
     values = ", ".join(f"%s::{_column_type(f)}" for f in FIELDS)
     return (
         "WITH charged AS (UPDATE licensing_wallet SET spent = spent + %s, updated_at = %s "
@@ -198,6 +195,12 @@ def _single_params(item: Pending, sums: list[tuple[int, int]]) -> list:
     row = _row_json(item.entry, item.wallet_id)
     row["metadata"] = jsonio.dumps(row["metadata"]).decode()
     return [amount, timezone.now(), wallet_id, *row.values()]
+
+
+def _ledger_columns() -> tuple[str, str]:
+    """(the ledger's table, its columns) quoted, as both statements insert them."""
+    quote = connection.ops.quote_name
+    return quote(Transaction._meta.db_table), ", ".join(quote(f.column) for f in FIELDS)
 
 
 def _column_type(field) -> str:
