@@ -7,18 +7,21 @@ Their only work is `close_old_connections` (and `reset_queries` under DEBUG) for
 thread's database connections. The /v1 path opens no connection on its own thread (ORM work
 runs on gateway_site.db's worker threads, which look after their own connections, and the hot
 statements go through gateway_site.pgpool), so on /v1 the handler skips the thread and the
-started and finished signals and closes the response inline. Everything else (the admin) is
-Django's own.
+started and finished signals and closes the response inline; a 4xx/5xx answer is logged inline
+too (Django hands `log_response` to the loop's default executor, a thread hop per error answer
+whose first use starts a thread). Everything else (the admin) is Django's own.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.asgi import get_script_prefix as _script_prefix
-from django.urls import set_script_prefix
+from django.urls import set_script_prefix, set_urlconf
+from django.utils.log import log_response
 
 from core import metrics
 
@@ -64,7 +67,7 @@ class GatewayASGIHandler(ASGIHandler):
         that goes away cancels the view (a stream then closes its upstream request)."""
 
         async def process_request():
-            response = await self.run_get_response(request)
+            response = await self._api_response(request)
             try:
                 await self.send_response(response, send)
             except asyncio.CancelledError:
@@ -84,6 +87,25 @@ class GatewayASGIHandler(ASGIHandler):
             return None
         finally:
             del listener, worker  # no cycle through this frame: the request is freed at once
+
+
+    async def _api_response(self, request):
+        """`get_response_async` with its error-answer log line written on the loop: the
+        `django.request` logger is a level check and, for a 5xx, one line to the console, which
+        every other log line of /v1 writes from the loop as well."""
+        set_urlconf(settings.ROOT_URLCONF)
+        response = await self._middleware_chain(request)
+        response._resource_closers.append(request.close)
+        if response.status_code >= 400:
+            log_response(
+                "%s: %s",
+                response.reason_phrase,
+                request.path,
+                response=response,
+                request=request,
+            )
+        response._handler_class = self.__class__
+        return response
 
 
 def _close(response) -> None:

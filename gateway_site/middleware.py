@@ -59,10 +59,20 @@ def normalize_api_response(request, response):
     if status == 405:
         return _method_not_allowed(request, response)
     if status == 404 and _is_html(response):
-        return JsonResponse({"error": {"message": "Not found"}}, status=404)
+        return api_not_found(request)
     if status == 500 and _is_html(response):
         return internal_server_error()
     return response
+
+
+def api_not_found(request, *args, **kwargs) -> JsonResponse:
+    return JsonResponse({"error": {"message": "Not found"}}, status=404)
+
+
+async def api_not_found_view(request, *args, **kwargs) -> JsonResponse:
+    """The last /v1/ route: an unknown path answered as a view, not as Django's Resolver404,
+    whose exception is turned into a page on the loop's default executor (a thread)."""
+    return api_not_found(request)
 
 
 def internal_server_error() -> HttpResponse:
