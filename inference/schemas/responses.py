@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import AliasChoices, Discriminator, Field, Tag
 
 from .chat import Effort, InputAudio, ReasoningChoice
 from .common import Int64, JSONObject, ModelId, PositiveInt64, StrictBody
@@ -175,7 +175,13 @@ class FunctionCallItem(StrictBody):
     status: ItemStatus | None = None
     namespace: str | None = None
     caller: Caller | None = None
-    async_: bool | None = Field(default=None, alias="async")
+    # The openai SDK serializes its own objects' `async` under their Python name, `async_`:
+    # taken as `async` (and sent on as `async`), so that they go back in as they are.
+    async_: bool | None = Field(
+        default=None,
+        validation_alias=AliasChoices("async", "async_"),
+        serialization_alias="async",
+    )
 
 
 class FunctionCallOutputItem(StrictBody):
@@ -201,6 +207,8 @@ def _item_kind(value: Any) -> str | None:
         if kind is None and "id" in value and "role" not in value and "content" not in value:
             return "item_reference"
         return kind or "message"
+    if isinstance(value, ItemReference):  # serializing a validated body
+        return "item_reference"
     return getattr(value, "type", None) or "message"
 
 
