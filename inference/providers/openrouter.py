@@ -15,8 +15,8 @@ class OpenRouterTransport(OpenAITransport):
     kind = "openrouter"
 
     stateful_responses = False  # its Responses API is stateless
-    # Its Responses API's `include` values (OpenRouter's ResponseIncludesEnum): no web search
-    # results (the gateway sends no web search tool) and no output logprobs.
+    # The `include` values its Responses API documents (ResponseIncludesEnum); the others
+    # (web search sources, output logprobs) are refused before the call.
     responses_include = frozenset(
         {
             "file_search_call.results",
