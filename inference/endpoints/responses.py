@@ -35,12 +35,20 @@ ITEM_REFERENCE_MESSAGE = (
 INCLUDE_MESSAGE = "include value '{value}' is not supported by this provider"
 
 
+def _content(item):
+    """A message's content or a function's output: a string or a list of parts (None: neither)."""
+    if isinstance(item, ResponseMessage):
+        return item.content
+    if isinstance(item, FunctionCallOutputItem):
+        return item.output
+    return None
+
+
 def _texts(content) -> list[str]:
-    """The text of a message's content or of a function's output (a string or a list of parts)."""
     if isinstance(content, str):
         return [content]
     texts = []
-    for part in content:
+    for part in content or ():
         if part.type in ("input_text", "output_text"):
             texts.append(part.text)
         elif part.type == "refusal":
@@ -59,11 +67,8 @@ class Responses(TextGeneration):
             yield body.input
             return
         for item in body.input:
-            if isinstance(item, ResponseMessage):
-                yield from _texts(item.content)
-            elif isinstance(item, FunctionCallOutputItem):
-                yield from _texts(item.output)
-            elif isinstance(item, ReasoningItem):
+            yield from _texts(_content(item))
+            if isinstance(item, ReasoningItem):
                 yield from (part.text for part in item.summary)
                 yield from (part.text for part in item.content or ())
 
@@ -71,20 +76,17 @@ class Responses(TextGeneration):
         adapter = adapter_for(route.provider.kind, ResponsesProvider)
         if body.previous_response_id and not adapter.stateful_responses:
             raise BadRequest(STATELESS_MESSAGE)
-        for value in body.include or ():
-            if adapter.responses_include is not None and value not in adapter.responses_include:
-                raise BadRequest(INCLUDE_MESSAGE.format(value=value))
+        if body.include and adapter.responses_include is not None:
+            for value in body.include:
+                if value not in adapter.responses_include:
+                    raise BadRequest(INCLUDE_MESSAGE.format(value=value))
         modalities = set()
         if not isinstance(body.input, str):
             for item in body.input:
                 if isinstance(item, ItemReference) and not adapter.stateful_responses:
                     raise BadRequest(ITEM_REFERENCE_MESSAGE)
-                parts = ()
-                if isinstance(item, ResponseMessage):
-                    parts = item.content
-                elif isinstance(item, FunctionCallOutputItem):
-                    parts = item.output
-                if not isinstance(parts, str):
+                parts = _content(item)
+                if isinstance(parts, list):
                     modalities |= {PART_MODALITY[p.type] for p in parts if p.type in PART_MODALITY}
         check_model_support(route, modalities=modalities, effort=body.effort)
 
