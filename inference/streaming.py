@@ -4,7 +4,11 @@ The upstream response is already open and its status checked (Transport.open_str
 failure up to here was a normal JSON error. From the first byte on the status is 200, and a
 failure is reported inside the stream, in the endpoint's own way (spec: Events):
 - chat completions: `data: {"error": {"message", "type"}}` and then `data: [DONE]`;
-- responses: `event: error` with `data: {"message"}`, and no `[DONE]`.
+- responses: `event: error` with `data: {"type": "error", "code", "message", "param",
+  "sequence_number"}`, as the Responses API sends it, and no `[DONE]`. `sequence_number` is one
+  past the last relayed event's (0 before any): only the last relayed event is kept, and read
+  only when an error is sent. `code` and `param` are the upstream's when it sent the error
+  event, else `server_error` and null.
 Usage is picked out of the events on the way (the request is billed exactly like a
 non-streamed one) and the ledger row is written once the stream ends, whatever way it ends.
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +40,7 @@ from . import tokens
 from .billing import Usage
 from .providers import usage as usage_formats
 from .providers.base import ProviderFailure, sanitize_message
+from .schemas.common import INT64_MAX
 
 logger = logging.getLogger("gateway")
 
@@ -250,6 +256,9 @@ def _chat_delta_texts(delta: dict) -> list[str]:
 
 class ResponsesSSE(SSEProtocol):
     FINAL = {b"response.completed", b"response.incomplete", b"response.failed"}
+    last: bytes | None = None  # the data of the last event relayed (its sequence_number)
+    error_code: str = "server_error"
+    error_param: str | None = None
     # Events whose `delta` is text the model produced (audio deltas are not text).
     TEXT_DELTAS = {
         b"response.output_text.delta",
@@ -269,6 +278,7 @@ class ResponsesSSE(SSEProtocol):
             name = _type_of(data)  # an upstream that names events only inside the data
         if name in self.TEXT_DELTAS:
             self.kept.append((name, data))
+            self.last = data
             return block
         if name == b"response.created" and not outcome.upstream_id:
             outcome.upstream_id, outcome.response_model = _response_ids(data)
@@ -278,7 +288,11 @@ class ResponsesSSE(SSEProtocol):
             except orjson.JSONDecodeError:
                 error = {}
             outcome.failure = _failure_message(error)
+            if isinstance(error, dict):
+                self.error_code = _identifier(error.get("code")) or self.error_code
+                self.error_param = _identifier(error.get("param"))
             return None
+        self.last = data
         if name in self.FINAL:
             outcome.completed = True
             try:
@@ -293,9 +307,28 @@ class ResponsesSSE(SSEProtocol):
         return block
 
     def error_event(self, message):
-        # `type` lets the openai SDK read it as its ResponseErrorEvent.
-        data = orjson.dumps({"type": "error", "message": message})
+        # The Responses API's error event (the openai SDK's ResponseErrorEvent).
+        data = orjson.dumps(
+            {
+                "type": "error",
+                "code": self.error_code,
+                "message": message,
+                "param": self.error_param,
+                "sequence_number": self._next_sequence_number(),
+            }
+        )
         return b"event: error\ndata: " + data + b"\n\n"
+
+    def _next_sequence_number(self) -> int:
+        if self.last is None:
+            return 0
+        try:
+            number = orjson.loads(self.last).get("sequence_number")
+        except (orjson.JSONDecodeError, AttributeError):
+            number = None
+        if isinstance(number, int) and not isinstance(number, bool) and 0 <= number < INT64_MAX:
+            return number + 1
+        return 0  # an upstream that numbers no events (or beyond what clients read)
 
     def produced_texts(self):
         by_item: dict = {}
@@ -311,6 +344,14 @@ class ResponsesSSE(SSEProtocol):
 
     def prompt_tokens(self):
         return tokens.responses_prompt_tokens(self.payload, self.model)
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,256}")
+
+
+def _identifier(value) -> str | None:
+    """An upstream's error `code` or `param` as relayed: a plain identifier, else None."""
+    return value if isinstance(value, str) and _IDENTIFIER.fullmatch(value) else None
 
 
 def _type_of(data: bytes) -> bytes | None:

@@ -76,7 +76,7 @@ def _part_tokens(part, model: str) -> int:
     kind = part.get("type")
     if kind in ("image_url", "input_image"):
         return IMAGE_PART
-    text = part.get("text")
+    text = part.get("text", part.get("refusal"))
     return count_text(text, model) if isinstance(text, str) else 0
 
 
@@ -126,8 +126,8 @@ def responses_prompt_tokens(payload: dict, model: str) -> int:
             continue
         if item.get("type") in (None, "message"):
             tokens += _message_tokens(item, model)
-        elif isinstance(item.get("output"), str):
-            tokens += PER_MESSAGE + count_text(item["output"], model)
+        elif isinstance(item.get("output"), str | list):
+            tokens += PER_MESSAGE + _content_tokens(item["output"], model)
         else:
             tokens += PER_MESSAGE + _json_tokens(item, model)
     return tokens

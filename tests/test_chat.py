@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -491,18 +492,77 @@ def test_sdk_responses_stream(sdk, catalog):
     )
 
 
+def responses_error_event(sequence_number):
+    data = (
+        '{"type":"error","code":"server_error","message":"Service temporarily unavailable",'
+        f'"param":null,"sequence_number":{sequence_number}}}'
+    )
+    return "event: error\ndata: " + data
+
+
 def test_responses_stream_failing_midway(client, auth, catalog, sdk):
     catalog["direct"].stream_fail_after = 3
     response = respond(client, auth, {"model": MINI, "input": "hi", "stream": True})
     events = sse_events(response.text)
-    assert (
-        events[-1]
-        == 'event: error\ndata: {"type":"error","message":"Service temporarily unavailable"}'
-    )
+    assert len(events) == 4  # three relayed events (0, 1, 2), the error
+    assert events[-1] == responses_error_event(3)
     assert "[DONE]" not in response.text
     catalog["direct"].stream_fail_after = 3
     seen = list(sdk.responses.create(model=MINI, input="hi", stream=True))
-    assert seen[-1].type == "error" and seen[-1].message == "Service temporarily unavailable"
+    assert [event.sequence_number for event in seen] == [0, 1, 2, 3]
+    error = seen[-1]
+    assert (error.type, error.code, error.message, error.param, error.sequence_number) == (
+        "error",
+        "server_error",
+        "Service temporarily unavailable",
+        None,
+        3,
+    )
+    _wait_for_rows(2)
+    assert list(Transaction.objects.values_list("status_code", "credits")) == [(503, 0), (503, 0)]
+
+
+def test_responses_stream_failing_before_any_event(client, auth, catalog):
+    catalog["direct"].stream_fail_after = 0
+    response = respond(client, auth, {"model": MINI, "input": "hi", "stream": True})
+    assert response.status_code == 200
+    assert sse_events(response.text) == [responses_error_event(0)]
+    _wait_for_rows(1)
+    row = Transaction.objects.get()
+    assert (row.status_code, row.credits, row.error_code) == (503, 0, "stream_failed")
+
+
+def test_responses_stream_failing_after_several_events(client, auth, catalog):
+    catalog["direct"].stream_fail_after = 6  # within the text deltas
+    response = respond(client, auth, {"model": MINI, "input": "hi there", "stream": True})
+    events = sse_events(response.text)
+    relayed = [json.loads(event.split("data: ", 1)[1]) for event in events[:-1]]
+    assert [event["sequence_number"] for event in relayed] == list(range(6))
+    assert relayed[-1]["type"] == "response.output_text.delta"
+    assert events[-1] == responses_error_event(6)
+
+
+def test_responses_stream_error_event_from_the_upstream(client, auth, catalog):
+    """The aggregator's own error event: replaced by the gateway's, numbered in sequence."""
+    catalog["aggregator"].stream_fail_after = 5
+    catalog["aggregator"].stream_fail_mode = "error_event"
+    response = respond(
+        client,
+        auth,
+        {"model": MINI, "input": "hi", "stream": True},
+        **{"X-Service-Provider": "aggregator"},
+    )
+    events = sse_events(response.text)
+    assert len(events) == 6 and events[-1].startswith("event: error\ndata: ")
+    assert json.loads(events[-1].split("data: ", 1)[1]) == {
+        "type": "error",
+        "code": "server_error",
+        "message": "The server had an error while processing your request. Sorry about that!",
+        "param": None,
+        "sequence_number": 5,
+    }
+    _wait_for_rows(1)
+    assert Transaction.objects.get().status_code == 503
 
 
 def test_previous_response_id_on_a_stateless_provider(client, auth, catalog):

@@ -68,6 +68,7 @@ def test_unknown_parameter_names_are_refused_with_the_known_list(service, name):
         ("chat_completions", "reasoning.effort"),
         ("responses", "reasoning_effort"),
         ("responses", "max_output_tokens"),
+        ("responses", "include"),
         ("embeddings", "dimensions"),
         ("bedrock_embeddings", "inputText"),
         ("bedrock_embeddings", "texts"),

@@ -386,6 +386,69 @@ def test_responses_events_named_only_in_their_data(client, raw_upstream, funded)
     assert Transaction.objects.get().prompt_tokens == 4
 
 
+def _responses_event(kind: str, **fields) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + json.dumps({"type": kind, **fields}).encode()
+
+
+DELTA = "response.output_text.delta"
+UPSTREAM_ERROR = {"type": "error", "message": "Slow down.", "sequence_number": 2}
+
+
+@pytest.mark.parametrize(
+    "chunks, error",
+    [
+        (  # the upstream's own error event, after a keep-alive comment: its code and param
+            [
+                _responses_event("response.created", sequence_number=0, response={}) + b"\n\n",
+                _responses_event(DELTA, sequence_number=1, delta="Hi") + b"\n\n: ping\n\n",
+                _responses_event(
+                    "error", **UPSTREAM_ERROR, code="rate_limit_exceeded", param="input"
+                )
+                + b"\n\n",
+            ],
+            {"code": "rate_limit_exceeded", "message": "Slow down.", "param": "input", "seq": 2},
+        ),
+        (  # codes and params that are not identifiers are not relayed
+            [
+                _responses_event(DELTA, sequence_number=1, delta="Hi") + b"\n\n",
+                _responses_event("error", **UPSTREAM_ERROR, code="a b\n", param=7) + b"\n\n",
+            ],
+            {"code": "server_error", "message": "Slow down.", "param": None, "seq": 2},
+        ),
+        (  # the upstream ends without its end marker: the gateway's own failure
+            [_responses_event(DELTA, sequence_number=41, delta="Hi") + b"\n\n"],
+            {"code": "server_error", "message": "Service temporarily unavailable", "seq": 42},
+        ),
+        (  # an upstream that numbers no events
+            [_responses_event(DELTA, delta="Hi") + b"\n\n"],
+            {"code": "server_error", "message": "Service temporarily unavailable", "seq": 0},
+        ),
+        (  # a number no client could read back
+            [_responses_event(DELTA, sequence_number=2**64 - 1, delta="Hi") + b"\n\n"],
+            {"code": "server_error", "message": "Service temporarily unavailable", "seq": 0},
+        ),
+    ],
+)
+def test_responses_error_event(client, raw_upstream, funded, chunks, error):
+    raw_upstream.chunks = chunks
+    response = client.post(
+        "/v1/responses", json={"model": MINI, "input": "hi", "stream": True}, headers=funded[1]
+    )
+    assert response.status_code == 200
+    name, data = parse_event(response.content.rsplit(b"\n\n", 2)[-2] + b"\n\n")
+    assert name == b"error" and b"[DONE]" not in response.content
+    assert json.loads(data) == {
+        "type": "error",
+        "code": error["code"],
+        "message": error["message"],
+        "param": error.get("param"),
+        "sequence_number": error["seq"],
+    }
+    wait_until(lambda: Transaction.objects.exists())
+    row = Transaction.objects.get()
+    assert (row.status_code, row.credits, row.error_message) == (503, 0, error["message"])
+
+
 STREAM = (
     b": ping\r\n\r\nid: 1\r\nevent: a\r\ndata: x\r\ndata: y\r\n\r\n"
     b"data: z\revent: b\r\rretry: 5\nid: 2\ndata:no-space\n\n\n\ndata: last"

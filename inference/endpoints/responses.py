@@ -14,6 +14,9 @@ from ..providers.base import ResponsesProvider, malformed
 from ..schemas.common import SSE_RESPONSE, error_responses
 from ..schemas.responses import (
     PART_MODALITY,
+    FunctionCallOutputItem,
+    ItemReference,
+    ReasoningItem,
     ResponseInputSchemaTool,
     ResponseMessage,
     ResponseRequest,
@@ -26,6 +29,31 @@ router = Router(tags=["responses"])
 STATELESS_MESSAGE = (
     "previous_response_id is not supported by this provider; send the full conversation in `input`."
 )
+ITEM_REFERENCE_MESSAGE = (
+    "item_reference is not supported by this provider; send the referenced items in `input`."
+)
+INCLUDE_MESSAGE = "include value '{value}' is not supported by this provider"
+
+
+def _content(item):
+    """A message's content or a function's output: a string or a list of parts (None: neither)."""
+    if isinstance(item, ResponseMessage):
+        return item.content
+    if isinstance(item, FunctionCallOutputItem):
+        return item.output
+    return None
+
+
+def _texts(content) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    texts = []
+    for part in content or ():
+        if part.type in ("input_text", "output_text"):
+            texts.append(part.text)
+        elif part.type == "refusal":
+            texts.append(part.refusal)
+    return texts
 
 
 class Responses(TextGeneration):
@@ -39,27 +67,27 @@ class Responses(TextGeneration):
             yield body.input
             return
         for item in body.input:
-            if isinstance(item, ResponseMessage):
-                if isinstance(item.content, str):
-                    yield item.content
-                else:
-                    for part in item.content:
-                        if part.type in ("input_text", "output_text"):
-                            yield part.text
-            elif item.type == "function_call_output":
-                yield item.output
+            yield from _texts(_content(item))
+            if isinstance(item, ReasoningItem):
+                yield from (part.text for part in item.summary)
+                yield from (part.text for part in item.content or ())
 
     def prepare(self, route: Route, body: ResponseRequest) -> None:
         adapter = adapter_for(route.provider.kind, ResponsesProvider)
         if body.previous_response_id and not adapter.stateful_responses:
             raise BadRequest(STATELESS_MESSAGE)
+        if body.include and adapter.responses_include is not None:
+            for value in body.include:
+                if value not in adapter.responses_include:
+                    raise BadRequest(INCLUDE_MESSAGE.format(value=value))
         modalities = set()
         if not isinstance(body.input, str):
             for item in body.input:
-                if isinstance(item, ResponseMessage) and not isinstance(item.content, str):
-                    modalities |= {
-                        PART_MODALITY[p.type] for p in item.content if p.type in PART_MODALITY
-                    }
+                if isinstance(item, ItemReference) and not adapter.stateful_responses:
+                    raise BadRequest(ITEM_REFERENCE_MESSAGE)
+                parts = _content(item)
+                if isinstance(parts, list):
+                    modalities |= {PART_MODALITY[p.type] for p in parts if p.type in PART_MODALITY}
         check_model_support(route, modalities=modalities, effort=body.effort)
 
     def payload(self, route: Route, body: ResponseRequest) -> dict:

@@ -107,8 +107,10 @@ class Transport:
     kind: ClassVar[str] = ""
     # aiohttp re-quotes a URL's path; a protocol that signs the exact path (SigV4) keeps httpcore.
     aiohttp_transport: ClassVar[bool] = True
-    # Whether `previous_response_id` works (the provider stores responses).
+    # Whether `previous_response_id` and `item_reference` work (the provider stores responses).
     stateful_responses: ClassVar[bool] = False
+    # The Responses `include` values the provider honours; None: every documented one.
+    responses_include: ClassVar[frozenset[str] | None] = None
 
     def refine_route(self, route: Route) -> Route:
         """The route this adapter serves the request on (e.g. another connection of the same
@@ -253,6 +255,7 @@ class ChatProvider(Protocol):
 @runtime_checkable
 class ResponsesProvider(Protocol):
     stateful_responses: bool
+    responses_include: frozenset[str] | None
 
     async def responses(self, route: Route, payload: dict) -> dict: ...
 

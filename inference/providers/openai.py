@@ -97,6 +97,7 @@ class OpenAITransport(Transport):
     # --- chat completions and responses ---------------------------------------------------
 
     stateful_responses = True
+    responses_include = None  # every documented value
 
     def chat_payload(self, payload: dict) -> dict:
         """OpenAI's chat API takes the effort as `reasoning_effort` and has no `exclude`."""

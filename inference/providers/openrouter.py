@@ -15,6 +15,17 @@ class OpenRouterTransport(OpenAITransport):
     kind = "openrouter"
 
     stateful_responses = False  # its Responses API is stateless
+    # The `include` values its Responses API documents (ResponseIncludesEnum); the others
+    # (web search sources, output logprobs) are refused before the call.
+    responses_include = frozenset(
+        {
+            "file_search_call.results",
+            "message.input_image.image_url",
+            "computer_call_output.output.image_url",
+            "reasoning.encrypted_content",
+            "code_interpreter_call.outputs",
+        }
+    )
 
     async def post_json(self, route: Route, path: str, body, **kwargs):
         answer = await super().post_json(route, path, body, **kwargs)
