@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import copy
 import json
 import logging
@@ -25,6 +26,9 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import uvicorn
+
+# The epoch of the fake that the stream being sent began in (each request is a task of its own).
+_STREAM_EPOCH: contextvars.ContextVar[int] = contextvars.ContextVar("stream_epoch", default=-1)
 
 log = logging.getLogger("fake_upstreams")
 
@@ -216,6 +220,9 @@ class FakeUpstream:
         self.streams_abandoned = 0
         # Per stream, in the order streams ended: the events sent before it ended.
         self.streams_sent: list[list[bytes]] = []
+        # Bumped by clear(): a stream begun before it (a test's stalled stream still sleeping)
+        # is not counted in the next test's figures when it finally ends.
+        self._epoch = 0
         self._apply_knob_defaults()
 
     # -- knobs -------------------------------------------------------------------------
@@ -259,6 +266,7 @@ class FakeUpstream:
             self._modes.clear()
             self.streams_abandoned = 0
             self.streams_sent = []
+            self._epoch += 1
 
     def reset(self) -> None:
         """:meth:`clear` and put every knob back to its default (for shared fixtures)."""
@@ -458,6 +466,7 @@ class FakeUpstream:
         fail_after, fail_mode = self.stream_fail_after, self.stream_fail_mode
         stall_after, stall_seconds = self.stream_stall_after, self.stream_stall_seconds
         chunk_delay = self.chunk_delay
+        _STREAM_EPOCH.set(self._epoch)
         # The request body is read: the next message is the client's disconnect, if it comes.
         hung_up = asyncio.ensure_future(receive())
         try:
@@ -473,6 +482,11 @@ class FakeUpstream:
             )
         finally:
             hung_up.cancel()
+
+    def _count_abandoned(self) -> None:
+        with self._lock:
+            if _STREAM_EPOCH.get() == self._epoch:
+                self.streams_abandoned += 1
 
     async def _send_events(
         self, send, response, headers, hung_up, failure, stall_after, stall_seconds, chunk_delay
@@ -494,7 +508,8 @@ class FakeUpstream:
             )
         finally:
             with self._lock:
-                self.streams_sent.append(sent)
+                if _STREAM_EPOCH.get() == self._epoch:
+                    self.streams_sent.append(sent)
 
     async def _send_each(
         self,
@@ -516,8 +531,7 @@ class FakeUpstream:
             if response.pauses.get(index):
                 await self._sleep(response.pauses[index])
             if hung_up.done():
-                with self._lock:
-                    self.streams_abandoned += 1
+                self._count_abandoned()
                 return
             if fail_after is not None and index >= fail_after:
                 if fail_mode == "error_event" and response.error_event is not None:
@@ -529,8 +543,7 @@ class FakeUpstream:
             elif index and chunk_delay:
                 await self._sleep(chunk_delay)
             if hung_up.done():  # left while this event was being waited for
-                with self._lock:
-                    self.streams_abandoned += 1
+                self._count_abandoned()
                 return
             await send({"type": "http.response.body", "body": event, "more_body": True})
             sent.append(event)
