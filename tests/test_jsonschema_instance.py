@@ -33,7 +33,7 @@ def assert_valid(schema, value):
 # --------------------------------------------------------------------------- pydantic models
 
 
-class Colour(str, enum.Enum):
+class Colour(enum.StrEnum):
     red = "red"
     green = "green"
 
@@ -197,8 +197,14 @@ EDGES = [
     {"type": "number", "maximum": -3.5},
     {"type": "integer", "minimum": -100, "maximum": -90, "multipleOf": 7},
     {"type": "number", "minimum": 1e300},
-    {"$schema": "http://json-schema.org/draft-04/schema#", "type": "number", "minimum": 3,
-     "exclusiveMinimum": True, "maximum": 4, "exclusiveMaximum": True},
+    {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "number",
+        "minimum": 3,
+        "exclusiveMinimum": True,
+        "maximum": 4,
+        "exclusiveMaximum": True,
+    },
     {"type": "string", "minLength": 30},
     {"type": "string", "maxLength": 0},
     {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"},
@@ -208,16 +214,24 @@ EDGES = [
     {"type": "array", "items": {"type": "integer"}, "minItems": 5, "uniqueItems": True},
     {"type": "array", "items": {"enum": ["a", "b", "c"]}, "minItems": 3, "uniqueItems": True},
     {"type": "array", "items": {"type": "string"}, "minItems": 3, "uniqueItems": True},
-    {"type": "array", "items": {"type": "string", "format": "date"}, "minItems": 3,
-     "uniqueItems": True},
+    {
+        "type": "array",
+        "items": {"type": "string", "format": "date"},
+        "minItems": 3,
+        "uniqueItems": True,
+    },
     {"type": "array", "maxItems": 0},
     {"type": "array", "prefixItems": [{"type": "integer"}, {"const": "x"}], "items": False},
     {"type": "object", "minProperties": 2, "additionalProperties": {"type": "boolean"}},
     {"type": "object", "required": ["a", "b"], "properties": {"a": {"type": "null"}}},
     {"type": "object", "properties": {"gone": False, "any": True}},
     {"type": "object", "maxProperties": 1, "properties": {"a": {}, "b": {}}, "required": ["b"]},
-    {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
-               {"properties": {"b": {"type": "string"}}, "required": ["b"]}]},
+    {
+        "allOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            {"properties": {"b": {"type": "string"}}, "required": ["b"]},
+        ]
+    },
     {"$defs": {"N": {"type": "integer", "minimum": 7}}, "allOf": [{"$ref": "#/$defs/N"}]},
     {"$defs": {"S": {"type": "string"}}, "$ref": "#/$defs/S", "maxLength": 3},
     {"anyOf": [{"type": "null"}, {"type": "boolean"}]},
@@ -236,6 +250,11 @@ def test_edge_cases_are_valid(schema):
 
 # --------------------------------------------------------------------------- hostile schemas
 
+KEYWORDS = (
+    "type properties required items prefixItems anyOf oneOf allOf $ref $defs enum const minItems "
+    "maxItems minLength maxLength pattern format minimum maximum exclusiveMinimum multipleOf "
+    "additionalProperties minProperties uniqueItems x"
+).split()
 json_values = st.recursive(
     st.none()
     | st.booleans()
@@ -243,16 +262,9 @@ json_values = st.recursive(
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.sampled_from(["#", "#/$defs/x", "#/definitions", "^(a+)+$", "[", "date", "uuid"])
     | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(
-        st.sampled_from(
-            ["type", "properties", "required", "items", "prefixItems", "anyOf", "oneOf",
-             "allOf", "$ref", "$defs", "enum", "const", "minItems", "maxItems", "minLength",
-             "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-             "multipleOf", "additionalProperties", "minProperties", "uniqueItems", "x"]
-        ),
-        children,
-        max_size=5,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.sampled_from(KEYWORDS), children, max_size=5)
     ),
     max_leaves=30,
 )
