@@ -2,8 +2,8 @@
 
 Served under ``<origin>/v1`` with ``Authorization: Bearer <api_key>``. Errors
 use OpenAI's ``{"error": {"message", "type", "param", "code"}}`` shape.
-The Chat Completions helpers at module level are shared with the OpenRouter
-fake, whose chat endpoint is OpenAI-compatible.
+The Chat Completions and Responses helpers at module level are shared with the
+OpenRouter fake, whose chat and responses endpoints are OpenAI-compatible.
 """
 
 from __future__ import annotations
@@ -460,8 +460,13 @@ class OpenAIFake(FakeUpstream):
         chat_models: model ids accepted by chat completions and responses
             (default: common aliases and their dated snapshots).
 
+    Requests with ``tools`` or a JSON response format get tool calls, answers that use tool
+    results and JSON documents (:mod:`fake_upstreams.agentic`); reasoning models on
+    ``/v1/responses`` answer a ``reasoning`` item first.
+
     Knobs (attributes; :meth:`reset` restores them):
-        reply_text: fixed assistant text instead of ``"Echo: <last user text>"``.
+        reply_text: fixed assistant text instead of ``"Echo: <last user text>"`` (or of the
+            tool-result sentence; in a JSON document, its first free-form string).
         reverse_embeddings: answer embedding ``data`` in reversed index order.
         resolve_snapshots: name the dated snapshot in answers (``gpt-4o-mini`` ->
             ``gpt-4o-mini-2024-07-18``) as the real API does.

@@ -81,6 +81,9 @@ class OpenRouterFake(FakeUpstream):
         api_key: the only accepted bearer token; None accepts any (or none).
         chat_models / embedding_models: accepted ids (defaults above).
 
+    Tool calls, tool-result answers and JSON documents as the OpenAI fake's (the shared
+    helpers); no reasoning items.
+
     Knobs: ``reply_text`` (fixed assistant text), ``reverse_embeddings``, and
     the stream/latency knobs of :class:`FakeUpstream`. With
     ``stream_fail_mode = "error_event"`` a broken stream ends the way
