@@ -26,9 +26,12 @@ from typing import Any
 SOFT_DEPTH = 8
 # Past this depth nothing more is built: a schema with no way out gets a null there.
 HARD_DEPTH = 32
-# Bounds on what a hostile schema can make the walker build.
+# Bounds on what a hostile schema can make the walker build: a schema that refers to itself
+# several times over (`{"allOf": [{"$ref": "#"}, {"$ref": "#"}]}`) would otherwise grow
+# exponentially with the depth.
 MAX_ITEMS = 64
 MAX_STRING = 4096
+MAX_STEPS = 5000
 
 _NOTHING = object()  # the `false` schema: no value is valid
 _FORMATS = {
@@ -85,6 +88,11 @@ class _Walker:
     def __init__(self, root: Any, hint: str | None):
         self.root = root
         self.hint = hint
+        self.steps = 0
+
+    def spent(self) -> bool:
+        self.steps += 1
+        return self.steps > MAX_STEPS
 
     # -- schema plumbing ------------------------------------------------------------------
 
@@ -92,7 +100,7 @@ class _Walker:
         """``schema`` with its ``$ref`` and ``allOf`` folded in (one dict, or a boolean)."""
         if not isinstance(schema, dict):
             return schema if isinstance(schema, bool) else {}
-        if depth > HARD_DEPTH:
+        if depth > HARD_DEPTH or self.spent():
             return schema
         ref = schema.get("$ref")
         if isinstance(ref, str):
@@ -131,7 +139,7 @@ class _Walker:
     # -- values ---------------------------------------------------------------------------
 
     def value(self, schema: Any, key: str, depth: int, variant: int) -> Any:
-        if depth > HARD_DEPTH:
+        if depth > HARD_DEPTH or self.spent():
             return None
         schema = self.resolve(schema, depth)
         if schema is False:

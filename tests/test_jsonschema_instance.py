@@ -281,6 +281,23 @@ def test_any_json_as_a_schema_never_raises(schema):
     json.dumps(instance(schema, hint="h"))
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"allOf": [{"$ref": "#"}] * 5},
+        {"anyOf": [{"$ref": "#"}] * 5, "type": "object"},
+        {
+            "type": "object",
+            "properties": {name: {"$ref": "#"} for name in "abcde"},
+            "required": list("abcde"),
+        },
+        {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+    ],
+)
+def test_self_references_stay_bounded(schema):
+    assert len(json.dumps(instance(schema))) < 250_000  # a few thousand nodes at most
+
+
 def test_huge_bounds_stay_small():
     value = instance({"type": "array", "minItems": 2**62, "items": {"minLength": 2**40}})
     assert len(value) <= 64 and all(len(s) <= 4096 for s in value)
