@@ -2,18 +2,19 @@
 
 Served under ``<origin>/v1`` with ``Authorization: Bearer <api_key>``. Errors
 use OpenAI's ``{"error": {"message", "type", "param", "code"}}`` shape.
-The Chat Completions helpers at module level are shared with the OpenRouter
-fake, whose chat endpoint is OpenAI-compatible.
+The Chat Completions and Responses helpers at module level are shared with the
+OpenRouter fake, whose chat and responses endpoints are OpenAI-compatible.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from . import png, synth
+from . import agentic, png, synth
 from .server import (
     FakeUpstream,
     RecordedRequest,
@@ -209,7 +210,7 @@ def content_text(content: Any) -> str:
 
 @dataclass
 class Turn:
-    """What the fake model "says" and what it costs."""
+    """What the fake model "says" (text, or a call of a tool) and what it costs."""
 
     reply: str
     prompt_tokens: int
@@ -217,6 +218,8 @@ class Turn:
     reasoning_tokens: int = 0
     cached_tokens: int = 0
     finish_reason: str = "stop"
+    tool_call: agentic.ToolCall | None = None
+    structured: bool = False  # ``reply`` is a JSON document (streamed in pieces of characters)
 
 
 def plan_turn(
@@ -227,37 +230,119 @@ def plan_turn(
     reasoning_tokens: int = 0,
     cached_tokens: int = 0,
     history_tokens: int = 0,
+    action: agentic.Action | None = None,
 ) -> Turn:
-    reply = reply_text if reply_text is not None else f"Echo: {last_user_text}"
-    finish = "stop"
-    if limit is not None and synth.count_tokens(reply) > limit:
-        reply, finish = synth.truncate_words(reply, limit), "length"
+    if action is None:
+        action = agentic.Action(reply_text if reply_text is not None else f"Echo: {last_user_text}")
+    call = action.call
+    # Completion tokens are those of what the model wrote: the text, or the call's arguments.
+    produced = call.arguments if call is not None else action.text
+    finish = "tool_calls" if call is not None else "stop"
+    if limit is not None and synth.count_tokens(produced) > limit:
+        produced, finish = synth.truncate_words(produced, limit), "length"
     prompt_tokens = history_tokens + sum(synth.count_tokens(t) for t in prompt_texts)
     return Turn(
-        reply=reply,
+        reply="" if call is not None else produced,
         prompt_tokens=prompt_tokens,
-        completion_tokens=synth.count_tokens(reply) + reasoning_tokens,
+        completion_tokens=synth.count_tokens(produced) + reasoning_tokens,
         reasoning_tokens=reasoning_tokens,
         cached_tokens=min(cached_tokens, prompt_tokens),
         finish_reason=finish,
+        tool_call=agentic.ToolCall(call.name, produced) if call is not None else None,
+        structured=action.structured,
     )
 
 
 def chat_turn(
     body: dict, reply_text: str | None, reasoning_tokens: int = 0, cached_tokens: int = 0
 ) -> Turn:
+    """Raises :class:`agentic.UnknownTool` for a forced function ``tools`` lacks."""
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     texts = [content_text(m.get("content")) for m in messages]
-    users = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
+    dialogue = agentic.chat_dialogue(messages, content_text)
+    action = agentic.decide(
+        agentic.chat_tools(body),
+        agentic.tool_choice(body),
+        agentic.chat_format(body),
+        dialogue,
+        reply_text,
+    )
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     return plan_turn(
         texts,
-        users[-1] if users else "",
+        dialogue.last_user,
         reply_text,
         limit if isinstance(limit, int) else None,
         reasoning_tokens,
         cached_tokens,
+        action=action,
     )
+
+
+def response_turn(
+    body: dict,
+    reply_text: str | None,
+    limit: int | None,
+    reasoning_tokens: int = 0,
+    cached_tokens: int = 0,
+    history_tokens: int = 0,
+    earlier: list[dict] | tuple = (),
+) -> Turn:
+    """The turn of a Responses request; ``earlier``: the previous response's output items.
+    Raises :class:`agentic.UnknownTool` for a forced function ``tools`` lacks."""
+    texts, last_user = _response_input_texts(body)
+    raw = body.get("input")
+    items = [i for i in raw if isinstance(i, dict)] if isinstance(raw, list) else []
+    earlier = [i for i in earlier if isinstance(i, dict)]
+    dialogue = agentic.responses_dialogue(items, last_user, content_text, earlier)
+    action = agentic.decide(
+        agentic.responses_tools(body),
+        agentic.tool_choice(body),
+        agentic.responses_format(body),
+        dialogue,
+        reply_text,
+    )
+    return plan_turn(
+        texts,
+        last_user,
+        reply_text,
+        limit,
+        reasoning_tokens,
+        cached_tokens,
+        history_tokens=history_tokens,
+        action=action,
+    )
+
+
+def unknown_tool_message(name: str) -> str:
+    return f"Invalid value for 'tool_choice': function '{name}' is not in 'tools'."
+
+
+def chat_message(turn: Turn) -> dict:
+    if turn.tool_call is None:
+        return {"role": "assistant", "content": turn.reply, "refusal": None, "annotations": []}
+    call = {
+        "id": synth.random_id("call_", 24),
+        "type": "function",
+        "function": {"name": turn.tool_call.name, "arguments": turn.tool_call.arguments},
+    }
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [call],
+        "refusal": None,
+        "annotations": [],
+    }
+
+
+def stream_pieces(turn: Turn, pieces: int) -> list[str]:
+    """What a stream sends of the answer, piece by piece: words of text; characters of a JSON
+    document or of a call's arguments (compact JSON has few spaces)."""
+    if turn.tool_call is not None:
+        return synth.split_chars(turn.tool_call.arguments, pieces)
+    if turn.structured:
+        return synth.split_chars(turn.reply, pieces)
+    return synth.split_pieces(turn.reply, pieces)
 
 
 def chat_usage(turn: Turn, n: int = 1) -> dict:
@@ -288,12 +373,7 @@ def chat_completion(
     choices = [
         {
             "index": i,
-            "message": {
-                "role": "assistant",
-                "content": turn.reply,
-                "refusal": None,
-                "annotations": [],
-            },
+            "message": chat_message(turn),
             "logprobs": None,
             "finish_reason": turn.finish_reason,
             **(choice_extra or {}),
@@ -343,8 +423,26 @@ def chat_chunks(
             body["usage"] = None  # the real API sends an explicit null until the usage chunk
         return body
 
-    chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    chunks += [chunk({"content": piece}) for piece in synth.split_pieces(turn.reply, pieces)]
+    call = turn.tool_call
+    if call is None:
+        chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
+        chunks += [chunk({"content": piece}) for piece in stream_pieces(turn, pieces)]
+    else:
+        # As the API streams a call: id, type and name first with empty arguments, then the
+        # arguments in pieces, each delta naming the call by its index.
+        opening = {
+            "index": 0,
+            "id": synth.random_id("call_", 24),
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        chunks = [
+            chunk({"role": "assistant", "content": None, "tool_calls": [opening], "refusal": None})
+        ]
+        chunks += [
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+            for piece in stream_pieces(turn, pieces)
+        ]
     chunks.append(chunk({}, turn.finish_reason))
     if include_usage:
         chunks.append({**base, "choices": [], "usage": usage or chat_usage(turn)})
@@ -362,8 +460,13 @@ class OpenAIFake(FakeUpstream):
         chat_models: model ids accepted by chat completions and responses
             (default: common aliases and their dated snapshots).
 
+    Requests with ``tools`` or a JSON response format get tool calls, answers that use tool
+    results and JSON documents (:mod:`fake_upstreams.agentic`); reasoning models on
+    ``/v1/responses`` answer a ``reasoning`` item first.
+
     Knobs (attributes; :meth:`reset` restores them):
-        reply_text: fixed assistant text instead of ``"Echo: <last user text>"``.
+        reply_text: fixed assistant text instead of ``"Echo: <last user text>"`` (or of the
+            tool-result sentence; in a JSON document, its first free-form string).
         reverse_embeddings: answer embedding ``data`` in reversed index order.
         resolve_snapshots: name the dated snapshot in answers (``gpt-4o-mini`` ->
             ``gpt-4o-mini-2024-07-18``) as the real API does.
@@ -608,7 +711,10 @@ class OpenAIFake(FakeUpstream):
                 "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
                 param="stream_options",
             )
-        turn = chat_turn(body, self.reply_text, self.reasoning_tokens, self.cached_tokens)
+        try:
+            turn = chat_turn(body, self.reply_text, self.reasoning_tokens, self.cached_tokens)
+        except agentic.UnknownTool as exc:
+            raise self.fail(400, unknown_tool_message(exc.name), param="tool_choice") from None
         completion_id = synth.random_id("chatcmpl-", 29)
         answer_model = self._answer_model(model)
         if not stream:
@@ -650,6 +756,7 @@ class OpenAIFake(FakeUpstream):
                 code="integer_below_min_value",
             )
         history = 0
+        earlier: list = []
         previous_id = body.get("previous_response_id")
         if previous_id:
             previous = self._responses.get(previous_id)
@@ -662,25 +769,31 @@ class OpenAIFake(FakeUpstream):
                 )
             # The whole earlier conversation is input again, and billed as such.
             history = previous["usage"]["input_tokens"] + previous["usage"]["output_tokens"]
-        texts, last_user = _response_input_texts(body)
-        turn = plan_turn(
-            texts,
-            last_user,
-            self.reply_text,
-            limit,
-            self.reasoning_tokens,
-            self.cached_tokens,
-            history_tokens=history,
-        )
+            earlier = previous["output"]
+        try:
+            turn = response_turn(
+                body,
+                self.reply_text,
+                limit,
+                self.reasoning_tokens,
+                self.cached_tokens,
+                history_tokens=history,
+                earlier=earlier,
+            )
+        except agentic.UnknownTool as exc:
+            raise self.fail(400, unknown_tool_message(exc.name), param="tool_choice") from None
+        reasoning = None
+        if model.startswith(REASONING_PREFIXES):
+            reasoning = reasoning_item(body, turn)
         response_id = synth.hex_id("resp_", 24)
-        message_id = synth.hex_id("msg_", 24)
-        final = _response_object(body, self._answer_model(model), response_id, message_id, turn)
+        output = response_output(turn, reasoning)
+        final = _response_object(body, self._answer_model(model), response_id, output, turn)
         if body.get("store", True) is not False:
             self._responses[response_id] = final
         if not body.get("stream"):
             return json_response(final)
         return _response_stream(
-            body, final, message_id, turn, pieces=self.stream_pieces, usage_delay=self.usage_delay
+            final, turn, pieces=self.stream_pieces, usage_delay=self.usage_delay
         )
 
     def get_response(self, request: RecordedRequest, response_id: str) -> Response:
@@ -831,31 +944,78 @@ def _response_input_texts(body: dict) -> tuple[list[str], str]:
     return texts, last_user
 
 
+def response_output(turn: Turn, reasoning: dict | None = None) -> list[dict]:
+    """The output items of a finished response: the reasoning item (reasoning models), then
+    the message or the function call."""
+    status = "incomplete" if turn.finish_reason == "length" else "completed"
+    items = [reasoning] if reasoning is not None else []
+    if turn.tool_call is not None:
+        items.append(
+            _function_call_item(
+                synth.hex_id("fc_", 24),
+                synth.random_id("call_", 24),
+                turn.tool_call.name,
+                turn.tool_call.arguments,
+                status,
+            )
+        )
+    else:
+        items.append(_message_item(synth.hex_id("msg_", 24), turn.reply, status))
+    return items
+
+
+def reasoning_item(body: dict, turn: Turn) -> dict:
+    """A reasoning model's ``reasoning`` item: a summary only when ``reasoning.summary`` asks
+    for one, ``encrypted_content`` only when ``include`` asks for it, as the API answers."""
+    requested = body.get("reasoning")
+    wants_summary = isinstance(requested, dict) and requested.get("summary") in (
+        "auto",
+        "concise",
+        "detailed",
+    )
+    if turn.tool_call is not None:
+        name = turn.tool_call.name
+        thought = f"**Choosing a tool**\n\nThe request is best served by the {name} tool."
+    elif turn.structured:
+        thought = "**Writing the JSON document**\n\nThe answer follows the requested format."
+    else:
+        thought = "**Answering**\n\nThe simulator repeats the request back."
+    item: dict[str, Any] = {
+        "id": synth.hex_id("rs_", 24),
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": thought}] if wants_summary else [],
+    }
+    include = body.get("include")
+    if isinstance(include, list) and "reasoning.encrypted_content" in include:
+        # Opaque to the client, as the real one is; the same for the same answer.
+        digest = hashlib.sha256(f"{thought}\x00{turn.reply}".encode()).digest()
+        item["encrypted_content"] = "gAAAAAB" + base64.urlsafe_b64encode(digest * 3).decode()
+    return item
+
+
 def _response_object(
     body: dict,
     model: str,
     response_id: str,
-    message_id: str,
+    output: list[dict],
     turn: Turn,
     *,
     finished: bool = True,
 ) -> dict:
     incomplete = turn.finish_reason == "length"
     status = ("incomplete" if incomplete else "completed") if finished else "in_progress"
-    output = []
-    if finished:
-        output = [
-            _message_item(message_id, turn.reply, "incomplete" if incomplete else "completed")
-        ]
     created = synth.now()
+    requested = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
     reasoning = (
-        {"effort": "medium", "summary": None}
+        {"effort": requested.get("effort") or "medium", "summary": requested.get("summary")}
         if model.startswith(REASONING_PREFIXES)
         else {
             "effort": None,
             "summary": None,
         }
     )
+    text = body.get("text") if isinstance(body.get("text"), dict) else {}
+    text_format = text.get("format") if isinstance(text.get("format"), dict) else None
     return {
         "id": response_id,
         "object": "response",
@@ -869,8 +1029,8 @@ def _response_object(
         "max_output_tokens": body.get("max_output_tokens"),
         "max_tool_calls": None,
         "model": model,
-        "output": output,
-        "parallel_tool_calls": True,
+        "output": output if finished else [],
+        "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
         "previous_response_id": body.get("previous_response_id"),
         "prompt_cache_key": None,
         "reasoning": reasoning,
@@ -878,9 +1038,9 @@ def _response_object(
         "service_tier": "default",
         "store": body.get("store", True) is not False,
         "temperature": body.get("temperature", 1.0),
-        "text": {"format": {"type": "text"}, "verbosity": "medium"},
-        "tool_choice": "auto",
-        "tools": [],
+        "text": {"format": text_format or {"type": "text"}, "verbosity": "medium"},
+        "tool_choice": body.get("tool_choice") or "auto",
+        "tools": _echo_tools(body),
         "top_logprobs": 0,
         "top_p": body.get("top_p", 1.0),
         "truncation": "disabled",
@@ -888,6 +1048,27 @@ def _response_object(
         "user": None,
         "metadata": body.get("metadata") or {},
     }
+
+
+def _echo_tools(body: dict) -> list:
+    """The request's tools as the API echoes them: function tools with every field, strict by
+    default."""
+    tools = body.get("tools")
+    if not isinstance(tools, list):
+        return []
+    echoed = []
+    for tool in tools:
+        if isinstance(tool, dict) and tool.get("type") == "function":
+            strict = tool.get("strict")
+            tool = {
+                "type": "function",
+                "name": tool.get("name"),
+                "description": tool.get("description"),
+                "parameters": tool.get("parameters"),
+                "strict": True if strict is None else strict,
+            }
+        echoed.append(tool)
+    return echoed
 
 
 def _response_usage(turn: Turn) -> dict:
@@ -911,19 +1092,29 @@ def _message_item(message_id: str, text: str | None, status: str) -> dict:
     }
 
 
+def _function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict:
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "arguments": arguments,
+        "call_id": call_id,
+        "name": name,
+    }
+
+
 def _text_part(text: str) -> dict:
     return {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
 
 
 def _response_stream(
-    body: dict,
     final: dict,
-    message_id: str,
     turn: Turn,
     *,
     pieces: int = 4,
     usage_delay: float = 0.0,
 ) -> Response:
+    """The events of a streamed response, in the API's order, item by item."""
     sequence = itertools.count()
     started = {
         **final,
@@ -933,8 +1124,6 @@ def _response_stream(
         "output": [],
         "usage": None,
     }
-    finished_item = final["output"][0]
-    where = {"item_id": message_id, "output_index": 0, "content_index": 0}
 
     def event(kind: str, **fields: Any) -> bytes:
         return sse_event(kind, {"type": kind, "sequence_number": next(sequence), **fields})
@@ -942,24 +1131,20 @@ def _response_stream(
     events = [
         event("response.created", response=started),
         event("response.in_progress", response=started),
-        event(
-            "response.output_item.added",
-            output_index=0,
-            item=_message_item(message_id, None, "in_progress"),
-        ),
-        event("response.content_part.added", **where, part=_text_part("")),
     ]
-    for piece in synth.split_pieces(turn.reply, pieces):
-        events.append(event("response.output_text.delta", **where, delta=piece, logprobs=[]))
-    events += [
-        event("response.output_text.done", **where, text=turn.reply, logprobs=[]),
-        event("response.content_part.done", **where, part=_text_part(turn.reply)),
-        event("response.output_item.done", output_index=0, item=finished_item),
+    for index, item in enumerate(final["output"]):
+        if item["type"] == "reasoning":
+            events += _reasoning_events(event, index, item, pieces)
+        elif item["type"] == "function_call":
+            events += _function_call_events(event, index, item, stream_pieces(turn, pieces))
+        else:
+            events += _message_events(event, index, item, stream_pieces(turn, pieces))
+    events.append(
         event(
             "response.incomplete" if final["status"] == "incomplete" else "response.completed",
             response=final,
-        ),
-    ]
+        )
+    )
 
     def error_event(index: int) -> bytes:
         return sse_event(
@@ -974,3 +1159,56 @@ def _response_stream(
         )
 
     return sse_response(events, error_event=error_event, pauses={len(events) - 1: usage_delay})
+
+
+def _message_events(event, index: int, item: dict, pieces: list[str]) -> list[bytes]:
+    text = item["content"][0]["text"]
+    where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+    events = [
+        event(
+            "response.output_item.added",
+            output_index=index,
+            item=_message_item(item["id"], None, "in_progress"),
+        ),
+        event("response.content_part.added", **where, part=_text_part("")),
+    ]
+    for piece in pieces:
+        events.append(event("response.output_text.delta", **where, delta=piece, logprobs=[]))
+    return events + [
+        event("response.output_text.done", **where, text=text, logprobs=[]),
+        event("response.content_part.done", **where, part=_text_part(text)),
+        event("response.output_item.done", output_index=index, item=item),
+    ]
+
+
+def _function_call_events(event, index: int, item: dict, pieces: list[str]) -> list[bytes]:
+    opened = {**item, "status": "in_progress", "arguments": ""}
+    where = {"item_id": item["id"], "output_index": index}
+    events = [event("response.output_item.added", output_index=index, item=opened)]
+    for piece in pieces:
+        events.append(event("response.function_call_arguments.delta", **where, delta=piece))
+    return events + [
+        event("response.function_call_arguments.done", **where, arguments=item["arguments"]),
+        event("response.output_item.done", output_index=index, item=item),
+    ]
+
+
+def _reasoning_events(event, index: int, item: dict, pieces: int) -> list[bytes]:
+    opened = {**item, "summary": []}
+    events = [event("response.output_item.added", output_index=index, item=opened)]
+    for number, part in enumerate(item["summary"]):
+        where = {"item_id": item["id"], "output_index": index, "summary_index": number}
+        events.append(
+            event(
+                "response.reasoning_summary_part.added",
+                **where,
+                part={"type": "summary_text", "text": ""},
+            )
+        )
+        for piece in synth.split_pieces(part["text"], pieces):
+            events.append(event("response.reasoning_summary_text.delta", **where, delta=piece))
+        events += [
+            event("response.reasoning_summary_text.done", **where, text=part["text"]),
+            event("response.reasoning_summary_part.done", **where, part=part),
+        ]
+    return events + [event("response.output_item.done", output_index=index, item=item)]

@@ -16,10 +16,9 @@ import string
 import time
 from typing import Any
 
-from . import synth
+from . import agentic, synth
 from .openai import (
     EMBEDDING_MODELS,
-    _response_input_texts,
     _response_object,
     _response_stream,
     chat_chunks,
@@ -27,7 +26,9 @@ from .openai import (
     chat_turn,
     embedding_vector,
     parse_embedding_input,
-    plan_turn,
+    response_output,
+    response_turn,
+    unknown_tool_message,
 )
 from .server import FakeUpstream, RecordedRequest, Response, json_response, sse_data, sse_response
 
@@ -79,6 +80,9 @@ class OpenRouterFake(FakeUpstream):
     Args:
         api_key: the only accepted bearer token; None accepts any (or none).
         chat_models / embedding_models: accepted ids (defaults above).
+
+    Tool calls, tool-result answers and JSON documents as the OpenAI fake's (the shared
+    helpers); no reasoning items.
 
     Knobs: ``reply_text`` (fixed assistant text), ``reverse_embeddings``, and
     the stream/latency knobs of :class:`FakeUpstream`. With
@@ -187,7 +191,10 @@ class OpenRouterFake(FakeUpstream):
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise self.fail(400, 'Input required: specify "prompt" or "messages"')
-        turn = chat_turn(body, self.reply_text)
+        try:
+            turn = chat_turn(body, self.reply_text)
+        except agentic.UnknownTool as exc:
+            raise self.fail(400, unknown_tool_message(exc.name)) from None
         completion_id = generation_id()
         extra = {"provider": self._provider(model)}
         usage = {
@@ -240,14 +247,14 @@ class OpenRouterFake(FakeUpstream):
             raise self._invalid_model(model)
         if body.get("previous_response_id"):
             raise self.fail(400, "previous_response_id is not supported: the API is stateless")
-        texts, last_user = _response_input_texts(body)
         limit = body.get("max_output_tokens")
-        turn = plan_turn(
-            texts, last_user, self.reply_text, limit if isinstance(limit, int) else None
-        )
-        final = _response_object(
-            body, model, synth.hex_id("resp_", 24), synth.hex_id("msg_", 24), turn
-        )
+        try:
+            turn = response_turn(body, self.reply_text, limit if isinstance(limit, int) else None)
+        except agentic.UnknownTool as exc:
+            raise self.fail(400, unknown_tool_message(exc.name)) from None
+        # No reasoning item: this fake does not simulate reasoning (its usage has none either).
+        output = response_output(turn)
+        final = _response_object(body, model, synth.hex_id("resp_", 24), output, turn)
         if not body.get("stream"):
             return json_response(final)
-        return _response_stream(body, final, final["output"][0]["id"], turn)
+        return _response_stream(final, turn)

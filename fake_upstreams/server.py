@@ -431,14 +431,19 @@ class FakeUpstream:
             log.exception("%s failed on %s %s", type(self).__name__, request.method, request.path)
             return self.error(500)
 
-    async def _sleep(self, seconds: float) -> None:
-        # Sleep in slices so stop() does not wait for a 30 s hang to finish.
+    async def _sleep(self, seconds: float, hung_up: asyncio.Future | None = None) -> None:
+        # Sleep in slices so stop() does not wait for a 30 s hang to finish. A stream's pause
+        # ends when its client hangs up: the abandoned stream is counted then, not seconds
+        # later (in the next test, after its reset).
         deadline = time.monotonic() + seconds
         while not self._closing.is_set():
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (hung_up is not None and hung_up.done()):
                 return
-            await asyncio.sleep(min(left, 0.05))
+            if hung_up is None:
+                await asyncio.sleep(min(left, 0.05))
+            else:
+                await asyncio.wait({hung_up}, timeout=min(left, 0.05))
 
     async def _drop(self, send: Callable) -> None:
         await send(
@@ -529,7 +534,7 @@ class FakeUpstream:
             await send({"type": "http.response.body", "body": response.preamble, "more_body": True})
         for index, event in enumerate(response.events or []):
             if response.pauses.get(index):
-                await self._sleep(response.pauses[index])
+                await self._sleep(response.pauses[index], hung_up)
             if hung_up.done():
                 self._count_abandoned()
                 return
@@ -539,9 +544,9 @@ class FakeUpstream:
                     return
                 raise _DropConnection()
             if stall_after is not None and index == stall_after:
-                await self._sleep(stall_seconds)
+                await self._sleep(stall_seconds, hung_up)
             elif index and chunk_delay:
-                await self._sleep(chunk_delay)
+                await self._sleep(chunk_delay, hung_up)
             if hung_up.done():  # left while this event was being waited for
                 self._count_abandoned()
                 return

@@ -54,6 +54,14 @@ def split_pieces(text: str, pieces: int = 4) -> list[str]:
     return ["".join(words[i : i + size]) for i in range(0, len(words), size)]
 
 
+def split_chars(text: str, pieces: int = 4) -> list[str]:
+    """Split ``text`` into at most ``pieces`` consecutive runs of characters."""
+    if not text:
+        return []
+    size = max(1, math.ceil(len(text) / max(pieces, 1)))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
 def truncate_words(text: str, limit: int) -> str:
     return "".join(_WORD.findall(text)[:limit]).rstrip()
 

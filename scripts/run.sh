@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs the gateway on DATABASE_URL (default: the embedded SQLite file), with the
-# default catalog and a demo license; prints a demo API key and a curl line.
+# default catalog and a demo license; prints a demo API key and curl lines to try (embeddings,
+# web search, a chat tool call and a chat structured output).
 #
 # Without provider credentials it starts the local OpenAI, Brave and OpenAlex simulators
 # (fake_upstreams, development tools that are NOT real providers) beside the gateway, so the
@@ -116,6 +117,9 @@ Demo API key (shown once): $KEY
 Try it:
   curl -s http://$HOST:$PORT/v1/embeddings -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"model": "text-embedding-3-small", "input": "hello"}'
   curl -s http://$HOST:$PORT/v1/web-search -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"query": "photosynthesis", "num_results": 3}'
+A tool call (the answer's tool_calls), then a structured output (a JSON document in the schema):
+  curl -s http://$HOST:$PORT/v1/chat/completions -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "What is the weather in Paris?"}], "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}}]}'
+  curl -s http://$HOST:$PORT/v1/chat/completions -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Alice and Bob go to the science fair on Friday."}], "response_format": {"type": "json_schema", "json_schema": {"name": "event", "strict": true, "schema": {"type": "object", "properties": {"name": {"type": "string"}, "day": {"type": "string"}, "participants": {"type": "array", "items": {"type": "string"}}}, "required": ["name", "day", "participants"], "additionalProperties": false}}}}'
 
 EOT
 python -m uvicorn gateway_site.asgi:application --host "$HOST" --port "$PORT" --no-access-log \

@@ -410,6 +410,11 @@ def test_stalled_stream_times_out_inside_the_stream(client, auth, catalog):
     assert time.monotonic() - started < 4
     assert sse_events(response.text)[-1] == "data: [DONE]"
     assert "Service temporarily unavailable" in response.text
+    # The gateway hung up on the stalled stream (counted before the next test's reset).
+    deadline = time.monotonic() + 5
+    while catalog["direct"].streams_abandoned == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert catalog["direct"].streams_abandoned == 1
 
 
 def _wait_for_rows(count, timeout=5.0):

@@ -1,14 +1,18 @@
 """scripts/run.sh: a busy port stops it before anything is touched; a bad or unreachable
-database is one line and a non-zero exit."""
+database is one line and a non-zero exit; the curl lines it prints answer, pasted as they are."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from catalog.models import Connection
@@ -92,3 +96,56 @@ def test_manage_py_commands_report_a_bad_database_in_one_line():
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1
     assert "the database is unreachable" in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_the_printed_curl_lines_answer_as_the_readme_says():
+    from tests.browser import running_server
+
+    with running_server() as run:
+        lines = [line.strip() for line in run.output if line.strip().startswith("curl ")]
+        answers = []
+        for line in lines:
+            # Pasted into a shell as printed: the quoting has to hold.
+            done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            answers.append(json.loads(done.stdout))
+    bodies = [json.loads(_data_argument(line)) for line in lines]
+    paths = [shlex.split(line)[2].split("/", 3)[3] for line in lines]
+    assert paths == [
+        "v1/embeddings",
+        "v1/web-search",
+        "v1/chat/completions",
+        "v1/chat/completions",
+    ]
+    embeddings, search, tool_call, structured = answers
+
+    assert len(embeddings["data"][0]["embedding"]) == 1536
+    assert len(search["results"]) == 3
+
+    # The simulator calls the tool, with arguments valid against its schema.
+    tool = bodies[2]["tools"][0]["function"]
+    choice = tool_call["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    [call] = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == tool["name"] == "get_weather"
+    arguments = json.loads(call["function"]["arguments"])
+    jsonschema.validate(arguments, tool["parameters"])
+    assert arguments == {"city": "Paris"}
+
+    # ...and answers the JSON schema with a document valid against it.
+    schema = bodies[3]["response_format"]["json_schema"]["schema"]
+    choice = structured["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    document = json.loads(choice["message"]["content"])
+    jsonschema.validate(document, schema)
+    assert document == {
+        "name": "Echo: Alice and Bob go to the science fair on Friday.",
+        "day": "sample day",
+        "participants": ["sample participants"],
+    }
+
+
+def _data_argument(line: str) -> str:
+    words = shlex.split(line)
+    return words[words.index("-d") + 1]
