@@ -174,10 +174,6 @@ def test_responses_structured_output(sdk, catalog, stream):
     assert ledger(1) == [("responses", 200, response.usage.output_tokens)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the gateway's chat input schema refuses the `annotations` key the answer carries",
-)
 def test_chat_tool_loop_sending_the_answer_message_back(sdk, catalog):
     """The openai docs' loop appends the answer's message object itself; the SDK sends it with
     `annotations: []` (and `refusal: null`), as the API returned it."""
@@ -190,3 +186,62 @@ def test_chat_tool_loop_sending_the_answer_message_back(sdk, catalog):
     ]
     second = sdk.chat.completions.create(model=MINI, messages=messages, tools=CHAT_TOOLS)
     assert second.choices[0].message.content == "The get_weather tool returned: Sunny"
+    sent = catalog["direct"].last.json["messages"][1]
+    assert sent["role"] == "assistant" and sent["annotations"] == []  # forwarded as given
+    assert [row[:2] for row in ledger(2)] == [("chat_completions", 200)] * 2
+
+
+CITATION = {
+    "type": "url_citation",
+    "url_citation": {"start_index": 0, "end_index": 5, "title": "Paris", "url": "https://a.b/"},
+}
+
+
+def test_chat_answer_message_with_citations_and_audio_goes_back(sdk, catalog):
+    answer = {
+        "role": "assistant",
+        "content": "Paris is sunny.",
+        "refusal": None,
+        "annotations": [CITATION],
+        "audio": {"id": "audio_abc"},
+        "function_call": None,
+    }
+    messages = [{"role": "user", "content": QUESTION}, answer, {"role": "user", "content": "Ok"}]
+    sdk.chat.completions.create(model=MINI, messages=messages)
+    assert catalog["direct"].last.json["messages"][1] == answer
+
+
+@pytest.mark.parametrize(
+    "answer, loc",
+    [
+        (
+            {"annotations": [{**CITATION, "extra": 1}]},
+            ["body", "messages", 1, "assistant", "annotations", 0, "extra"],
+        ),
+        (
+            {"annotations": [{**CITATION, "url_citation": {**CITATION["url_citation"], "x": 1}}]},
+            ["body", "messages", 1, "assistant", "annotations", 0, "url_citation", "x"],
+        ),
+        (
+            {"audio": {"id": "a", "data": "x"}},
+            ["body", "messages", 1, "assistant", "audio", "data"],
+        ),
+        ({"parsed": None}, ["body", "messages", 1, "assistant", "parsed"]),
+    ],
+)
+def test_chat_answer_message_keys_stay_closed(gateway, api_key, catalog, answer, loc):
+    import httpx
+
+    body = {
+        "model": MINI,
+        "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", **answer}],
+    }
+    response = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {api_key}"},
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == loc
+    assert response.json()["detail"][0]["type"] == "extra_forbidden"
+    assert catalog["direct"].requests == [] and Transaction.objects.count() == 0

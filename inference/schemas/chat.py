@@ -105,12 +105,35 @@ class UserMessage(StrictBody):
     name: str | None = None
 
 
+class URLCitation(StrictBody):
+    start_index: Int64
+    end_index: Int64
+    title: str
+    url: str
+
+
+class URLCitationAnnotation(StrictBody):
+    type: Literal["url_citation"]
+    url_citation: URLCitation
+
+
+class AssistantAudio(StrictBody):
+    id: str
+
+
 class AssistantMessage(StrictBody):
+    """The documented assistant message, plus the `annotations` every answer's message carries:
+    a client that appends the answer's message object itself (the openai docs' tool loop) sends
+    them back, and the API takes them."""
+
     role: Literal["assistant"]
     content: str | list[TextPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     refusal: str | None = None
+    annotations: list[URLCitationAnnotation] | None = None
+    audio: AssistantAudio | None = None
+    function_call: FunctionCall | None = None
 
 
 class ToolMessage(StrictBody):
