@@ -337,10 +337,10 @@ def test_unexpected_failure_is_plain_text_500(client, auth, monkeypatch, setting
 
     settings.DEBUG = debug
 
-    def boom(catalog):
+    def boom(*args, **kwargs):
         raise RuntimeError("secret internals /home/app/settings.py")
 
-    monkeypatch.setattr(info, "listed_models", boom)
+    monkeypatch.setattr(info, "usable_models", boom)
     response = client.get("/v1/models", headers=auth)
     assert response.status_code == 500
     assert response.headers["Content-Type"].startswith("text/plain")
