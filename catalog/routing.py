@@ -209,13 +209,18 @@ def _connection_info(c: Connection) -> ConnectionInfo:
     )
 
 
-def listed_models(catalog: Catalog) -> list[dict]:
-    """Catalog entries a client can use: listed, with at least one active provider row."""
-    return [
-        entry.client_fields()
-        for entry in catalog.models.values()
-        if entry.listed and any(row.active for row in entry.rows)
-    ]
+class ConnectionMisconfigured(BadRequest):
+    """The spec's 400 for a chosen connection without usable credentials. Its message is the
+    spec's and names only the connection; the provider and model are kept for the operator's
+    log line (inference.pipeline), not sent to the client."""
+
+    def __init__(self, provider: ProviderInfo, connection_name: str, model: str):
+        what = "IAM credentials" if provider.kind in IAM_KINDS else "'api_key' credential"
+        super().__init__(f"Connection '{connection_name}' is misconfigured: missing {what}")
+        self.provider = provider.slug
+        self.connection = connection_name
+        self.model = model
+        self.missing = what
 
 
 def _no_provider(endpoint: str, pinned: bool) -> BadRequest:
@@ -276,8 +281,7 @@ def select_route(
     if connection is not None and connection.undecryptable:
         raise ServiceUnavailable()  # the gateway's own keys are wrong: logged at load
     if connection is None or not _has_credentials(provider.kind, connection):
-        what = "IAM credentials" if provider.kind in IAM_KINDS else "'api_key' credential"
-        raise BadRequest(f"Connection '{connection_name}' is misconfigured: missing {what}")
+        raise ConnectionMisconfigured(provider, connection_name, model)
     return Route(
         endpoint=endpoint,
         requested_model=model,

@@ -71,3 +71,53 @@ AUTH_INVALID = "Invalid API key"
 OUT_OF_BUDGET = "Your license is out of budget"
 GUARDRAIL_BLOCKED = "Request blocked by guardrail"
 PROVIDER_ERROR = "An error occurred"
+
+
+# --- the 422/405 body ------------------------------------------------------------------------
+
+# Where the first validation error has a known fix, the `error.message` says what to do.
+VALIDATION_HINTS = {
+    ("encoding_format", "literal_error"): 'pass encoding_format="float": embeddings are '
+    'returned as float arrays only (the openai SDK sends "base64" unless told)',
+}
+# `loc` sources that name a client field (`request` is the method of a 405: no field).
+_FIELD_SOURCES = {"body", "query", "path", "header"}
+
+
+def validation_error_body(detail: list[dict]) -> dict:
+    """The body of every 422 and 405: the contract's `{"detail": [...]}` unchanged, and beside
+    it an OpenAI-style `error` made from the first item, the only part the SDKs show
+    (`"<param>: <msg>"`). `param` is the item's `loc` without its source (`body`), joined with
+    dots (`messages.0.content`); null when no field is to blame (a body that is not JSON, a
+    wrong method, an empty body). `code` is the item's `type`."""
+    first = detail[0] if detail else {}
+    kind = str(first.get("type", "invalid_request"))
+    msg = str(first.get("msg", "Invalid request"))
+    loc = first.get("loc") or ()
+    param = None
+    if kind == "json_invalid":
+        offset = loc[1] if len(loc) > 1 else 0
+        error = (first.get("ctx") or {}).get("error")
+        message = f"{msg} at character {offset}" + (f": {error}" if error else "")
+    elif kind == "method_not_allowed":
+        allowed = ", ".join((first.get("ctx") or {}).get("allowed") or ())
+        message = f"{msg}: {first.get('input')}" + (f" (allowed: {allowed})" if allowed else "")
+    elif len(loc) > 1 and loc[0] in _FIELD_SOURCES:
+        param = ".".join(str(part) for part in loc[1:])
+        message = f"{param}: {msg}"
+        hint = VALIDATION_HINTS.get((param, kind))
+        if hint:
+            message = f"{message}; {hint}"
+    elif loc:
+        message = f"{loc[0]}: {msg}"  # the whole body (an empty one, an unknown model prefix)
+    else:
+        message = msg
+    return {
+        "detail": detail,
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": param,
+            "code": kind,
+        },
+    }

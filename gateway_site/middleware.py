@@ -13,6 +13,7 @@ from django.http import HttpResponse, JsonResponse
 from django.utils.module_loading import import_string
 
 from core import metrics
+from core.errors import validation_error_body
 
 from . import logs
 
@@ -32,18 +33,14 @@ UNLEDGERED = {
 
 def _method_not_allowed(request, response) -> JsonResponse:
     allowed = [m.strip() for m in response.get("Allow", "").split(",") if m.strip()]
-    body = {
-        "detail": [
-            {
-                "type": "method_not_allowed",
-                "loc": ["request", "method"],
-                "msg": "Method Not Allowed",
-                "input": request.method,
-                "ctx": {"allowed": allowed},
-            }
-        ]
+    item = {
+        "type": "method_not_allowed",
+        "loc": ["request", "method"],
+        "msg": "Method Not Allowed",
+        "input": request.method,
+        "ctx": {"allowed": allowed},
     }
-    fixed = JsonResponse(body, status=405)
+    fixed = JsonResponse(validation_error_body([item]), status=405)
     if allowed:
         fixed["Allow"] = ", ".join(allowed)
     return fixed

@@ -2,6 +2,7 @@
 
 - every `GatewayError` renders as `{error: {...}}` with its status;
 - 422 items keep `input` and have `loc` = ["body", <field path>] (no schema parameter name);
+  the body adds an OpenAI-style `error` beside `detail` (core.errors.validation_error_body);
 - a body that is not JSON (or not UTF-8) is 422 `json_invalid` at its character offset;
 - anything unexpected is a plain-text 500 `Internal Server Error`, DEBUG or not.
 The 404/405 shapes of paths and methods ninja does not know are fixed in
@@ -23,7 +24,7 @@ from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 from ninja.security.http import HttpAuthBase
 
-from core.errors import GatewayError, ServiceUnavailable
+from core.errors import GatewayError, ServiceUnavailable, validation_error_body
 from core.jsonio import dumps, json_invalid_item, parse_json
 from gateway_site.middleware import internal_server_error
 from licensing.credentials import authenticate
@@ -130,7 +131,7 @@ def _gateway_error(request, exc: GatewayError):
 
 @api.exception_handler(ValidationError)
 def _validation_error(request, exc: ValidationError):
-    return json_response({"detail": exc.errors}, status=422)
+    return json_response(validation_error_body(exc.errors), status=422)
 
 
 @api.exception_handler(HttpError)
@@ -139,7 +140,7 @@ def _http_error(request, exc: HttpError):
     if isinstance(cause, RequestDataTooBig):
         return _body_too_large(request, cause)
     if isinstance(cause, json.JSONDecodeError):
-        return json_response({"detail": [json_invalid_item(cause)]}, status=422)
+        return json_response(validation_error_body([json_invalid_item(cause)]), status=422)
     return json_response({"error": {"message": str(exc.message)}}, status=exc.status_code)
 
 

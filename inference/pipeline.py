@@ -25,7 +25,13 @@ from typing import Any, ClassVar
 
 from django.http import HttpResponse, StreamingHttpResponse
 
-from catalog.routing import Route, cached_catalog, load_catalog_snapshot, select_route
+from catalog.routing import (
+    ConnectionMisconfigured,
+    Route,
+    cached_catalog,
+    load_catalog_snapshot,
+    select_route,
+)
 from core import metrics, tracing
 from core.errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
 from gateway_site.db import run_db
@@ -205,7 +211,11 @@ async def _admit(call: Call, operation: Operation, pin):
     # 7
     call.stage = _SELECTION
     catalog = await current_catalog()
-    call.route = operation.select(catalog, pin, service_policy.providers, body)
+    try:
+        call.route = operation.select(catalog, pin, service_policy.providers, body)
+    except ConnectionMisconfigured as exc:
+        _log_misconfigured(call, exc)
+        raise
     call.route = operation.prepare(call.route, body) or call.route
     # 8
     call.stage = _GUARDRAIL
@@ -218,6 +228,21 @@ async def _admit(call: Call, operation: Operation, pin):
         await moderation.check(catalog, input_texts)  # 400 flagged, 503 when it fails
     call.stage = None
     return catalog, guardrails
+
+
+def _log_misconfigured(call: Call, exc: ConnectionMisconfigured) -> None:
+    """The client's 400 is the spec's and names the connection only; the operator's line says
+    which provider's connection to fix, and for which model."""
+    logger.warning(
+        "connection %s/%s is misconfigured: missing %s; request %s for model %r refused "
+        "(license %s)",
+        exc.provider,
+        exc.connection,
+        exc.missing,
+        call.request_id,
+        exc.model,
+        call.principal.license.name,
+    )
 
 
 # The steps before the provider call, and the error code of each refusal by its status.

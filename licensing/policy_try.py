@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from catalog.models import Provider
-from core.errors import PolicyDenied
+from core.errors import PolicyDenied, validation_error_body
 
 from .policy import ALIASES, PolicyDocumentError, _lookup, compile_policy
 from .policy_schema import BodyInvalid, parser_for
@@ -59,7 +59,7 @@ def _evaluate(policy_document: Any, service: str, body_text: str) -> dict:
     try:
         fields = parse(body_text) if parse is not None else _strict_loads(body_text)
     except BodyInvalid as exc:
-        return {"outcome": "invalid", "status": 422, "body": {"detail": exc.detail}}
+        return {"outcome": "invalid", "status": 422, "body": validation_error_body(exc.detail)}
     except ValueError as exc:
         return {"outcome": "invalid", "status": 422, "message": f"Not JSON: {exc}"}
     if not isinstance(fields, dict):

@@ -146,7 +146,8 @@ def test_budget_remaining(client, all_upstreams, make_license, make_key):
     ],
 )
 def test_unknown_prefix_is_union_tag_not_found(client, auth, all_upstreams, body):
-    assert detail(embed(client, auth, body)) == [
+    response = embed(client, auth, body)
+    assert detail(response) == [
         {
             "type": "union_tag_not_found",
             "loc": ["body"],
@@ -155,6 +156,12 @@ def test_unknown_prefix_is_union_tag_not_found(client, auth, all_upstreams, body
             "ctx": {"discriminator": "model_prefix()"},
         }
     ]
+    assert response.json()["error"] == {  # the whole body is to blame: no param
+        "message": "body: Unable to extract tag using discriminator model_prefix()",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "union_tag_not_found",
+    }
     assert all_upstreams["cloud"].requests == [] and not Transaction.objects.exists()
 
 

@@ -24,11 +24,18 @@ def post(client, path, body, headers=None, raw=None):
 
 
 def detail(response, status=422):
+    """The contract's `detail` items; beside them the `error` object the SDKs show, made from
+    the first item."""
     assert response.status_code == status, response.text
     body = response.json()
-    assert set(body) == {"detail"} and isinstance(body["detail"], list)
+    assert set(body) == {"detail", "error"} and isinstance(body["detail"], list)
     for item in body["detail"]:
         assert {"type", "loc", "msg", "input"} <= set(item), item
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error"
+    assert error["code"] == body["detail"][0]["type"]
+    assert error["message"]
     return body["detail"]
 
 
@@ -145,6 +152,97 @@ def test_empty_body(client, auth):
     assert (item["type"], item["loc"], item["msg"]) == ("missing", ["body"], "Field required")
 
 
+# --- the `error` object beside `detail` (README, Decisions) -------------------------------------
+
+
+def test_422_body_has_the_error_object_of_its_first_item(client, auth):
+    response = post(client, EMBEDDINGS, {}, auth)
+    assert response.status_code == 422
+    assert response.json() == {
+        "detail": [
+            {"type": "missing", "loc": ["body", "model"], "msg": "Field required", "input": {}},
+            {"type": "missing", "loc": ["body", "input"], "msg": "Field required", "input": {}},
+        ],
+        "error": {
+            "message": "model: Field required",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "missing",
+        },
+    }
+
+
+def test_422_error_param_is_the_dotted_field_path(client, auth):
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi", "x": 1}]}
+    response = post(client, "/v1/chat/completions", body, auth)
+    items = detail(response)
+    assert items[0]["loc"] == ["body", "messages", 0, "user", "x"]
+    assert response.json()["error"] == {
+        "message": "messages.0.user.x: Extra inputs are not permitted",
+        "type": "invalid_request_error",
+        "param": "messages.0.user.x",
+        "code": "extra_forbidden",
+    }
+
+
+def test_422_encoding_format_says_what_to_do(client, auth):
+    body = {"model": "text-embedding-3-small", "input": "hi", "encoding_format": "base64"}
+    response = post(client, EMBEDDINGS, body, auth)
+    assert response.status_code == 422
+    assert response.json() == {
+        "detail": [
+            {
+                "type": "literal_error",
+                "loc": ["body", "encoding_format"],
+                "msg": "Input should be 'float'",
+                "input": "base64",
+                "ctx": {"expected": "'float'"},
+            }
+        ],
+        "error": {
+            "message": "encoding_format: Input should be 'float'; pass "
+            'encoding_format="float": embeddings are returned as float arrays only (the openai '
+            'SDK sends "base64" unless told)',
+            "type": "invalid_request_error",
+            "param": "encoding_format",
+            "code": "literal_error",
+        },
+    }
+
+
+def test_422_json_invalid_names_no_field(client, auth):
+    response = post(client, EMBEDDINGS, None, auth, raw=b'{"model": "x", "input": ')
+    assert response.status_code == 422
+    assert response.json() == {
+        "detail": [
+            {
+                "type": "json_invalid",
+                "loc": ["body", 24],
+                "msg": "JSON decode error",
+                "input": {},
+                "ctx": {"error": "Expecting value"},
+            }
+        ],
+        "error": {
+            "message": "JSON decode error at character 24: Expecting value",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "json_invalid",
+        },
+    }
+
+
+def test_422_empty_body_names_the_body(client, auth):
+    response = post(client, EMBEDDINGS, None, auth, raw=b"")
+    assert response.status_code == 422
+    assert response.json()["error"] == {
+        "message": "body: Field required",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "missing",
+    }
+
+
 # --- 422 on image generation ----------------------------------------------------------------
 
 
@@ -202,8 +300,24 @@ def test_image_field_rules(client, auth, field, value, type_, ctx):
 )
 def test_wrong_method_is_405_detail(client, method, path, allowed):
     response = client.request(method, path)
-    item = only(detail(response, status=405))
-    assert item["type"] == "method_not_allowed" and item["input"] == method
+    assert response.status_code == 405
+    assert response.json() == {
+        "detail": [
+            {
+                "type": "method_not_allowed",
+                "loc": ["request", "method"],
+                "msg": "Method Not Allowed",
+                "input": method,
+                "ctx": {"allowed": [allowed]},
+            }
+        ],
+        "error": {
+            "message": f"Method Not Allowed: {method} (allowed: {allowed})",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "method_not_allowed",
+        },
+    }
     assert response.headers["Allow"] == allowed
 
 
@@ -223,10 +337,10 @@ def test_unexpected_failure_is_plain_text_500(client, auth, monkeypatch, setting
 
     settings.DEBUG = debug
 
-    def boom(catalog):
+    def boom(*args, **kwargs):
         raise RuntimeError("secret internals /home/app/settings.py")
 
-    monkeypatch.setattr(info, "listed_models", boom)
+    monkeypatch.setattr(info, "usable_models", boom)
     response = client.get("/v1/models", headers=auth)
     assert response.status_code == 500
     assert response.headers["Content-Type"].startswith("text/plain")

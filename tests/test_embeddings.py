@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 
@@ -57,9 +58,39 @@ def test_sdk_default_call_is_a_clear_422(sdk, catalog):
     """The SDK sends encoding_format=base64 unless told otherwise; the spec accepts float only."""
     with pytest.raises(openai.UnprocessableEntityError) as excinfo:
         sdk.embeddings.create(model=SMALL, input="hello")
-    item = excinfo.value.body["detail"][0]
+    exc = excinfo.value
+    # What the user sees: the SDK's text is "Error code: 422 - <error.message>".
+    message = (
+        "encoding_format: Input should be 'float'; pass encoding_format=\"float\": embeddings "
+        'are returned as float arrays only (the openai SDK sends "base64" unless told)'
+    )
+    assert str(exc) == f"Error code: 422 - {message}"
+    assert exc.message == f"Error code: 422 - {message}"
+    assert (exc.code, exc.param, exc.type) == (
+        "literal_error",
+        "encoding_format",
+        "invalid_request_error",
+    )
+    # The SDK hands over `error` as `body`; the contract's `detail` is in the answer as it was.
+    item = exc.response.json()["detail"][0]
     assert item["loc"] == ["body", "encoding_format"] and item["input"] == "base64"
     assert catalog["direct"].requests == []
+    # Told what to do, the same call works.
+    result = sdk.embeddings.create(model=SMALL, input="hello", encoding_format="float")
+    assert len(result.data[0].embedding) == 1536
+
+
+def test_async_sdk_default_call_shows_the_message(gateway, api_key, catalog):
+    async def call():
+        async with openai.AsyncOpenAI(
+            api_key=api_key, base_url=gateway.url + "/v1", max_retries=0
+        ) as sdk:
+            await sdk.embeddings.create(model=SMALL, input="hello")
+
+    with pytest.raises(openai.UnprocessableEntityError) as excinfo:
+        asyncio.run(call())
+    assert str(excinfo.value).startswith("Error code: 422 - encoding_format: ")
+    assert 'pass encoding_format="float"' in str(excinfo.value)
 
 
 def test_response_shape_and_ledger(client, auth, catalog):

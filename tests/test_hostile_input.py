@@ -66,7 +66,9 @@ def assert_nothing_recorded(fakes):
 
 def detail(response, status=422) -> list[dict]:
     assert response.status_code == status, response.text
-    return response.json()["detail"]
+    body = response.json()
+    assert body["error"]["code"] == body["detail"][0]["type"]  # the SDKs' view of the first item
+    return body["detail"]
 
 
 def wait_for_rows(count: int, timeout: float = 5.0) -> None:

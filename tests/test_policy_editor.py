@@ -162,6 +162,12 @@ def test_try_a_request_invalid_body_is_the_api_422(admin_client, license_type):
     ).json()
     assert answer["outcome"] == "invalid" and answer["status"] == 422
     assert answer["body"]["detail"][0]["loc"] == ["body", "dimensions"]
+    assert answer["body"]["error"] == {  # the API's 422 body, `error` included
+        "message": "dimensions: Input should be a valid integer",
+        "type": "invalid_request_error",
+        "param": "dimensions",
+        "code": "int_type",
+    }
     answer = _try(admin_client, license_type, "embeddings", "{not json").json()
     assert answer["outcome"] == "invalid"
     bad_service = _try(admin_client, license_type, "teleport", {})
@@ -207,3 +213,4 @@ def test_try_a_request_hostile_bodies_are_clear_json(admin_client, license_type,
     answer = json.loads(response.content, parse_constant=pytest.fail)  # no NaN/Infinity
     assert answer["outcome"] == "invalid" and answer["status"] == 422
     assert answer["body"]["detail"][0]["type"] == kind
+    assert answer["body"]["error"]["code"] == kind

@@ -95,6 +95,14 @@ def api_schema(gateway, all_upstreams, license):
         )
 
     @schema.hook
+    def flatmap_path_parameters(context, path_parameters):
+        # GET /v1/models/{model}: random ids are 404; half the cases ask for served models.
+        if not path_parameters or "model" not in path_parameters:
+            return st.just(path_parameters)
+        known = [{"model": m} for m in ("gpt-4o-mini", "meta-llama/llama-3.1-8b-instruct")]
+        return st.sampled_from([path_parameters, *known])
+
+    @schema.hook
     def flatmap_body(context, body):
         variants = _known_models(context.operation.path, body)
         return st.sampled_from([body, *variants]) if variants else st.just(body)

@@ -1,16 +1,18 @@
-"""GET /v1/health, /v1/models and /v1/license. Models and license run checks 1, 3 and 4 only."""
+"""GET /v1/health, /v1/models, /v1/models/{id} and /v1/license. Models and license run checks 1,
+3 and 4 only."""
 
 from django.db import connection
 from ninja import Router
 from pydantic import BaseModel
 
-from catalog.routing import listed_models
+from core.errors import NotFound
 from gateway_site.db import run_db
 from licensing.budget import budget_usage
 from licensing.policy import SERVICES
 
 from ..api import json_response
 from ..headers import parse_service_headers
+from ..model_access import model_not_found, usable_models
 from ..pipeline import current_catalog, require_principal
 from ..schemas.common import error_responses
 
@@ -78,12 +80,32 @@ async def health(request):
     return json_response({"status": "error", "database": "unreachable"}, status=503)
 
 
+async def _usable_models(request) -> dict:
+    """Checks 1, 3 and 4, then the catalog entries this caller can use (inference.model_access)."""
+    principal = require_principal(request)
+    pin, _ = parse_service_headers(request)
+    catalog = await current_catalog()
+    license = principal.license
+    return usable_models(catalog, license.policy, pin, license_id=license.id)
+
+
 @router.get("/models", response={200: ModelList, **error_responses(400, 401, 503)})
 async def models(request):
-    require_principal(request)
-    parse_service_headers(request)
-    catalog = await current_catalog()
-    return json_response({"object": "list", "data": listed_models(catalog)})
+    usable = await _usable_models(request)
+    return json_response(
+        {"object": "list", "data": [entry.client_fields() for entry in usable.values()]}
+    )
+
+
+# `path:`: ids such as `openai/gpt-4o-mini` hold a slash (the openai SDK sends it as %2F).
+@router.get(
+    "/models/{path:model}", response={200: ModelEntryOut, **error_responses(400, 401, 404, 503)}
+)
+async def model(request, model: str):
+    entry = (await _usable_models(request)).get(model)
+    if entry is None:
+        raise NotFound(model_not_found(model))
+    return json_response(entry.client_fields())
 
 
 @router.get("/license", response={200: LicenseOut, **error_responses(400, 401, 500, 503)})

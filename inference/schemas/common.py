@@ -76,8 +76,18 @@ class ValidationItem(BaseModel):
     ctx: dict | None = None
 
 
+class ValidationErrorMessage(BaseModel):
+    """The first item of `detail`, as the OpenAI SDKs read an error (core.errors)."""
+
+    message: str
+    type: str
+    param: str | None
+    code: str
+
+
 class ValidationBody(BaseModel):
     detail: list[ValidationItem]
+    error: ValidationErrorMessage
 
 
 # Every /v1 operation may answer these: a wrong method, a body over GATEWAY_MAX_BODY_BYTES.

@@ -1,0 +1,89 @@
+"""Which catalog models a caller can use: what GET /v1/models lists and GET /v1/models/{id}
+answers (README, Decisions).
+
+A listed catalog entry is usable when, for at least one service its `supported_features` map
+to, a request for it would pass the caller's policy and the provider selection:
+- the license policy enables the service and its rules admit the model id (the request's own
+  check, `Policy.check_request` on `{"model": id}`);
+- `select_route`, with the providers the policy allows for the service and the caller's
+  `X-Service-Provider` pin, chooses an active row whose connection has credentials (the
+  request's own step 7: the routing's credentials check, not `Connection.has_credentials`).
+
+The answer is computed once per (license, pin) for a catalog snapshot and a policy, and kept
+until either changes (or the cache's TTL ends): the request path never runs it.
+"""
+
+from __future__ import annotations
+
+from catalog.routing import Catalog, ModelEntry, ProviderPin, select_route
+from core.errors import GatewayError
+from gateway_site.localcache import TTLCache
+from licensing.policy import Policy
+
+from .schemas.common import MODEL_ID_MAX_LENGTH
+
+# A catalog feature -> the (policy service, internal endpoint, required output modality) a
+# request for the model may go to. Embedding models are served by /v1/embeddings or by a
+# native endpoint, whichever their provider speaks.
+FEATURE_SERVICES: dict[str, tuple[tuple[str, str, str | None], ...]] = {
+    "chat_completions": (("chat_completions", "chat_completions", None),),
+    "responses": (("responses", "responses", None),),
+    "embeddings": (
+        ("embeddings", "embeddings", None),
+        ("bedrock_embeddings", "bedrock_embeddings", None),
+        ("gemini_embeddings", "gemini_embeddings", None),
+    ),
+    "image_generation": (("image_generation", "image_generation", "image"),),
+    "web_search": (("web_search", "web_search", None),),
+    "web_fetch": (("fetch", "web_fetch", None),),
+}
+
+_usable_cache = TTLCache("usable-models", max_entries=10_000)
+
+
+def usable_models(
+    catalog: Catalog, policy: Policy | None, pin: ProviderPin | None, *, license_id: int
+) -> dict[str, ModelEntry]:
+    """The entries the caller can use, by id, in catalog order."""
+    key = (license_id, pin)
+    cached = _usable_cache.get(key)
+    if cached is not None and cached[0] is catalog and cached[1] is policy:
+        return cached[2]
+    generation = _usable_cache.generation
+    usable = {
+        model_id: entry
+        for model_id, entry in catalog.models.items()
+        if entry.listed and _usable(catalog, policy, pin, entry)
+    }
+    _usable_cache.set(key, (catalog, policy, usable), generation)
+    return usable
+
+
+def _usable(
+    catalog: Catalog, policy: Policy | None, pin: ProviderPin | None, entry: ModelEntry
+) -> bool:
+    if policy is None:  # cannot be evaluated: every request is a 503
+        return False
+    for feature in entry.supported_features:
+        for service, endpoint, output_modality in FEATURE_SERVICES.get(feature, ()):
+            try:
+                service_policy = policy.check_request(service, {"model": entry.model_id})
+                select_route(
+                    catalog,
+                    endpoint=endpoint,
+                    model=entry.model_id,
+                    pin=pin,
+                    allowed=service_policy.providers,
+                    output_modality=output_modality,
+                )
+            except GatewayError:
+                continue
+            return True
+    return False
+
+
+def model_not_found(model: str) -> str:
+    """The 404 of GET /v1/models/{id}: the same for an unknown id and one the caller cannot use
+    (which models exist beyond the caller's own is not told)."""
+    shown = model if len(model) <= MODEL_ID_MAX_LENGTH else model[:MODEL_ID_MAX_LENGTH] + "..."
+    return f"The model '{shown}' does not exist or you do not have access to it"
