@@ -348,7 +348,8 @@ def test_sdk_sends_every_kind_of_item_back(sdk, fakes):
     # Both spellings of `async` at once: the SDK's Python name is then an unknown key.
     with pytest.raises(openai.UnprocessableEntityError) as caught:
         sdk.responses.create(model=MINI, input=[{**FUNCTION_CALL, "async_": True}, USER])
-    assert [d["loc"] for d in caught.value.body["detail"] if d["type"] == "extra_forbidden"] == [
+    detail = caught.value.response.json()["detail"]  # the SDK's `body` is the `error` object
+    assert [d["loc"] for d in detail if d["type"] == "extra_forbidden"] == [
         [
             "body",
             "input",
