@@ -100,8 +100,12 @@ def test_tool_loop_then_second_turn_from_to_input_list(gateway, api_key, catalog
     # What the gateway accepted and relayed: the first run's items, the assistant's message
     # (id, status, output_text with annotations and logprobs) included.
     relayed = sent[len(first.raw_responses)]["input"]
-    assert any(item.get("type") == "message" and item.get("role") == "assistant" for item in relayed)
-    assert_charged(len(sent), "responses", answer_ids=answer_ids(first, second), model="gpt-4o-mini")
+    assert any(
+        item.get("type") == "message" and item.get("role") == "assistant" for item in relayed
+    )
+    assert_charged(
+        len(sent), "responses", answer_ids=answer_ids(first, second), model="gpt-4o-mini"
+    )
 
 
 def test_structured_output_type(gateway, api_key, catalog):

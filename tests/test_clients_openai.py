@@ -21,7 +21,8 @@ from tests.client_helpers import (
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MINI = "gpt-4o-mini"
-LLAMA = "meta-llama/llama-3.1-8b-instruct"  # the default catalog serves it through the aggregator only
+# The default catalog serves it through the aggregator only.
+LLAMA = "meta-llama/llama-3.1-8b-instruct"
 WEATHER_TOOL = {
     "type": "function",
     "name": "get_weather",
@@ -126,7 +127,11 @@ def test_responses_conversation_sends_the_answers_back_as_input(sdk, catalog):
 
     history += [item.model_dump(exclude_none=True) for item in first.output]
     history.append(
-        {"type": "function_call_output", "call_id": calls[0].call_id, "output": weather_report(city)}
+        {
+            "type": "function_call_output",
+            "call_id": calls[0].call_id,
+            "output": weather_report(city),
+        }
     )
     second = sdk.responses.create(model=MINI, input=history, tools=[WEATHER_TOOL])
     assert not _function_calls(second) and second.output_text
