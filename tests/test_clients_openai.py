@@ -158,7 +158,9 @@ def test_responses_stream_then_continue_from_its_final_answer(sdk, catalog):
     (call,) = _function_calls(first)
     city = valid_weather_args(call.arguments)["city"]
 
-    history = question + [item.model_dump() for item in first.output]
+    # The SDK's own objects go back as they are (it serializes them: a streamed final answer's
+    # items also carry SDK-side fields such as `parsed_arguments`, which are not the API's).
+    history = question + list(first.output)
     history.append(
         {"type": "function_call_output", "call_id": call.call_id, "output": weather_report(city)}
     )
