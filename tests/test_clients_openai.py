@@ -100,6 +100,7 @@ def test_embeddings_default_call_says_what_to_do(sdk, catalog):
     assert "encoding_format" in shown and 'encoding_format="float"' in shown, shown
     assert raised.value.code == "literal_error" and raised.value.param == "encoding_format"
     assert not provider_calls(catalog["direct"], "/v1/embeddings")
+    assert not Transaction.objects.filter(credits__gt=0).exists()
 
     result = sdk.embeddings.create(
         model="text-embedding-3-small", input="hello", encoding_format="float"

@@ -29,6 +29,7 @@ import json
 
 import pytest
 
+from licensing.models import Transaction
 from tests.client_helpers import assert_charged, provider_calls, valid_weather_args
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -178,25 +179,27 @@ def test_native_tool_calling_loop(client, headers, catalog):
     assert_charged(2, "chat_completions", model=MINI)
 
 
-@pytest.mark.parametrize(
-    "task",
-    [
-        "### Task:\nGenerate a concise, 3-5 word title with an emoji summarizing the chat "
-        'history.\n### Output:\nJSON format: { "title": "your concise title here" }',
-        "### Task:\nGenerate 1-3 broad tags categorizing the main themes of the chat history."
-        '\n### Output:\nJSON format: { "tags": ["tag1", "tag2", "tag3"] }',
-        "### Task:\nSuggest 3-5 relevant follow-up questions or prompts.\n### Output:\n"
-        'JSON format: { "follow_ups": ["Question 1?", "Question 2?", "Question 3?"] }',
-    ],
-    ids=["title", "tags", "follow-ups"],
-)
-def test_background_task(client, headers, catalog, task):
-    body = {"model": MINI, "messages": [{"role": "user", "content": task}], "stream": False}
-    response = client.post("/v1/chat/completions", json=body, headers={**headers, **CHAT_ID})
-    assert response.status_code == 200, response.text
-    answer = response.json()
-    assert isinstance(answer["choices"][0]["message"]["content"], str)
-    assert_charged(1, "chat_completions", answer_ids=[answer["id"]], model=MINI)
+# routers/tasks.py: the chat's title, tags and follow-ups, each asked in one user message.
+TASKS = [
+    "### Task:\nGenerate a concise, 3-5 word title with an emoji summarizing the chat history."
+    '\n### Output:\nJSON format: { "title": "your concise title here" }',
+    "### Task:\nGenerate 1-3 broad tags categorizing the main themes of the chat history."
+    '\n### Output:\nJSON format: { "tags": ["tag1", "tag2", "tag3"] }',
+    "### Task:\nSuggest 3-5 relevant follow-up questions or prompts.\n### Output:\n"
+    'JSON format: { "follow_ups": ["Question 1?", "Question 2?", "Question 3?"] }',
+]
+
+
+def test_background_tasks(client, headers, catalog):
+    ids = []
+    for task in TASKS:
+        body = {"model": MINI, "messages": [{"role": "user", "content": task}], "stream": False}
+        response = client.post("/v1/chat/completions", json=body, headers={**headers, **CHAT_ID})
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert isinstance(answer["choices"][0]["message"]["content"], str)
+        ids.append(answer["id"])
+    assert_charged(len(TASKS), "chat_completions", answer_ids=ids, model=MINI)
 
 
 def test_rag_embeddings(client, api_key, catalog):
@@ -229,23 +232,25 @@ def test_image_generation_with_gpt_image_1(client, headers, catalog):
     assert_charged(1, "image_generation", model="gpt-image-1")
 
 
-@pytest.mark.parametrize(
-    "field, value",
-    [
-        ("num_ctx", 8192),
-        ("keep_alive", "5m"),
-        ("top_k", 40),
-        ("repeat_penalty", 1.1),
-        ("options", {"num_ctx": 8192}),
-    ],
-)
-def test_ollama_parameters_are_refused_clearly(client, headers, catalog, field, value):
+# Chat controls Open WebUI sends to an OpenAI connection as they are (Ollama's names).
+OLLAMA_PARAMETERS = {
+    "num_ctx": 8192,
+    "keep_alive": "5m",
+    "top_k": 40,
+    "repeat_penalty": 1.1,
+    "options": {"num_ctx": 8192},
+}
+
+
+def test_ollama_parameters_are_refused_clearly(client, headers, catalog):
     body = {"model": MINI, "messages": [{"role": "user", "content": "hi"}], "stream": True}
-    response = client.post("/v1/chat/completions", json={**body, field: value}, headers=headers)
-    assert response.status_code == 422
-    problem = response.json()
-    assert problem["detail"][0]["type"] == "extra_forbidden"
-    assert problem["detail"][0]["loc"] == ["body", field]
-    error = problem["error"]  # what Open WebUI shows the user: error.message
-    assert error["param"] == field and error["message"].startswith(f"{field}: ")
+    for field, value in OLLAMA_PARAMETERS.items():
+        response = client.post("/v1/chat/completions", json={**body, field: value}, headers=headers)
+        assert response.status_code == 422, field
+        problem = response.json()
+        assert problem["detail"][0]["type"] == "extra_forbidden"
+        assert problem["detail"][0]["loc"] == ["body", field]
+        error = problem["error"]  # what Open WebUI shows the user: error.message
+        assert error["param"] == field and error["message"].startswith(f"{field}: "), error
     assert not provider_calls(catalog["direct"], "/v1/chat/completions")
+    assert not Transaction.objects.filter(credits__gt=0).exists()
