@@ -16,7 +16,7 @@ STAMP="$VENV/.installed-$(cat pyproject.toml constraints.txt | sha256sum | cut -
 if [ ! -f "$STAMP" ]; then
     echo "Installing the pinned dependencies into .venv (log: .venv/pip.log) ..."
     if ! { "$VENV/bin/python" -m pip install --upgrade pip \
-            && "$VENV/bin/python" -m pip install -c constraints.txt -e ".[dev,server]"; } \
+            && "$VENV/bin/python" -m pip install -c constraints.txt -e ".[dev,server,clients]"; } \
             > "$VENV/pip.log" 2>&1; then
         cat "$VENV/pip.log" >&2
         exit 1

@@ -108,6 +108,19 @@ def test_the_server_extra_is_pinned_in_pyproject_and_constraints():
         assert "==" in pin and pin in constraints, pin
 
 
+def test_every_extra_is_pinned_in_constraints():
+    """The test extras too (`dev`, `clients`: the real clients tests/test_clients_*.py drive):
+    a fresh clone's `scripts/_env.sh` installs exactly these versions."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    constraints = set((ROOT / "constraints.txt").read_text().split())
+    extras = pyproject["project"]["optional-dependencies"]
+    assert {"dev", "server", "clients"} <= set(extras)
+    for pins in extras.values():
+        for pin in pins:
+            assert "==" in pin and pin.split(";")[0].strip() in constraints, pin
+    assert '".[dev,server,clients]"' in (ROOT / "scripts" / "_env.sh").read_text()
+
+
 def test_uvicorn_serves_with_httptools_and_uvloop():
     """Both are pinned dependencies, so uvicorn's `auto` (gateway_site.serve, uvicorn-worker's
     defaults) serves with its C HTTP parser and libuv's loop (bench/README: 0.3 ms less per
