@@ -105,16 +105,16 @@ class UserMessage(StrictBody):
     name: str | None = None
 
 
-class URLCitation(StrictBody):
+class ChatURLCitation(StrictBody):
     start_index: Int64
     end_index: Int64
     title: str
     url: str
 
 
-class URLCitationAnnotation(StrictBody):
+class ChatURLCitationAnnotation(StrictBody):
     type: Literal["url_citation"]
-    url_citation: URLCitation
+    url_citation: ChatURLCitation
 
 
 class AssistantAudio(StrictBody):
@@ -131,7 +131,7 @@ class AssistantMessage(StrictBody):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     refusal: str | None = None
-    annotations: list[URLCitationAnnotation] | None = None
+    annotations: list[ChatURLCitationAnnotation] | None = None
     audio: AssistantAudio | None = None
     function_call: FunctionCall | None = None
 
