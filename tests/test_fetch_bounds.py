@@ -14,7 +14,7 @@ import httpx
 import pypdf
 import pytest
 
-from fake_upstreams.website import ENCODED_TEXT, gzip_bomb, many_page_pdf, tiny_pdf
+from fake_upstreams.website import ENCODED_TEXT, encoded, gzip_bomb, many_page_pdf, tiny_pdf
 from inference import extract as extraction
 from inference.providers import fetch as fetcher
 
@@ -214,6 +214,21 @@ def test_inflating_in_steps():
     for piece in inflater.feed(bomb[4000:]):
         assert len(piece) <= fetcher.INFLATE_STEP
     list(inflater.finish())
+
+
+@pytest.mark.parametrize("kind", ["gzip", "deflate", "raw-deflate", "two-members"])
+def test_inflating_one_byte_at_a_time(kind):
+    """Network reads can split a body anywhere: in a header, between two gzip members."""
+    coding, body = encoded(kind)
+    inflater = fetcher.Inflater(coding)
+    out = b"".join(piece for i in range(len(body)) for piece in inflater.feed(body[i : i + 1]))
+    assert out + b"".join(inflater.finish()) == ENCODED_TEXT
+    for broken in (body[:-1], body + b"x", body[:1]):
+        inflater = fetcher.Inflater(coding)
+        with pytest.raises(fetcher.ssrf.Refused) as refused:
+            list(inflater.feed(broken))
+            list(inflater.finish())
+        assert refused.value.code == "unreadable_content"
 
 
 # --- extraction --------------------------------------------------------------------------------
