@@ -316,6 +316,43 @@ def test_an_abandoned_extraction_stops_at_the_next_page(
     assert after < 0.2 and idle < 0.5
 
 
+def test_one_request_cannot_take_both_extractor_threads(
+    client, auth, site, settings, monkeypatch, gateway
+):
+    """A request of two costly PDFs (20 ms of CPU a page, 1,000 pages each, until its 1 s
+    deadline) uses one extractor thread: another request's PDF is read on the other at once."""
+    settings.GATEWAY = {**settings.GATEWAY, "FETCH_TIMEOUT": 1.0}
+    read: list[int] = []
+    real = pypdf.PageObject.extract_text
+
+    def costly(page, *args, **kwargs):
+        read.append(1)
+        spent = time.thread_time()
+        while time.thread_time() - spent < 0.02:  # CPU work, not a sleep
+            pass
+        return real(page, *args, **kwargs)
+
+    monkeypatch.setattr(pypdf.PageObject, "extract_text", costly)
+    hostile = [f"{site.origin}/pages.pdf?pages=1000&url={i}" for i in range(2)]
+
+    def attack():
+        with httpx.Client(base_url=gateway.url, timeout=30) as http:
+            return fetch(http, auth, {"urls": hostile})
+
+    with ThreadPoolExecutor(1) as pool:
+        attacked = pool.submit(attack)
+        while not read and not attacked.done():  # its first extraction is under way
+            time.sleep(0.001)
+        started = time.perf_counter()
+        (paper,) = fetch(client, auth, {"urls": [f"{site.origin}/paper.pdf"]})
+        latency = time.perf_counter() - started
+        pages = attacked.result()
+    print(f"\nanother request's PDF during a hostile one: {latency * 1000:.0f} ms")
+    assert paper["content"] == "Mitochondria are the powerhouse of the cell"
+    assert latency < 0.5
+    assert [page["error"]["code"] for page in pages] == ["timeout", "timeout"]
+
+
 def test_extraction_limits_checked_between_pages(monkeypatch):
     pdf = many_page_pdf(50)
     stop = threading.Event()

@@ -12,8 +12,9 @@ loop between steps, so no read ever inflates more than that at once and the read
 moment `GATEWAY_FETCH_MAX_BYTES` (per URL, compressed and inflated size alike) or
 `GATEWAY_FETCH_MAX_TOTAL_BYTES` (the bodies one request holds at once, over all its URLs) is
 passed. Only gzip and deflate are asked for and accepted. Extraction runs in a pool of two
-threads and stops by itself (inference.extract.Limits) at the URL's deadline, after
-`GATEWAY_FETCH_MAX_PDF_PAGES` pages, or once its request no longer waits for it.
+threads, one of them at most per request, and stops by itself (inference.extract.Limits) at
+the URL's deadline or once its request no longer waits for it; a PDF of more than
+`GATEWAY_FETCH_MAX_PDF_PAGES` pages is refused before its pages are read.
 """
 
 from __future__ import annotations
@@ -51,12 +52,15 @@ INFLATE_STEP = 64 * 1024  # bytes of output per step: ~0.1 ms of CPU between two
 
 
 class Budget:
-    """The bytes the bodies of one request hold at once, over all its URLs (single loop: no
-    lock). A URL gives its bytes back when its body is dropped."""
+    """What one request may hold at once, over all its URLs (single loop: no lock): the bytes
+    of its bodies (a URL gives them back when its body is dropped), and one of the two
+    extractor threads. Extraction is pure Python, so a second thread would not make one
+    request faster (the GIL); it would only let one request take the pool from all others."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.held = 0
+        self.extractor = asyncio.Semaphore(1)
 
     def take(self, size: int) -> None:
         if self.held + size > self.limit:
@@ -351,9 +355,15 @@ class FetchTransport(Transport):
                     raise too_large
                 await body.add(inflater.feed(raw))
             await body.add(inflater.finish())
-            title, content = await self._extract(
-                body.join(), content_type, response.charset_encoding, page.final_url, fmt, limits
-            )
+            async with budget.extractor:  # waiting for its turn, the body stays in pieces
+                title, content = await self._extract(
+                    body.join(),
+                    content_type,
+                    response.charset_encoding,
+                    page.final_url,
+                    fmt,
+                    limits,
+                )
         finally:
             body.release()
         page.title, page.content, page.content_type = title, content, content_type
