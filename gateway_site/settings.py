@@ -174,13 +174,18 @@ GATEWAY = {
     or str(BASE_DIR / "var" / "ledger-spool"),
     # POST /v1/fetch: networks the SSRF guard lets through although they are not public (CIDR
     # list; empty = none), the ports it may connect to, seconds per URL (redirects included),
-    # and the largest body it reads per URL.
+    # the largest body it reads per URL, the most the bodies of one request hold at once (all
+    # its URLs together) and the PDF pages it reads per URL (issue 22: bounded fetches).
     "FETCH_ALLOW_PRIVATE": _cidr_list(os.environ.get("GATEWAY_FETCH_ALLOW_PRIVATE", "")),
     "FETCH_ALLOWED_PORTS": frozenset(
         int(p) for p in os.environ.get("GATEWAY_FETCH_ALLOWED_PORTS", "80,443").split(",") if p
     ),
     "FETCH_TIMEOUT": float(os.environ.get("GATEWAY_FETCH_TIMEOUT", "15")),
     "FETCH_MAX_BYTES": int(os.environ.get("GATEWAY_FETCH_MAX_BYTES", str(5 * 1024 * 1024))),
+    "FETCH_MAX_TOTAL_BYTES": int(
+        os.environ.get("GATEWAY_FETCH_MAX_TOTAL_BYTES", str(20 * 1024 * 1024))
+    ),
+    "FETCH_MAX_PDF_PAGES": int(os.environ.get("GATEWAY_FETCH_MAX_PDF_PAGES", "1000")),
     # Seconds the upstream of a stream the client left is still read (not sent), waiting for
     # the provider's usage event; without it the 499 is billed on the gateway's own count.
     "STREAM_USAGE_GRACE": float(os.environ.get("GATEWAY_STREAM_USAGE_GRACE", "2")),
