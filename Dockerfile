@@ -1,11 +1,13 @@
-# The gateway behind gunicorn with uvicorn workers (docs/deployment.md), from the pinned
-# constraints, without the development extras. Written and checked without a container runtime
-# (none was available): see docs/deployment.md, "Containers".
+# The gateway behind gunicorn with uvicorn workers (docs/deployment.md), from the hash-pinned
+# lock of the base and `server` (constraints-server.txt), without the development extras.
+# Written and checked without a container runtime (none was available): see docs/deployment.md,
+# "Containers".
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
     DJANGO_SETTINGS_MODULE=gateway_site.settings
 
 RUN groupadd --system --gid 10001 gateway \
@@ -14,9 +16,10 @@ RUN groupadd --system --gid 10001 gateway \
 WORKDIR /app
 COPY --chown=gateway:gateway . /app
 
-# Editable: the settings keep var/ beside the source (BASE_DIR), so the code must run from /app,
-# not from a copy in site-packages. Every version comes from constraints.txt.
-RUN pip install --no-cache-dir -c constraints.txt -e ".[server]"
+# Every package from the lock with --require-hashes (a file that is not the one locked, or a
+# package not in the lock, is refused), then the project itself, editable (the settings keep var/
+# beside the source, BASE_DIR, so the code must run from /app), without resolving anything.
+RUN bash scripts/install_locked.sh constraints-server.txt python
 
 # Static files for the admin and /v1/docs, compressed, served by WhiteNoise from var/static.
 # Settings need no secret or database for this (SECRET_KEY has a development fallback that

@@ -3,9 +3,11 @@
     gunicorn -c python:gateway_site.gunicorn_conf --bind 0.0.0.0:8000 gateway_site.asgi:application
 
 Workers come from GATEWAY_WORKERS (default: one per core), proxy trust from gunicorn's own
-FORWARDED_ALLOW_IPS (or --forwarded-allow-ips); anything else on the command line or in
-GUNICORN_CMD_ARGS overrides this module. What the gateway needs from gunicorn (the same two
-problems gateway_site.serve fixes for uvicorn, measured in bench/README.md, "Servers"):
+FORWARDED_ALLOW_IPS (or --forwarded-allow-ips), which here defaults to no proxy at all (gunicorn's
+own default trusts 127.0.0.1 and ::1: any local process could pose as any client); anything else
+on the command line or in GUNICORN_CMD_ARGS overrides this module. What the gateway needs from
+gunicorn (the same two problems gateway_site.serve fixes for uvicorn, measured in
+bench/README.md, "Servers"):
 
 1. Nagle. gunicorn makes its listeners with proto 0, so asyncio does not turn TCP_NODELAY on for
    accepted connections; but gunicorn sets TCP_NODELAY on the listener and Linux copies it to
@@ -31,6 +33,9 @@ worker_class = "uvicorn_worker.UvicornWorker"
 # container with a CPU quota rather than a cpuset, set GATEWAY_WORKERS to the quota).
 workers = int(os.environ.get("GATEWAY_WORKERS") or len(os.sched_getaffinity(0)))
 reuse_port = True  # a listener per worker (see above)
+# The addresses (the TLS proxy's) whose X-Forwarded-For and X-Forwarded-Proto uvicorn-worker's
+# uvicorn believes; unset: none, so the client is the peer (docs/deployment.md, "TLS at a proxy").
+forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "")
 # gunicorn's run-time control socket (~/.gunicorn/gunicorn.ctl): not used here, one surface less.
 control_socket_disable = True
 # Idle kept-alive connections stay open longer than a proxy keeps its own (nginx: 60 s), so the

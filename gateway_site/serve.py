@@ -13,11 +13,17 @@
    The parent's socket is bound (reserving the address) but never listens, so it gets none.
 Drop these two once uvicorn does both.
 
+3. Trusted proxies. uvicorn takes the client's address and scheme from `X-Forwarded-For` and
+   `X-Forwarded-Proto` of requests from 127.0.0.1 and ::1 unless told otherwise, so any process
+   on the host could pose as any client (the admin's login throttling keys on that address).
+   Here nobody is trusted unless FORWARDED_ALLOW_IPS (or --forwarded-allow-ips) names the proxy.
+
 It also owns the workers' metrics directory (gateway_site.metrics_setup): emptied at start,
 inherited by the workers, and each worker that ends (restarted, killed) is marked dead, so its
 in-flight requests stop counting.
 """
 
+import os
 import socket
 
 import uvicorn
@@ -78,6 +84,9 @@ multiprocess.Process.join = join
 
 
 def main() -> None:
+    # Empty: no address is trusted (uvicorn reads the variable when --forwarded-allow-ips is not
+    # given; the workers inherit it).
+    os.environ.setdefault("FORWARDED_ALLOW_IPS", "")
     metrics_setup.own_multiproc_dir()
     uvicorn.main()
 

@@ -3,8 +3,8 @@ receive the ledger rows of their scope as licensing.live publishes them.
 
 Authentication is the admin's session cookie (channels' AuthMiddlewareStack). A connection is
 refused (closed with 4403 before it is accepted) unless the user is active staff whose role may
-view transactions, and unless its Origin is the page's own host (or in CSRF_TRUSTED_ORIGINS, the
-admin's own rule for forms): another site's page must not open it with the admin's cookie.
+view transactions, and unless its Origin is trusted: another site's page must not open it with
+the admin's cookie (a websocket has no CSRF token; the Origin is all there is). See `same_origin`.
 AllowedHostsOriginValidator comes first, but with ALLOWED_HOSTS=* it lets every origin through.
 
 The consumer only sends. Every HEARTBEAT seconds it checks the session and the user again (a
@@ -27,6 +27,7 @@ from channels.routing import URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
 from django.contrib import auth
+from django.http.request import split_domain_port, validate_host
 from django.urls import path
 
 from . import live
@@ -60,16 +61,81 @@ def _group_now(connection_scope) -> str | None:
     return feed_group(user) if user is not None else None
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+# Under ALLOWED_HOSTS=* (the development default) the request's own Host vouches for nothing, save
+# these: what a browser on the same machine sends (Django's DEBUG default is the same three).
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+
+
+def parse_origin(value: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an http(s) origin, the port made explicit; None for anything else
+    ("null", another scheme, no host, a bad port)."""
+    try:
+        parts = urlsplit(value.strip().lower())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        return None
+    return parts.scheme, parts.hostname, port or DEFAULT_PORTS[parts.scheme]
+
+
+def _secure(connection_scope, headers: dict[bytes, bytes]) -> bool:
+    """Whether the page was served over https, as Django's request.is_secure() decides it for
+    the admin's forms: SECURE_PROXY_SSL_HEADER when it is set and sent, else the connection's
+    scheme (wss, from TLS or from a trusted proxy's X-Forwarded-Proto)."""
+    if settings.SECURE_PROXY_SSL_HEADER:
+        name, secure_value = settings.SECURE_PROXY_SSL_HEADER
+        header = name.removeprefix("HTTP_").replace("_", "-").lower().encode("latin-1")
+        if header in headers:
+            return headers[header].decode("latin-1").split(",", 1)[0].strip() == secure_value
+    return connection_scope.get("scheme") in ("wss", "https")
+
+
+def own_origin(connection_scope, headers: dict[bytes, bytes]) -> tuple[str, str, int] | None:
+    """The origin of the gateway's own pages for this request: its scheme and its Host, if
+    the Host is one ALLOWED_HOSTS names (a `*` names none: then loopback only)."""
+    host = headers.get(b"host", b"").decode("latin-1")
+    domain, _ = split_domain_port(host)
+    if not domain:
+        return None
+    named = [pattern for pattern in settings.ALLOWED_HOSTS if pattern != "*"]
+    if not validate_host(domain, named):
+        loopback = "*" in settings.ALLOWED_HOSTS and domain in LOOPBACK_HOSTS
+        if not loopback:
+            return None
+    scheme = "https" if _secure(connection_scope, headers) else "http"
+    return parse_origin(f"{scheme}://{host}")
+
+
+def trusted_origin(origin: tuple[str, str, int], pattern: str) -> bool:
+    """`origin` is the CSRF_TRUSTED_ORIGINS entry `pattern` (its `*.` matches the domain and
+    every subdomain, as Django's CSRF check does)."""
+    scheme, _, netloc = pattern.strip().lower().partition("://")
+    wildcard = netloc.startswith("*.")
+    trusted = parse_origin(f"{scheme}://{netloc.removeprefix('*.')}")
+    if trusted is None or (trusted[0], trusted[2]) != (origin[0], origin[2]):
+        return False
+    host, domain = origin[1], trusted[1]
+    return host == domain or (wildcard and host.endswith("." + domain))
+
+
 def same_origin(connection_scope) -> bool:
+    """The Origin is trusted: scheme, host and port (a default port made explicit) equal to an
+    entry of CSRF_TRUSTED_ORIGINS, or to the gateway's own origin for this request (`own_origin`:
+    the request's scheme and a Host that ALLOWED_HOSTS names). With ALLOWED_HOSTS=* the Host is
+    whatever the client says, so a forged Host/Origin pair must not vouch for itself: only
+    CSRF_TRUSTED_ORIGINS and loopback hosts are trusted then."""
     headers = dict(connection_scope.get("headers", []))
-    origin = headers.get(b"origin")
-    if origin is None:
+    raw = headers.get(b"origin")
+    if raw is None:
         return True  # not a browser, so not someone else's cookie either
-    origin = origin.decode("latin-1").lower()
-    if origin in (o.lower() for o in settings.CSRF_TRUSTED_ORIGINS):
+    origin = parse_origin(raw.decode("latin-1"))
+    if origin is None:
+        return False
+    if any(trusted_origin(origin, pattern) for pattern in settings.CSRF_TRUSTED_ORIGINS):
         return True
-    host = headers.get(b"host", b"").decode("latin-1").lower()
-    return bool(host) and urlsplit(origin).netloc == host
+    return origin == own_origin(connection_scope, headers)
 
 
 class TransactionFeed(AsyncJsonWebsocketConsumer):

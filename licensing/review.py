@@ -325,7 +325,11 @@ CSV_COLUMNS = (
     ("metadata", "metadata"),
 )
 CSV_CHUNK_ROWS = 2000
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# What a spreadsheet runs as a formula (OWASP, "CSV Injection"): a cell starting with one of
+# these, also after leading whitespace (spreadsheets skip spaces and line breaks before "="), or
+# starting with a tab or a carriage return at all.
+FORMULA_STARTS = ("=", "+", "-", "@")
+CONTROL_STARTS = ("\t", "\r")
 
 
 def iso_utc(value: datetime) -> str:
@@ -333,8 +337,12 @@ def iso_utc(value: datetime) -> str:
 
 
 def safe_cell(value):
-    """Text a spreadsheet would run as a formula is prefixed with a quote."""
-    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+    """Text a spreadsheet would run as a formula is prefixed with a quote (every CSV cell the
+    gateway writes goes through here: `csv_chunks`). Leading whitespace is any Unicode
+    whitespace (spaces, tabs, CR, LF, no-break spaces), not only ASCII."""
+    if isinstance(value, str) and (
+        value.startswith(CONTROL_STARTS) or value.lstrip().startswith(FORMULA_STARTS)
+    ):
         return "'" + value
     return value
 

@@ -1,5 +1,6 @@
-# Sourced by the scripts: a virtualenv in .venv with the pinned dependencies, reinstalled only
-# when pyproject.toml or constraints.txt change.
+# Sourced by the scripts: a virtualenv in .venv with the locked dependencies (constraints.txt:
+# every package pinned with its sha256, installed with --require-hashes by
+# scripts/install_locked.sh), reinstalled only when pyproject.toml or constraints.txt change.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -15,8 +16,8 @@ fi
 STAMP="$VENV/.installed-$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$STAMP" ]; then
     echo "Installing the pinned dependencies into .venv (log: .venv/pip.log) ..."
-    if ! { "$VENV/bin/python" -m pip install --upgrade pip \
-            && "$VENV/bin/python" -m pip install -c constraints.txt -e ".[dev,server,clients]"; } \
+    # Every extra (".[dev,server,clients]") is in constraints.txt: scripts/lock.sh writes it.
+    if ! bash scripts/install_locked.sh constraints.txt "$VENV/bin/python" \
             > "$VENV/pip.log" 2>&1; then
         cat "$VENV/pip.log" >&2
         exit 1

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import secrets
-import shlex
 import signal
 import subprocess
 import sys
@@ -87,38 +86,129 @@ def cmd() -> list[str]:
 # --- Dockerfile ----------------------------------------------------------------------------------
 
 
-def test_the_dockerfile_installs_the_pinned_server_without_dev_extras():
+def test_the_dockerfile_installs_the_locked_server_without_dev_extras():
     assert instructions("FROM") == ["python:3.11-slim"]
-    installs = [run for run in instructions("RUN") if "pip install" in run]
-    assert len(installs) == 1
-    words = shlex.split(installs[0])
-    assert words[words.index("-c") + 1] == "constraints.txt"
-    assert ".[server]" in words and not any("dev" in word for word in words)
+    installs = [run for run in instructions("RUN") if "install" in run]
+    assert installs == ["bash scripts/install_locked.sh constraints-server.txt python"]
+    assert not any("pip install" in run for run in instructions("RUN"))
+    server = {name for name, _ in lock_pins("constraints-server.txt")}
+    assert {"gunicorn", "uvicorn-worker", "granian"} <= server
+    for dev_only in ("pytest", "playwright", "ruff", "schemathesis", "openai-agents"):
+        assert dev_only not in server, dev_only
     user = instructions("USER")
     assert user and user[-1] not in {"root", "0"}
     assert instructions("EXPOSE") == ["8000"]
 
 
-def test_the_server_extra_is_pinned_in_pyproject_and_constraints():
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    server = pyproject["project"]["optional-dependencies"]["server"]
-    constraints = set((ROOT / "constraints.txt").read_text().split())
-    assert {re.split("==", pin)[0] for pin in server} == {"gunicorn", "uvicorn-worker", "granian"}
-    for pin in server:
-        assert "==" in pin and pin in constraints, pin
+# --- the locks ------------------------------------------------------------------------------------
+
+LOCKS = ("constraints.txt", "constraints-server.txt")
+HASH = re.compile(r"--hash=sha256:[0-9a-f]{64}")
+PIP_ENTRY = r"sed -n '/^pip==/,/[^\\]$/p'"  # install_locked.sh's pick of pip's entry
 
 
-def test_every_extra_is_pinned_in_constraints():
-    """The test extras too (`dev`, `clients`: the real clients tests/test_clients_*.py drive):
-    a fresh clone's `scripts/_env.sh` installs exactly these versions."""
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def joined(text: str) -> list[str]:
+    """Requirement lines, each on one line (continuations joined, comments dropped)."""
+    lines = [line.split("#", 1)[0].strip() for line in re.sub(r"\\\n", " ", text).splitlines()]
+    return [line for line in lines if line]
+
+
+def lock_pins(lock: str) -> list[tuple[str, str]]:
+    pins = []
+    for entry in joined((ROOT / lock).read_text()):
+        match = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", entry)
+        assert match, f"{lock}: not an exact pin: {entry[:80]}"
+        pins.append((normalized(match.group(1)), match.group(2)))
+    return pins
+
+
+def pyproject_pins(*groups: str) -> dict[str, str]:
+    """name -> version of every requirement of the base ("base") and of the extras named."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = []
+    for group in groups:
+        if group == "base":
+            requirements += project["dependencies"]
+        else:
+            requirements += project["optional-dependencies"][group]
+    pins = {}
+    for requirement in requirements:
+        match = re.fullmatch(r"([A-Za-z0-9._-]+)(\[[^\]]*\])?==([^;\s]+)\s*(;.*)?", requirement)
+        assert match, f"pyproject.toml: not an exact pin: {requirement}"
+        pins[normalized(match.group(1))] = match.group(3)
+    return pins
+
+
+@pytest.mark.parametrize("lock", LOCKS)
+def test_every_package_of_the_lock_is_pinned_with_its_hashes(lock):
+    """pip's --require-hashes refuses a lock whose entry has no hash; this says which one, and
+    that no entry is a range, a URL, an editable or an option that opens another index."""
+    entries = joined((ROOT / lock).read_text())
+    assert len(entries) > 50
+    for entry in entries:
+        assert HASH.search(entry), f"{lock}: no sha256 for {entry[:60]}"
+        assert not re.search(r"(^|\s)(-e|--editable|-i|--index-url|--extra-index-url|-f)\b", entry)
+        requirement = entry.split(";")[0]  # a marker may compare with != or <
+        assert "://" not in entry and not re.search(r"[<>~!]=|===", requirement), entry[:80]
+        rest = HASH.sub("", requirement).split()
+        assert len(rest) == 1 and "==" in rest[0], entry[:80]
+    names = [name for name, _ in lock_pins(lock)]
+    assert len(names) == len(set(names)), "a package twice"
+
+
+def test_every_pin_of_pyproject_is_in_the_locks_at_its_version():
+    """Every extra (dev, server, clients) is in constraints.txt, the base and `server` in
+    constraints-server.txt, at the version pyproject.toml pins; the two locks agree on every
+    package they share; pip and the build backend (setuptools) are locked too."""
+    full = dict(lock_pins("constraints.txt"))
+    server = dict(lock_pins("constraints-server.txt"))
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    constraints = set((ROOT / "constraints.txt").read_text().split())
-    extras = pyproject["project"]["optional-dependencies"]
-    assert {"dev", "server", "clients"} <= set(extras)
-    for pins in extras.values():
-        for pin in pins:
-            assert "==" in pin and pin.split(";")[0].strip() in constraints, pin
-    assert '".[dev,server,clients]"' in (ROOT / "scripts" / "_env.sh").read_text()
+    assert set(pyproject["project"]["optional-dependencies"]) == {"dev", "server", "clients"}
+    for name, version in pyproject_pins("base", "dev", "server", "clients").items():
+        assert full.get(name) == version, (name, version, full.get(name))
+    for name, version in pyproject_pins("base", "server").items():
+        assert server.get(name) == version, (name, version, server.get(name))
+    assert {name: full.get(name) for name in server} == server
+    build = pyproject["build-system"]["requires"]
+    assert [normalized(re.split(r"[<>=!~ ]", r)[0]) for r in build] == ["setuptools"]
+    for lock in (full, server):
+        assert "setuptools" in lock and "pip" in lock
+
+
+def test_every_install_goes_through_the_hash_checked_lock():
+    """scripts/_env.sh (so run.sh, test.sh and CI) and the Dockerfile install only through
+    scripts/install_locked.sh: the lock with --require-hashes and --no-deps, then the project
+    without resolving or building anything that is not in the lock, then `pip check`."""
+    env = (ROOT / "scripts" / "_env.sh").read_text()
+    assert 'bash scripts/install_locked.sh constraints.txt "$VENV/bin/python"' in env
+    install = (ROOT / "scripts" / "install_locked.sh").read_text()
+    commands = [line.strip() for line in install.splitlines() if line.startswith('"$PY" -m pip')]
+    assert commands == [
+        f'"$PY" -m pip install --require-hashes --no-deps -r <({PIP_ENTRY} "$LOCK")',
+        '"$PY" -m pip install --require-hashes --no-deps -r "$LOCK"',
+        '"$PY" -m pip install --no-deps --no-build-isolation -e .',
+        '"$PY" -m pip check',
+    ]
+    # Nothing else installs a package (.ci/run goes through scripts/test.sh).
+    for path in ("scripts/run.sh", "scripts/test.sh", "scripts/_env.sh", ".ci/run"):
+        assert "pip install" not in (ROOT / path).read_text(), path
+    assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
+
+
+@pytest.mark.parametrize("lock", LOCKS)
+def test_install_locked_picks_exactly_pips_entry_first(lock):
+    """A new venv's bundled pip (23.2.1 with Python 3.11.7) is replaced by the lock's,
+    hash-checked, before anything else is installed."""
+    picked = subprocess.run(
+        ["bash", "-c", f"{PIP_ENTRY} {lock}"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    entries = joined(picked)
+    assert len(entries) == 1 and entries[0].startswith("pip=="), picked[:200]
+    assert HASH.search(entries[0])
 
 
 def test_uvicorn_serves_with_httptools_and_uvloop():
@@ -304,6 +394,7 @@ def test_the_dockerfile_command_serves_the_gateway(transactional_db, tmp_path):
     env.update(LOG_FORMAT="json", PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"))
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     env.pop("REDIS_URL", None)
+    env.pop("FORWARDED_ALLOW_IPS", None)
     log = tmp_path / "gunicorn.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -322,10 +413,11 @@ def test_the_dockerfile_command_serves_the_gateway(transactional_db, tmp_path):
                 pass
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        # Loopback may scrape; through a proxy on loopback, the forwarded client may not.
+        # Loopback may scrape; FORWARDED_ALLOW_IPS unset, no proxy is trusted, so a claimed
+        # client changes nothing (tests/test_trusted_proxies.py: the other way round).
         assert httpx.get(f"{base}/metrics").status_code == 200
         forwarded = httpx.get(f"{base}/metrics", headers={"X-Forwarded-For": "203.0.113.9"})
-        assert forwarded.status_code == 404
+        assert forwarded.status_code == 200
         ws = "ws" + base.removeprefix("http") + LIVE_FEED
         with connect(ws, additional_headers={"Cookie": cookie}, origin=base, open_timeout=10):
             pass  # accepted: the consumer checked the admin session

@@ -49,8 +49,10 @@ def run(scenario, *args):
     return async_to_sync(scenario)(*args)
 
 
-def communicator(cookie: str | None = None, origin: str | None = "http://testserver"):
-    headers = [(b"host", b"testserver")]
+def communicator(
+    cookie: str | None = None, origin: str | None = "http://testserver", host="testserver"
+):
+    headers = [(b"host", host.encode())]
     if origin is not None:
         headers.append((b"origin", origin.encode()))
     if cookie is not None:
@@ -329,6 +331,107 @@ def test_allowed_hosts_are_checked_first_and_trusted_origins_let_in():
         assert run(connect, "http://testserver") is False
     with override_settings(CSRF_TRUSTED_ORIGINS=["https://admin.example.edu"]):
         assert run(connect, "https://admin.example.edu") is True
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "origin, accepted",
+    [
+        ("http://testserver", True),
+        ("http://testserver:80", True),  # the default port, written out
+        ("HTTP://TestServer", True),
+        ("https://testserver", False),  # the page was not served over https
+        ("https://testserver:80", False),
+        ("http://testserver:8000", False),
+        ("ws://testserver", False),
+        ("http://user@testserver.evil.example", False),
+        ("http://testserver:99999", False),
+    ],
+)
+def test_the_origin_must_match_scheme_host_and_port(origin, accepted):
+    """On a plain http listener (the scope's scheme is ws), only the http origin of the page's
+    own host and port is the page's; an https one is another origin."""
+    cookie = session_cookie(get_user_model().objects.create_superuser("root", password="pw"))
+
+    async def scenario():
+        connected, _ = await communicator(cookie, origin=origin).connect()
+        return connected
+
+    assert run(scenario) is accepted
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_forged_host_and_origin_pair_does_not_vouch_for_itself_under_a_star():
+    """ALLOWED_HOSTS=*: the Host is whatever the client says, so the request's own origin is
+    trusted only for loopback hosts (a browser on the same machine); any other needs
+    CSRF_TRUSTED_ORIGINS, scheme and port included."""
+    cookie = session_cookie(get_user_model().objects.create_superuser("root", password="pw"))
+
+    async def connect(host, origin):
+        connected, _ = await communicator(cookie, origin=origin, host=host).connect()
+        return connected
+
+    with override_settings(ALLOWED_HOSTS=["*"], CSRF_TRUSTED_ORIGINS=[]):
+        assert run(connect, "evil.example", "http://evil.example") is False
+        assert run(connect, "gateway.example.edu", "http://gateway.example.edu") is False
+        assert run(connect, "127.0.0.1:8000", "http://127.0.0.1:8000") is True
+        assert run(connect, "localhost:8000", "http://localhost:8000") is True
+        assert run(connect, "[::1]:8000", "http://[::1]:8000") is True
+        assert run(connect, "127.0.0.1:8000", "http://127.0.0.1:8001") is False
+    trusted = ["https://gateway.example.edu"]
+    with override_settings(ALLOWED_HOSTS=["*"], CSRF_TRUSTED_ORIGINS=trusted):
+        assert run(connect, "gateway.example.edu", "https://gateway.example.edu") is True
+        assert run(connect, "evil.example", "https://gateway.example.edu:443") is True
+        assert run(connect, "gateway.example.edu", "http://gateway.example.edu") is False
+        assert run(connect, "gateway.example.edu", "https://gateway.example.edu:8443") is False
+        assert run(connect, "evil.example", "http://evil.example") is False
+    # ALLOWED_HOSTS naming the host: the request's own origin is the page's again.
+    with override_settings(ALLOWED_HOSTS=["gateway.example.edu"], CSRF_TRUSTED_ORIGINS=[]):
+        assert run(connect, "gateway.example.edu", "http://gateway.example.edu") is True
+        assert run(connect, "gateway.example.edu", "https://gateway.example.edu") is False
+
+
+def test_the_page_scheme_comes_from_the_connection_or_the_proxy_header():
+    """wss (TLS, or a trusted proxy's X-Forwarded-Proto rewritten by the server) makes the
+    page's origin https; so does SECURE_PROXY_SSL_HEADER when set and sent, as for Django's
+    own CSRF check of the admin's forms."""
+
+    def scope(origin, scheme="ws", **headers):
+        sent = [(b"host", b"gateway.example.edu"), (b"origin", origin.encode())]
+        sent += [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()]
+        return {"type": "websocket", "scheme": scheme, "headers": sent}
+
+    https, http = "https://gateway.example.edu", "http://gateway.example.edu"
+    proxy = ("HTTP_X_FORWARDED_PROTO", "https")
+    with override_settings(ALLOWED_HOSTS=["gateway.example.edu"], CSRF_TRUSTED_ORIGINS=[]):
+        assert consumers.same_origin(scope(https, "wss"))
+        assert not consumers.same_origin(scope(http, "wss"))
+        assert not consumers.same_origin(scope(https, x_forwarded_proto="https"))  # not set
+        with override_settings(SECURE_PROXY_SSL_HEADER=proxy):
+            assert consumers.same_origin(scope(https, x_forwarded_proto="https"))
+            assert consumers.same_origin(scope(https, x_forwarded_proto="https, http"))
+            assert not consumers.same_origin(scope(https, "wss", x_forwarded_proto="http"))
+            assert consumers.same_origin(scope(https, "wss"))  # header absent: the connection
+        assert consumers.same_origin({"type": "websocket", "headers": []})  # not a browser
+        for bad in ("null", "", "file://", "http://", "http://[::1", "javascript:alert(1)"):
+            assert not consumers.same_origin(scope(bad)), bad
+
+
+def test_trusted_origins_match_scheme_host_port_and_wildcards():
+    match = consumers.trusted_origin
+    parse = consumers.parse_origin
+    assert match(parse("https://gateway.example.edu"), "https://gateway.example.edu")
+    assert match(parse("https://gateway.example.edu:443"), "https://GATEWAY.example.edu/")
+    assert not match(parse("http://gateway.example.edu"), "https://gateway.example.edu")
+    assert not match(parse("https://gateway.example.edu:8443"), "https://gateway.example.edu")
+    assert match(parse("https://gateway.example.edu:8443"), "https://gateway.example.edu:8443")
+    # "*." as in Django's CSRF_TRUSTED_ORIGINS: the domain and its subdomains, nothing else.
+    assert match(parse("https://a.example.edu"), "https://*.example.edu")
+    assert match(parse("https://example.edu"), "https://*.example.edu")
+    assert not match(parse("https://evilexample.edu"), "https://*.example.edu")
+    assert not match(parse("https://example.edu.evil.example"), "https://*.example.edu")
+    assert not match(parse("http://a.example.edu"), "https://*.example.edu")
+    assert not match(parse("https://a.example.edu"), "gateway.example.edu")  # no scheme
 
 
 @pytest.mark.django_db(transaction=True)

@@ -17,7 +17,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from licensing.models import AdminProfile, Transaction
-from licensing.review import CSV_COLUMNS
+from licensing.review import CSV_COLUMNS, safe_cell
 
 from .review_data import FILTER_CASES, SEARCH_CASES, T0, all_rows, make_ledger, named, totals_of
 from .test_admin import url
@@ -173,6 +173,40 @@ def test_csv_cells_a_spreadsheet_would_run_are_quoted(ledger, admin_client):
     for line in lines.values():
         for value in line.values():
             assert not value.startswith(("=", "+", "-", "@")), value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "=2+5", "+2", "-2", "@SUM(A1)", "\t2", "\r2", "\t", "\r",
+        " =2+5", "   +2", " -2", " @SUM(A1)", "\n=2+5", "\r\n=2+5", "\t=2+5", " \t\r\n@x",
+        "\u00a0=2+5", "\u3000=2+5", "\x0b=1", "\x0c=1", "=", " -", "\n\n\n-1",
+    ],
+)  # fmt: skip
+def test_every_spelling_of_a_formula_is_neutralised(value):
+    assert safe_cell(value) == "'" + value
+
+
+@pytest.mark.parametrize(
+    "value", ["a=1", "1-2", "O'Brien", "", " ", "\n", "\nhello", " hello", "x\n=1", "'=1", "{}"]
+)
+def test_text_that_is_no_formula_is_left_as_it_is(value):
+    assert safe_cell(value) == value
+    assert safe_cell(-2) == -2 and safe_cell(None) is None  # numbers are numbers
+
+
+def test_whitespace_before_a_formula_is_neutralised_in_the_export(ledger, admin_client):
+    """Cells read from the client (end-user subject, model names, error messages) with spaces or
+    line breaks before `=` reach the spreadsheet quoted."""
+    hostile = {"failure": ' \n=HYPERLINK("http://x")', "client_error": "\t+1", "image": "\r\n@A1"}
+    for name, text in hostile.items():
+        Transaction.objects.filter(pk=ledger[name].pk).update(error_message=text)
+    lines = {line["request_id"]: line for line in exported(admin_client)}
+    for name, text in hostile.items():
+        assert lines[ledger[name].request_id]["error_message"] == "'" + text
+    for line in lines.values():
+        for value in line.values():
+            assert not value.lstrip().startswith(("=", "+", "-", "@")), value
 
 
 def test_csv_export_keeps_the_date_drill_down(ledger, admin_client):
