@@ -172,6 +172,13 @@ GATEWAY = {
     # Local disk of the host; keep it across restarts (see README, "Reliability").
     "LEDGER_SPOOL_DIR": os.environ.get("GATEWAY_LEDGER_SPOOL_DIR")
     or str(BASE_DIR / "var" / "ledger-spool"),
+    # While the database is down, a provider call is made only if its row could be spooled: the
+    # spool must open for append with at least this much free space (bytes), probed at most
+    # once per LEDGER_SPOOL_PROBE_SECONDS (README, "Reliability").
+    "LEDGER_SPOOL_MIN_FREE_BYTES": int(
+        os.environ.get("GATEWAY_LEDGER_SPOOL_MIN_FREE_BYTES", str(64 * 1024 * 1024))
+    ),
+    "LEDGER_SPOOL_PROBE_SECONDS": float(os.environ.get("GATEWAY_LEDGER_SPOOL_PROBE_SECONDS", "1")),
     # POST /v1/fetch: networks the SSRF guard lets through although they are not public (CIDR
     # list; empty = none), the ports it may connect to, seconds per URL (redirects included),
     # and the largest body it reads per URL.
