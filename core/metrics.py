@@ -183,5 +183,5 @@ def live_feed_lost(reason: str, count: int) -> None:
 
 def ledger_rows_lost(kind: str, count: int) -> None:
     """kind: `call` (a provider call, logged with its spool line) or `refusal`."""
-    if ENABLED:
+    if ENABLED and count > 0:
         LEDGER_ROWS_LOST.labels(kind).inc(count)

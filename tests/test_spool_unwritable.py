@@ -216,6 +216,16 @@ def test_outage_with_an_unwritable_or_full_spool(catalog, make_license, make_key
             # Worker 1's disk was only "full" by its floor: its rows were spooled; let it
             # replay them before the workers stop.
             _wait_for_replay(spools[1])
+            lost = [
+                line
+                for line in workers[0].http.get("/metrics").text.splitlines()
+                if line.startswith("gateway_ledger_rows_lost_total")
+            ]
+            # The raced call, and the refusal's own row (no money in it).
+            assert sorted(lost) == [
+                'gateway_ledger_rows_lost_total{kind="call"} 1.0',
+                'gateway_ledger_rows_lost_total{kind="refusal"} 1.0',
+            ]
     finally:
         proxy.close()
 
