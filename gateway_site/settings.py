@@ -91,7 +91,22 @@ DATABASES = {
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = os.environ.get(
     "GATEWAY_PG_SERVER_SIDE_CURSORS", "on"
 ).strip().lower() in {"off", "0", "false", "no"}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+if "postgresql" in DATABASES["default"]["ENGINE"]:
+    # The ORM's connections of a process come from one bounded pool (Django's psycopg pool):
+    # the API's worker threads return theirs after each block of work (gateway_site.db), the
+    # admin's, the management API's and the live feed's at the end of each request or check.
+    # Persistent per-thread connections grew with every thread that ever ran ORM code
+    # (50 per worker seen). Per worker: GATEWAY_PG_POOL_SIZE (the hot path's own pool) +
+    # GATEWAY_PG_ORM_POOL_SIZE (docs/deployment.md, "PostgreSQL connections").
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool takes no persistent connections
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": int(os.environ.get("GATEWAY_PG_ORM_POOL_SIZE", "6")),
+        # As the hot path's pool: a wait only lasts when no connection can be made (the database
+        # is down: the 503 then comes after this long) or every one is busy.
+        "timeout": float(os.environ.get("GATEWAY_PG_POOL_TIMEOUT", "2")),
+    }
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL and a busy timeout let the API's worker threads write concurrently on a first run.
     DATABASES["default"]["OPTIONS"] = {
         "timeout": 20,
