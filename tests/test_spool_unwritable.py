@@ -14,6 +14,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
 
+from gateway_site.metrics import ScrapeTimeCollector
 from licensing import spool
 from licensing.models import Transaction
 from licensing.spool import SpoolProbe, spool_append, spool_depth, spool_rejected, spool_replay
@@ -148,6 +149,11 @@ def test_waiting_count_leaves_rejected_lines_apart(settings, tmp_path, make_lice
     (tmp_path / "spool" / "rejected.jsonl").write_bytes(b'{"entry": "torn"}\n{"entry": 2}\n')
     assert (spool_depth(), spool_rejected()) == (1, 2)
     assert spool.spool_pending()
+    gauges = {f.name: f.samples[0].value for f in ScrapeTimeCollector().collect()}
+    assert gauges == {
+        "gateway_ledger_spool_entries": 1,
+        "gateway_ledger_spool_rejected_entries": 2,
+    }
 
     call_command("replay_ledger_spool")
     out, err = capsys.readouterr()
