@@ -105,6 +105,8 @@ if "postgresql" in DATABASES["default"]["ENGINE"]:
         # As the hot path's pool: a wait only lasts when no connection can be made (the database
         # is down: the 503 then comes after this long) or every one is busy.
         "timeout": float(os.environ.get("GATEWAY_PG_POOL_TIMEOUT", "2")),
+        # Back within seconds of the database, whatever the outage's length (gateway_site.pgpool).
+        "reconnect_timeout": 5.0,
     }
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL and a busy timeout let the API's worker threads write concurrently on a first run.

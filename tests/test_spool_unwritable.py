@@ -182,6 +182,9 @@ def test_outage_with_an_unwritable_or_full_spool(catalog, make_license, make_key
     env = {
         "DATABASE_URL": f"postgres://{s['USER']}@127.0.0.1:{proxy.port}/{s['NAME']}",
         "GATEWAY_PG_POOL_TIMEOUT": "1",
+        # The key and license stay cached through the outage, however slow the machine.
+        "GATEWAY_CACHE_TTL": "600",
+        "GATEWAY_INVALIDATION_FILE": str(tmp_path / "cache-generation"),
     }
 
     def worker_env(n):
