@@ -70,6 +70,11 @@ UPSTREAM_ERRORS = Counter(
 LIVE_FEED_LOST = Counter(
     "gateway_live_feed_events_lost", "Live feed events not delivered.", ["reason"]
 )
+LEDGER_ROWS_LOST = Counter(
+    "gateway_ledger_rows_lost",
+    "Ledger rows neither the database nor the spool could take (each logged at CRITICAL).",
+    ["kind"],
+)
 
 _requests: dict[tuple, object] = {}
 _timings: dict[tuple, tuple] = {}
@@ -174,3 +179,9 @@ def upstream_error(provider: str, kind: str) -> None:
 def live_feed_lost(reason: str, count: int) -> None:
     if ENABLED and count > 0:
         LIVE_FEED_LOST.labels(reason).inc(count)
+
+
+def ledger_rows_lost(kind: str, count: int) -> None:
+    """kind: `call` (a provider call, logged with its spool line) or `refusal`."""
+    if ENABLED and count > 0:
+        LEDGER_ROWS_LOST.labels(kind).inc(count)

@@ -70,17 +70,22 @@ class ScrapeTimeCollector:
     """Values read when scraped, once per host (not per worker)."""
 
     def collect(self):
-        from licensing.spool import spool_depth
+        from licensing.spool import spool_depth, spool_rejected
 
         depth = GaugeMetricFamily(
             "gateway_ledger_spool_entries",
             "Ledger entries waiting in this host's spool for the database.",
         )
-        try:
-            depth.add_metric([], spool_depth())
-        except OSError:
-            depth.add_metric([], float("nan"))
-        yield depth
+        rejected = GaugeMetricFamily(
+            "gateway_ledger_spool_rejected_entries",
+            "Spooled ledger entries the database refused for good (rejected.jsonl).",
+        )
+        for family, count in ((depth, spool_depth), (rejected, spool_rejected)):
+            try:
+                family.add_metric([], count())
+            except OSError:
+                family.add_metric([], float("nan"))
+            yield family
 
 
 _scrape_time = CollectorRegistry(auto_describe=False)

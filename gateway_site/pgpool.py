@@ -40,6 +40,12 @@ def pool_size() -> int:
     return int(os.environ.get("GATEWAY_PG_POOL_SIZE", "8"))
 
 
+# Seconds a pool keeps retrying a connection that cannot be made (backing off 1, 2, 4 s...)
+# before it gives up; the next checkout then tries at once. psycopg_pool's default (300 s) backs
+# off so far that after a 20 s outage the pool came back 9.7 s after the database (1.5 s with 5).
+RECONNECT_TIMEOUT = 5.0
+
+
 def pool_timeout() -> float:
     """Seconds a statement waits for a connection. The batching tasks hold one connection each,
     so a wait only happens when none can be made (the database is down): the request then gets
@@ -61,6 +67,7 @@ async def pool():
         max_size=pool_size(),
         open=False,
         timeout=pool_timeout(),
+        reconnect_timeout=RECONNECT_TIMEOUT,
         # No health check per checkout (a round trip each): a connection that breaks raises
         # OperationalError to its user and the pool discards it when it comes back.
     )

@@ -91,7 +91,24 @@ DATABASES = {
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = os.environ.get(
     "GATEWAY_PG_SERVER_SIDE_CURSORS", "on"
 ).strip().lower() in {"off", "0", "false", "no"}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+if "postgresql" in DATABASES["default"]["ENGINE"]:
+    # The ORM's connections of a process come from one bounded pool (Django's psycopg pool):
+    # the API's worker threads return theirs after each block of work (gateway_site.db), the
+    # admin's, the management API's and the live feed's at the end of each request or check.
+    # Persistent per-thread connections grew with every thread that ever ran ORM code
+    # (50 per worker seen). Per worker: GATEWAY_PG_POOL_SIZE (the hot path's own pool) +
+    # GATEWAY_PG_ORM_POOL_SIZE (docs/deployment.md, "PostgreSQL connections").
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool takes no persistent connections
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": int(os.environ.get("GATEWAY_PG_ORM_POOL_SIZE", "6")),
+        # As the hot path's pool: a wait only lasts when no connection can be made (the database
+        # is down: the 503 then comes after this long) or every one is busy.
+        "timeout": float(os.environ.get("GATEWAY_PG_POOL_TIMEOUT", "2")),
+        # Back within seconds of the database, whatever the outage's length (gateway_site.pgpool).
+        "reconnect_timeout": 5.0,
+    }
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL and a busy timeout let the API's worker threads write concurrently on a first run.
     DATABASES["default"]["OPTIONS"] = {
         "timeout": 20,
@@ -172,6 +189,13 @@ GATEWAY = {
     # Local disk of the host; keep it across restarts (see README, "Reliability").
     "LEDGER_SPOOL_DIR": os.environ.get("GATEWAY_LEDGER_SPOOL_DIR")
     or str(BASE_DIR / "var" / "ledger-spool"),
+    # While the database is down, a provider call is made only if its row could be spooled: the
+    # spool must open for append with at least this much free space (bytes), probed at most
+    # once per LEDGER_SPOOL_PROBE_SECONDS (README, "Reliability").
+    "LEDGER_SPOOL_MIN_FREE_BYTES": int(
+        os.environ.get("GATEWAY_LEDGER_SPOOL_MIN_FREE_BYTES", str(64 * 1024 * 1024))
+    ),
+    "LEDGER_SPOOL_PROBE_SECONDS": float(os.environ.get("GATEWAY_LEDGER_SPOOL_PROBE_SECONDS", "1")),
     # POST /v1/fetch: networks the SSRF guard lets through although they are not public (CIDR
     # list; empty = none), the ports it may connect to, seconds per URL (redirects included),
     # the largest body it reads per URL, the most the bodies of one request hold at once (all

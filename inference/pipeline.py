@@ -40,6 +40,7 @@ from licensing.budget import BudgetState, budget_check_async
 from licensing.credentials import Principal
 from licensing.group_commit import ledger_write
 from licensing.ledger import LedgerEntry
+from licensing.spool import spool_refuses
 
 from . import moderation
 from . import tracing as provider_span
@@ -226,6 +227,11 @@ async def _admit(call: Call, operation: Operation, pin):
     guardrails.check("input", input_texts)
     if guardrails.moderates("input"):
         await moderation.check(catalog, input_texts)  # 400 flagged, 503 when it fails
+    # Before 9: no provider call that could not be recorded (the database is down and the
+    # spool cannot take the row). One global read while the database is up.
+    call.stage = _LEDGER
+    if spool_refuses():
+        raise ServiceUnavailable(reason="the database is down and the ledger spool is unwritable")
     call.stage = None
     return catalog, guardrails
 
@@ -251,6 +257,7 @@ _BUDGET = {400: ledger.OUT_OF_BUDGET, 500: ledger.BUDGET_MISCONFIGURED}
 _POLICY = {403: ledger.POLICY_DENIED, 503: ledger.POLICY_UNAVAILABLE}
 _SELECTION = {400: ledger.PROVIDER_SELECTION}
 _GUARDRAIL = {400: ledger.GUARDRAIL_BLOCKED, 503: ledger.MODERATION_UNAVAILABLE}
+_LEDGER = {503: ledger.LEDGER_UNAVAILABLE}
 # A failed provider call, by the status the client gets.
 _CALL = {
     400: ledger.PROVIDER_REJECTED,

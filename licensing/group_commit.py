@@ -12,6 +12,12 @@ runs through the ORM on a worker thread. Each
 request's `credits_remaining` is exact: the wallet's total after the batch, less what the
 requests after it in the same batch added. If the batch cannot be written, every entry goes to
 the durable spool (licensing.spool) and is written when the database is back.
+
+If the spool cannot take them either (a race: the pre-call check `spool_refuses` found it
+writable, or the database had not failed yet), the requests still answer: their provider calls
+are made and paid, a 503 would only make the clients call again, unrecorded again. Each such row
+is logged at CRITICAL with its spool line (an operator can append the line to a spool file and
+replay it) and counted in `gateway_ledger_rows_lost` (README, "Reliability").
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import psycopg
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from core import jsonio
+from core import jsonio, metrics
 from gateway_site import pgpool
 from gateway_site.db import run_db
 
@@ -34,7 +40,13 @@ from .alerts import follow_up, follow_ups_write
 from .budget import BudgetState, known_wallet_id, wallet_open
 from .ledger import FIELDS, WALLET_ADD_SQL, LedgerEntry, insert_statement, row_values
 from .models import Transaction
-from .spool import replay_soon, spool_append_many
+from .spool import (
+    encoded_line,
+    note_database_down,
+    note_database_up,
+    replay_soon,
+    spool_append_many,
+)
 
 logger = logging.getLogger("gateway.ledger")
 
@@ -238,33 +250,48 @@ class GroupCommit:
                 spent = await commit_batch_async(batch)
             else:
                 spent = await run_db(commit_batch_sync, batch)
+            note_database_up()
             await _follow_up(batch, spent)
             live.publish([item.entry for item in batch])
         except Exception as exc:
             # An outage, or anything else: the provider calls happened all the same, keep them.
             outage = isinstance(exc, DatabaseError | psycopg.Error)
+            if outage:
+                note_database_down()
             logger.error(
                 "ledger batch of %d failed (%s); spooling it", len(batch), exc, exc_info=not outage
             )
             spent = await self._spool(batch)
-        if spent is None:
-            return
         for item, remaining in zip(batch, _remaining(batch, spent), strict=True):
             if not item.future.done():
                 item.future.set_result(remaining)
 
-    async def _spool(self, batch: list[Pending]) -> dict | None:
-        """Spool a batch that could not be written; None when even that failed (the requests
-        then fail: nothing durable is left to promise)."""
+    async def _spool(self, batch: list[Pending]) -> dict:
+        """Spool a batch that could not be written. When even that fails the requests answer
+        all the same (module docstring) and each row is logged with its spool line."""
         try:
             await run_db(spool_append_many, [(i.entry, i.budget) for i in batch])
         except Exception as exc:
-            logger.critical("ledger spool write failed: %s", exc)
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_exception(exc)
-            return None
+            _rows_lost(batch, exc)
         return {}
+
+
+def _rows_lost(batch: list[Pending], exc: Exception) -> None:
+    refusals = sum(item.budget is None for item in batch)
+    for item in batch:
+        entry = item.entry
+        if item.budget is None:  # a refusal: no provider call, no charge
+            logger.warning("ledger row of refused request %s lost: %s", entry.request_id, exc)
+            continue
+        logger.critical(
+            "ledger row of request %s LOST (database and spool unavailable: %s); its spool "
+            "line, to replay: %s",
+            entry.request_id,
+            exc,
+            encoded_line(entry, item.budget),
+        )
+    metrics.ledger_rows_lost("call", len(batch) - refusals)
+    metrics.ledger_rows_lost("refusal", refusals)
 
 
 async def _resolve_wallets(batch: list[Pending]) -> None:

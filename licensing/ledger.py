@@ -19,7 +19,7 @@ from django.utils import timezone
 from .alerts import after_charge
 from .budget import BudgetState, wallet_charge
 from .models import Outcome, Transaction
-from .spool import spool_append
+from .spool import note_database_down, note_database_up, spool_append
 
 logger = logging.getLogger("gateway.ledger")
 
@@ -33,6 +33,7 @@ RATE_LIMITED = "rate_limited"
 PROVIDER_SELECTION = "provider_selection"
 GUARDRAIL_BLOCKED = "guardrail_blocked"
 MODERATION_UNAVAILABLE = "moderation_unavailable"
+LEDGER_UNAVAILABLE = "ledger_unavailable"  # the database down and the spool unwritable
 BEFORE_CALL = frozenset(
     {
         OUT_OF_BUDGET,
@@ -43,6 +44,7 @@ BEFORE_CALL = frozenset(
         PROVIDER_SELECTION,
         GUARDRAIL_BLOCKED,
         MODERATION_UNAVAILABLE,
+        LEDGER_UNAVAILABLE,
     }
 )
 PROVIDER_REJECTED = "provider_rejected"
@@ -55,7 +57,7 @@ INTERNAL_ERROR = "internal_error"
 OUTPUT_BLOCKED = "output_blocked"  # the output guardrail: charged (spec)
 OUTPUT_MODERATION_UNAVAILABLE = "output_moderation_unavailable"
 # Refused by the gateway's own rules (the rest are failures of the provider or the gateway).
-DENIED = (BEFORE_CALL - {MODERATION_UNAVAILABLE}) | {OUTPUT_BLOCKED}
+DENIED = (BEFORE_CALL - {MODERATION_UNAVAILABLE, LEDGER_UNAVAILABLE}) | {OUTPUT_BLOCKED}
 ERROR_MESSAGE_MAX = Transaction._meta.get_field("error_message").max_length
 
 
@@ -159,7 +161,9 @@ def transaction_record(*, entry: LedgerEntry, budget: BudgetState) -> int | None
     remaining credits are then estimated from the wallet as read before the call."""
     try:
         spent = _commit(entry, budget)
+        note_database_up()
     except DatabaseError:
+        note_database_down()
         logger.exception("ledger write of request %s failed; spooling it", entry.request_id)
         spool_append(entry=entry, budget=budget)
         spent = budget.spent + entry.credits

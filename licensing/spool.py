@@ -10,6 +10,12 @@ per line. Writers and the replayer lock a file with flock; the replayer claims a
 it, and a writer that finds its path renamed under it opens a new file, so no entry is written
 into a file that is being replayed. Replay is idempotent: the ledger's request id is unique, so an
 entry whose first write did commit (only its acknowledgement was lost) is skipped.
+
+Nothing is called that cannot be recorded: once a ledger write has failed (the database is down)
+and until one succeeds again, `spool_refuses()` tells the pipeline, before the provider call,
+that the spool could not take the row either (it does not open for append, or its disk is
+nearly full), and the request gets the spec's 503 instead. While the database is up that check
+is one global read.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import fcntl
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
 from decimal import Decimal
@@ -34,6 +41,8 @@ logger = logging.getLogger("gateway.ledger")
 
 # Errors that mean "the database is not there right now": stop replaying and try again later.
 UNAVAILABLE = (OperationalError, InterfaceError)
+REJECTED = "rejected.jsonl"
+PROBE = ".writable"  # the writability probe's file (removed at once, never replayed)
 
 
 def spool_dir() -> Path:
@@ -138,14 +147,95 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _waiting_file(path: Path) -> bool:
+    """A file of entries to replay: a writer's `.jsonl` or a claimed `.replaying-` one; never
+    `rejected.jsonl` (entries refused for good wait for an operator, not for a replay) nor the
+    writability probe."""
+    if path.name == REJECTED:
+        return False
+    return path.suffix == ".jsonl" or ".replaying-" in path.name
+
+
+def _lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
 def spool_depth() -> int:
-    """Entries waiting in the spool (lines in its files)."""
-    count = 0
-    for path in spool_dir().iterdir():
-        if path.suffix == ".jsonl" or ".replaying" in path.name:
-            with open(path, "rb") as f:
-                count += sum(1 for line in f if line.strip())
-    return count
+    """Entries waiting in the spool (lines in its files), rejected ones not included."""
+    return sum(_lines(path) for path in spool_dir().iterdir() if _waiting_file(path))
+
+
+def spool_rejected() -> int:
+    """Entries the database refused for good, kept in `rejected.jsonl` for an operator."""
+    path = spool_dir() / REJECTED
+    return _lines(path) if path.exists() else 0
+
+
+def encoded_line(entry, budget: BudgetState | None) -> str:
+    """An entry as its spool line (for the log line of an entry no spool could take: an operator
+    can append it to a spool file and replay it)."""
+    return _encode(entry, budget).decode().rstrip("\n")
+
+
+# --- can the spool take an entry? (asked before a provider call while the database is down) ----
+
+
+class SpoolProbe:
+    """Whether the spool can take an entry: its directory opens a file for append and its disk
+    has LEDGER_SPOOL_MIN_FREE_BYTES free. The answer is kept LEDGER_SPOOL_PROBE_SECONDS (by
+    `clock`, injectable) so that a flood of requests during an outage costs one probe a second."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.checked_at: float | None = None
+        self.problem = ""  # why the spool cannot take an entry; "" when it can
+
+    def writable(self) -> bool:
+        interval = settings.GATEWAY["LEDGER_SPOOL_PROBE_SECONDS"]
+        if self.checked_at is None or self.clock() - self.checked_at >= interval:
+            self.refresh()
+        return not self.problem
+
+    def refresh(self) -> None:
+        self.checked_at = self.clock()
+        try:
+            directory = spool_dir()
+            probe_file = directory / f"{PROBE}-{os.getpid()}"
+            os.close(os.open(probe_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+            probe_file.unlink()  # nothing left behind for a replay or an operator to wonder at
+            stat = os.statvfs(directory)
+        except OSError as exc:  # not a directory, no permission, read-only file system...
+            self.problem = f"cannot write to {settings.GATEWAY['LEDGER_SPOOL_DIR']}: {exc}"
+        else:
+            free = stat.f_bavail * stat.f_frsize
+            needed = settings.GATEWAY["LEDGER_SPOOL_MIN_FREE_BYTES"]
+            self.problem = f"{free} bytes free, {needed} needed" if free < needed else ""
+        if self.problem:
+            logger.critical("the ledger spool cannot take entries: %s", self.problem)
+
+
+probe = SpoolProbe()
+_database_down = False  # the last ledger write (or health check) of this process failed
+
+
+def note_database_down() -> None:
+    """The outage path was taken: from now on each provider call first asks the spool."""
+    global _database_down
+    if not _database_down:
+        _database_down = True
+        probe.checked_at = None  # probe afresh: the disk may have filled since the last outage
+
+
+def note_database_up() -> None:
+    global _database_down
+    _database_down = False
+
+
+def spool_refuses() -> bool:
+    """True when a provider call could not be recorded: the database is down and the spool
+    cannot take its row. One global read while the database is up."""
+    return _database_down and not probe.writable()
 
 
 # --- replaying --------------------------------------------------------------------------------
@@ -211,7 +301,7 @@ def _replay_file(path: Path) -> tuple[int, int]:
 
 def _keep_rejected(path: Path, line: bytes) -> None:
     """Entries the database refuses for good are kept for an operator, never dropped."""
-    rejected = path.parent / "rejected.jsonl"
+    rejected = path.parent / REJECTED
     with open(rejected, "ab") as f:
         f.write(line.rstrip(b"\n") + b"\n")
         f.flush()
@@ -229,12 +319,10 @@ def spool_replay() -> tuple[int, int]:
     directory = spool_dir()
     written = skipped = 0
     for path in sorted(directory.iterdir()):
-        if path.name == "rejected.jsonl":
+        if not _waiting_file(path):
             continue
         if path.suffix == ".jsonl":
             path = _claim(path)
-        elif ".replaying-" not in path.name:
-            continue
         if path is None:
             continue
         w, s = _replay_file(path)
@@ -246,8 +334,8 @@ def spool_replay() -> tuple[int, int]:
 
 def spool_pending() -> bool:
     try:
-        return any(p.name != "rejected.jsonl" for p in spool_dir().iterdir())
-    except FileNotFoundError:
+        return any(_waiting_file(p) for p in spool_dir().iterdir())
+    except OSError:  # no spool directory (or one that cannot be made): nothing to replay
         return False
 
 
@@ -287,6 +375,7 @@ async def _replay_loop() -> None:
             logger.exception("ledger spool replay failed")
             delay = 5.0
             continue
+        note_database_up()
         if not spool_pending():
             global _pending
             _pending = False

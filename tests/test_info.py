@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_health_needs_no_credentials(client):
     response = client.get("/v1/health")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok"}
+    assert response.json() == {"status": "ok", "database": "ok", "spool": "ok"}
 
 
 def test_health_ignores_bad_credentials(client):

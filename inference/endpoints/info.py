@@ -9,6 +9,8 @@ from core.errors import NotFound
 from gateway_site.db import run_db
 from licensing.budget import budget_usage
 from licensing.policy import SERVICES
+from licensing.spool import note_database_down, note_database_up
+from licensing.spool import probe as spool_probe
 
 from ..api import json_response
 from ..headers import parse_service_headers
@@ -22,6 +24,7 @@ router = Router(tags=["info"])
 class HealthBody(BaseModel):
     status: str
     database: str
+    spool: str
 
 
 class ModelEntryOut(BaseModel):
@@ -71,13 +74,25 @@ def _database_answers() -> bool:
 
 @router.get("/health", auth=None, response={200: HealthBody, 503: HealthBody, **error_responses()})
 async def health(request):
+    """503 `error` when the database does not answer (the spec's). A spool that cannot take a
+    ledger entry is `degraded` with 200: the worker serves while the database is up (a load
+    balancer must not drop it), but would refuse provider calls during an outage."""
     try:
         ok = await run_db(_database_answers)
     except Exception:
         ok = False
+    # What the health check saw is as good as a failed ledger write (licensing.spool).
     if ok:
-        return json_response({"status": "ok", "database": "ok"})
-    return json_response({"status": "error", "database": "unreachable"}, status=503)
+        note_database_up()
+    else:
+        note_database_down()
+    spool = "ok" if spool_probe.writable() else "unwritable"
+    if not ok:
+        body = {"status": "error", "database": "unreachable", "spool": spool}
+        return json_response(body, status=503)
+    return json_response(
+        {"status": "ok" if spool == "ok" else "degraded", "database": "ok", "spool": spool}
+    )
 
 
 async def _usable_models(request) -> dict:

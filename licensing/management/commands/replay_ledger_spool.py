@@ -5,7 +5,14 @@ operator who wants it done now (or for a host whose gateway is not running any m
 
 from django.core.management.base import BaseCommand, CommandError
 
-from licensing.spool import UNAVAILABLE, spool_depth, spool_dir, spool_replay
+from licensing.spool import (
+    REJECTED,
+    UNAVAILABLE,
+    spool_depth,
+    spool_dir,
+    spool_rejected,
+    spool_replay,
+)
 
 
 class Command(BaseCommand):
@@ -16,12 +23,15 @@ class Command(BaseCommand):
             written, skipped = spool_replay()
         except UNAVAILABLE as exc:
             raise CommandError(f"The database is still unavailable: {exc}") from exc
-        waiting = spool_depth()
+        # "waiting": entries a later replay will write (the database is back, but a writer
+        # appended meanwhile); rejected ones never will and are counted apart.
+        waiting, rejected = spool_depth(), spool_rejected()
         self.stdout.write(
-            f"{written} written, {skipped} already in the ledger, {waiting} waiting "
-            f"(spool: {spool_dir()})"
+            f"{written} written, {skipped} already in the ledger, {waiting} waiting, "
+            f"{rejected} rejected (spool: {spool_dir()})"
         )
-        if (spool_dir() / "rejected.jsonl").exists():
+        if rejected:
             self.stderr.write(
-                f"Entries the database refused are kept in {spool_dir()}/rejected.jsonl"
+                f"{rejected} entries the database refused are kept in "
+                f"{spool_dir() / REJECTED} for an operator"
             )
