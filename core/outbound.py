@@ -178,12 +178,8 @@ async def admit(
     return _judged(host, addresses, allowed)
 
 
-def admit_sync(
-    host: str, port: int, *, allowed: tuple[Network, ...], ports: frozenset[int]
-) -> list[IPAddress]:
-    """`admit` for threads; returns every address of the host (all of them admitted)."""
-    if port not in ports:
-        raise Refused("blocked_port", f"Port {port} is not allowed")
+def _resolved_sync(host: str, port: int, allowed: tuple[Network, ...]) -> list[IPAddress]:
+    """Every address of the host, all of them admitted (for code on a thread)."""
     addresses = _literal(host)
     if addresses is None:
         try:
@@ -326,22 +322,26 @@ def _inet_aton(host: str) -> bool:
     return True
 
 
-def _require_https(scheme: str, host: str, addresses: list[IPAddress], allowed) -> None:
+def _admit_outbound(scheme: str, host: str, port: int) -> list[IPAddress]:
+    """The addresses an admin-set URL may connect to: public (or inside the operator's
+    allow-list, never metadata), plain http only inside the allow-list, an allowed port."""
+    allowed = outbound_allowed()
+    addresses = _resolved_sync(host, port, allowed)
     if scheme == "http" and not all(_inside(ip, allowed) for ip in addresses):
         raise Refused(
             "https_required",
             "Only https URLs are allowed (plain http only for hosts in GATEWAY_OUTBOUND_ALLOW)",
         )
+    if port not in outbound_ports():
+        raise Refused("blocked_port", f"Port {port} is not allowed")
+    return addresses
 
 
 def validate_outbound_url(url) -> str:
     """Check an admin-set URL when it is saved: https (http only for hosts inside the
     operator's `GATEWAY_OUTBOUND_ALLOW`), no credentials, an allowed port, a host that resolves
     to public (or allow-listed) addresses only. Returns the URL; raises Refused."""
-    scheme, host, port = _url_parts(url)
-    allowed = outbound_allowed()
-    addresses = admit_sync(host, port, allowed=allowed, ports=outbound_ports())
-    _require_https(scheme, host, addresses, allowed)
+    _admit_outbound(*_url_parts(url))
     return url
 
 
@@ -386,9 +386,7 @@ class _SyncGuardedBackend(httpcore.NetworkBackend):
         self.deadline = deadline
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        allowed = outbound_allowed()
-        addresses = admit_sync(host, port, allowed=allowed, ports=outbound_ports())
-        _require_https(self.scheme, host, addresses, allowed)
+        addresses = _admit_outbound(self.scheme, host, port)
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise httpcore.ConnectTimeout("The fetch's time is up")
