@@ -448,7 +448,8 @@ def fetch_outbound_json(url: str, *, max_bytes: int, timeout: float) -> Any:
     except httpx.TimeoutException as exc:
         raise Refused("timeout", f"No complete answer within {timeout:g} s") from exc
     except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, OSError) as exc:
-        raise Refused("connection_failed", f"Connection failed ({type(exc).__name__})") from exc
+        detail = f"{type(exc).__name__}: {exc}"[:300]  # for the operator's log line
+        raise Refused("connection_failed", f"Connection failed ({detail})") from exc
     try:
         return json.loads(body)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError

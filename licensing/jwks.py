@@ -83,6 +83,9 @@ class JwksCache:
         except Refused as exc:
             logger.warning("JWKS %s not usable (%s): %s", url, exc.code, exc.message)
             return
+        except Exception:  # a bug of ours on a stranger's document: no key (401), not a 500
+            logger.exception("JWKS %s not usable (internal_error)", url)
+            return
         entry.keys, entry.fetched_at = keys, self.clock()
 
 
@@ -100,7 +103,7 @@ def _parse_jwks(document) -> dict[str | None, list]:
             continue
         try:
             key = jwt.PyJWK(jwk).key
-        except (jwt.PyJWTError, ValueError, TypeError, KeyError):
+        except Exception:  # noqa: BLE001 (whatever a hostile key makes the parser raise)
             continue  # one unusable key does not spoil the others
         keys.setdefault(kid, []).append(key)
     if not keys:

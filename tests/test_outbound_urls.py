@@ -556,3 +556,55 @@ def test_fetch_outbound_json_reads_what_it_admits(settings, jwks_server):
         outbound.fetch_outbound_json(jwks_server.url, max_bytes=65536, timeout=5)
     assert caught.value.code == "blocked_address"
     assert jwks_server.requests == 2  # the refused third one never reached it
+
+
+def test_the_certificate_is_verified(settings, tmp_path, signing_key):
+    """TLS to the admitted address still checks the certificate against the host name and the
+    public CAs: a self-signed JWKS server is refused."""
+    import datetime
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import NameOID
+
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(signing_key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(signing_key, hashes.SHA256())
+    )
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(
+        signing_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    server = JwksServer()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    settings.GATEWAY = {
+        **settings.GATEWAY,
+        "OUTBOUND_ALLOW": "127.0.0.1/32",
+        "OUTBOUND_ALLOWED_PORTS": frozenset({443, port}),
+    }
+    try:
+        with pytest.raises(outbound.Refused) as caught:
+            outbound.fetch_outbound_json(f"https://127.0.0.1:{port}/", max_bytes=1000, timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert caught.value.code == "connection_failed"
+    assert "CERTIFICATE_VERIFY_FAILED" in caught.value.message
+    assert server.requests == 0
