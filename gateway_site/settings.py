@@ -213,6 +213,13 @@ GATEWAY = {
     # Seconds the upstream of a stream the client left is still read (not sent), waiting for
     # the provider's usage event; without it the 499 is billed on the gateway's own count.
     "STREAM_USAGE_GRACE": float(os.environ.get("GATEWAY_STREAM_USAGE_GRACE", "2")),
+    # URLs an institution admin sets (JWKS of JWT issuers; OIDC and LTI next: core/outbound.py):
+    # networks they may reach although not public, and over plain http (CIDR list; empty =
+    # none: https to public addresses only), and the ports they may name.
+    "OUTBOUND_ALLOW": _cidr_list(os.environ.get("GATEWAY_OUTBOUND_ALLOW", "")),
+    "OUTBOUND_ALLOWED_PORTS": frozenset(
+        int(p) for p in os.environ.get("GATEWAY_OUTBOUND_ALLOWED_PORTS", "443").split(",") if p
+    ),
 }
 
 # GET /metrics (gateway_site.metrics): the networks that may scrape it (checked at start-up) and

@@ -26,6 +26,7 @@ from gateway_site.localcache import TTLCache
 
 from .budget import BudgetConfig
 from .guardrails import GuardrailConfigError, Guardrails, compile_guardrails
+from .jwks import jwks_cache
 from .models import ApiKey, EndUser, JwtIssuer, License
 from .policy import Policy, PolicyDocumentError, compile_policy
 
@@ -47,7 +48,6 @@ _key_cache = TTLCache("api-keys")
 _license_cache = TTLCache("licenses")
 _issuer_cache = TTLCache("jwt-issuers", max_entries=1000)
 _end_user_cache = TTLCache("end-users")
-_jwks_clients: dict[str, jwt.PyJWKClient] = {}
 
 
 # --- API keys -----------------------------------------------------------------------------
@@ -248,7 +248,7 @@ def _issuer_info(iss: str) -> _IssuerInfo | None:
     return info
 
 
-def _verification_keys(issuer: _IssuerInfo, token: str, alg: str) -> list:
+def _verification_keys(issuer: _IssuerInfo, header: dict, alg: str) -> list:
     if alg.startswith("HS"):
         # Never verify an HMAC token with a public key (the classic algorithm confusion).
         if issuer.secret_undecryptable:
@@ -256,15 +256,9 @@ def _verification_keys(issuer: _IssuerInfo, token: str, alg: str) -> list:
         return [issuer.hs256_secret] if issuer.hs256_secret else []
     keys: list = list(issuer.public_keys)
     if issuer.jwks_url:
-        client = _jwks_clients.get(issuer.jwks_url)
-        if client is None:
-            client = _jwks_clients[issuer.jwks_url] = jwt.PyJWKClient(
-                issuer.jwks_url, cache_keys=True, lifespan=300, timeout=5
-            )
-        try:
-            keys.append(client.get_signing_key_from_jwt(token).key)
-        except jwt.PyJWKClientError:
-            pass
+        # Through the SSRF guard, at most one fetch per URL a minute whatever the `kid`; a
+        # JWKS that cannot be had is no key (401), never an error of ours.
+        keys += jwks_cache.keys_for(issuer.jwks_url, header.get("kid"))
     return keys
 
 
@@ -281,7 +275,7 @@ def _resolve_jwt(token: str) -> Principal | None:
     if issuer is None or not issuer.active or alg not in issuer.algorithms:
         return None
     payload = None
-    for key in _verification_keys(issuer, token, alg):
+    for key in _verification_keys(issuer, header, alg):
         try:
             payload = jwt.decode(
                 token,

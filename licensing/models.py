@@ -5,6 +5,7 @@ from django.db import models
 from django.utils import timezone
 
 from core.fields import EncryptedTextField
+from core.outbound import Refused, validate_outbound_url
 
 
 def default_policy():
@@ -177,6 +178,12 @@ class JwtIssuer(models.Model):
             raise ValidationError({"algorithms": f"Unsupported algorithms: {unknown}"})
         if not (self.jwks_url or self.public_keys or self.hs256_secret):
             raise ValidationError("Give a JWKS URL, public keys or an HS256 secret.")
+        if self.jwks_url:
+            # The SSRF guard's rules for every URL an admin sets (checked again at each fetch).
+            try:
+                validate_outbound_url(self.jwks_url)
+            except Refused as exc:
+                raise ValidationError({"jwks_url": exc.message}) from exc
 
 
 class EndUser(models.Model):

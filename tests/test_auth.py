@@ -217,7 +217,7 @@ def test_jwt_inactive_issuer_and_license(client, issuer):
     assert_401(get_models(client, f"Bearer {token}"), "Invalid API key")
 
 
-def test_jwt_from_jwks_url(client, license, rsa_keys):
+def test_jwt_from_jwks_url(client, license, rsa_keys, settings):
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -238,6 +238,12 @@ def test_jwt_from_jwks_url(client, license, rsa_keys):
             pass
 
     server = HTTPServer(("127.0.0.1", 0), Handler)
+    # A JWKS on loopback and plain http: only through the operator's allow-list.
+    settings.GATEWAY = {
+        **settings.GATEWAY,
+        "OUTBOUND_ALLOW": "127.0.0.1/32",
+        "OUTBOUND_ALLOWED_PORTS": frozenset({443, server.server_address[1]}),
+    }
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

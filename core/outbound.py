@@ -1,0 +1,456 @@
+"""The one SSRF guard for every connection the gateway opens to a URL that a person chose.
+
+Two users: the fetcher (`inference/ssrf.py`: URLs an API client sends to `/v1/fetch`, its own
+allow-list `GATEWAY_FETCH_ALLOW_PRIVATE`) and URLs an institution admin saves — JWKS URLs of
+JWT issuers now, OIDC discovery/JWKS and LTI platform URLs next — through
+`validate_outbound_url` (when saved) and `fetch_outbound_json` (when fetched), allow-list
+`GATEWAY_OUTBOUND_ALLOW`.
+
+How a connection is guarded: the host is resolved once, every address it resolves to is
+checked, and the socket is opened to the checked address itself (no second lookup that a
+rebinding DNS server could answer differently); TLS still verifies the certificate against the
+host name. Refused: loopback, private, link-local, shared (CGNAT), multicast, reserved,
+unspecified and documentation addresses, IPv4 embedded in IPv6 (mapped, 6to4, Teredo, NAT64,
+compatible) when the IPv4 part is refused, cloud metadata addresses always (even inside an
+allowed network), and ports other than the allowed ones. `httpx-secure` was considered and not
+used: it picks the address by opening a TCP probe to the host (a connection to a denied address
+before refusing it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ipaddress
+import json
+import re
+import socket
+import ssl
+import time
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpcore
+import httpx
+from django.conf import settings
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean...
+        "169.254.170.2",  # AWS ECS task metadata
+        "169.254.169.253",  # AWS DNS
+        "100.100.100.200",  # Alibaba Cloud
+        "192.0.0.192",  # Oracle Cloud
+        "fd00:ec2::254",  # AWS IMDS over IPv6
+        "fd00:ec2::253",
+    )
+)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_V4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+class Refused(Exception):
+    """A URL or address the gateway will not reach, or an outbound fetch that failed: `code`
+    is machine-readable (the fetcher's per-URL error code), `message` is for people."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# --- addresses --------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def networks(spec: str) -> tuple[Network, ...]:
+    """The networks of a comma-separated CIDR list (settings validate it at start-up)."""
+    return tuple(ipaddress.ip_network(part.strip()) for part in spec.split(",") if part.strip())
+
+
+def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in _NAT64 or ip in _NAT64_LOCAL or (ip in _V4_COMPATIBLE and int(ip) > 1):
+        return ipaddress.IPv4Address(ip.packed[-4:])
+    return None
+
+
+def refusal(ip: IPAddress, allowed: tuple[Network, ...] = ()) -> str | None:
+    """Why the gateway must not connect to `ip`, or None when it may (`allowed`: the
+    operator's networks, open although not public)."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped  # the same socket address: judged as IPv4
+        else:
+            inner = _embedded_v4(ip)
+            if inner is not None and refusal(inner, allowed):
+                return "embeds a refused IPv4 address"
+    if ip in METADATA_ADDRESSES:
+        return "cloud metadata address"
+    if _inside(ip, allowed):
+        return None
+    if (
+        ip.is_loopback
+        or ip.is_private
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+        or not ip.is_global
+        or (isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local)
+    ):
+        return "not a public address"
+    return None
+
+
+def _inside(ip: IPAddress, allowed: tuple[Network, ...]) -> bool:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip.version == net.version and ip in net for net in allowed)
+
+
+async def getaddrinfo(host: str, port: int) -> list[str]:
+    """The addresses of `host` (the network edge; tests answer it themselves)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    return [info[4][0] for info in infos]
+
+
+def getaddrinfo_sync(host: str, port: int) -> list[str]:
+    """The same for code running on a thread (the JWT check)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    return [info[4][0] for info in infos]
+
+
+def _literal(host: str) -> list[IPAddress] | None:
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        return None
+
+
+def _parsed(host: str, found: list[str]) -> list[IPAddress]:
+    addresses = []
+    for address in found:
+        try:
+            addresses.append(ipaddress.ip_address(address.split("%", 1)[0]))
+        except ValueError:
+            continue
+    if not addresses:
+        raise Refused("dns_error", f"Host '{host}' could not be resolved")
+    return addresses
+
+
+def _judged(host: str, addresses: list[IPAddress], allowed: tuple[Network, ...]) -> str:
+    # Any refused address refuses the host: a name that mixes public and internal answers is
+    # how rebinding attacks start.
+    for ip in addresses:
+        reason = refusal(ip, allowed)
+        if reason is not None:
+            raise Refused("blocked_address", f"The address of '{host}' is not allowed ({reason})")
+    return str(addresses[0])
+
+
+async def admit(
+    host: str, port: int, *, allowed: tuple[Network, ...], ports: frozenset[int], resolve=None
+) -> str:
+    """The one address to connect to for host:port, after every check; raises Refused."""
+    if port not in ports:
+        raise Refused("blocked_port", f"Port {port} is not allowed")
+    addresses = _literal(host)
+    if addresses is None:
+        try:
+            found = await (resolve or getaddrinfo)(host, port)
+        except (OSError, UnicodeError) as exc:
+            raise Refused("dns_error", f"Host '{host}' could not be resolved") from exc
+        addresses = _parsed(host, found)
+    return _judged(host, addresses, allowed)
+
+
+def _resolved_sync(host: str, port: int, allowed: tuple[Network, ...]) -> list[IPAddress]:
+    """Every address of the host, all of them admitted (for code on a thread)."""
+    addresses = _literal(host)
+    if addresses is None:
+        try:
+            found = getaddrinfo_sync(host, port)
+        except (OSError, UnicodeError) as exc:
+            raise Refused("dns_error", f"Host '{host}' could not be resolved") from exc
+        addresses = _parsed(host, found)
+    _judged(host, addresses, allowed)
+    return addresses
+
+
+# --- the guarded httpx client (async: the fetcher) --------------------------------------------
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend, connecting only to admitted addresses."""
+
+    def __init__(
+        self,
+        inner: httpcore.AsyncNetworkBackend | None = None,
+        *,
+        allowed: tuple[Network, ...] = (),
+        ports: frozenset[int] = frozenset({443}),
+    ):
+        self.inner = inner or httpcore.AnyIOBackend()
+        self.allowed = allowed
+        self.ports = ports
+
+    async def admit(self, host: str, port: int) -> str:
+        return await admit(host, port, allowed=self.allowed, ports=self.ports)
+
+    async def connect_tcp(
+        self, host, port, timeout=None, local_address=None, socket_options=None
+    ) -> httpcore.AsyncNetworkStream:
+        address = await self.admit(host, port)
+        return await self.inner.connect_tcp(
+            address,
+            port,
+            timeout=timeout,
+            local_address=local_address,
+            socket_options=socket_options,
+        )
+
+    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        raise Refused("blocked_address", "Unix sockets are not allowed")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+@functools.lru_cache(maxsize=1)
+def _ssl_context() -> ssl.SSLContext:
+    return httpx.create_ssl_context(trust_env=False)
+
+
+class GuardedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport over a pool whose every connection goes through GuardedBackend."""
+
+    def __init__(self, backend: httpcore.AsyncNetworkBackend):
+        super().__init__(verify=_ssl_context(), trust_env=False, retries=0)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=_ssl_context(),
+            max_connections=100,
+            # No keep-alive: every request opens (and checks) its own connection, so an
+            # operator's change of the allow-list holds at once.
+            max_keepalive_connections=0,
+            network_backend=backend,
+        )
+
+
+def _no_cookies() -> CookieJar:
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+
+def guarded_client(backend: httpcore.AsyncNetworkBackend) -> httpx.AsyncClient:
+    """A client that never keeps cookies (a jar whose policy accepts none), never reads proxy
+    settings from the environment and never follows redirects by itself."""
+    return httpx.AsyncClient(
+        transport=GuardedTransport(backend),
+        cookies=_no_cookies(),
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+# --- URLs an admin sets: checked when saved, checked again when fetched ------------------------
+
+
+def outbound_allowed() -> tuple[Network, ...]:
+    return networks(settings.GATEWAY["OUTBOUND_ALLOW"])
+
+
+def outbound_ports() -> frozenset[int]:
+    return settings.GATEWAY["OUTBOUND_ALLOWED_PORTS"]
+
+
+MAX_URL_LENGTH = 2000
+_HOST_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)\Z")
+
+
+def _url_parts(url) -> tuple[str, str, int]:
+    """(scheme, host, port) of an admin-set URL, from its text alone; raises Refused."""
+    if not isinstance(url, str) or not url:
+        raise Refused("invalid_url", "Not a valid URL")
+    # ASCII without controls or spaces: no NUL, no lone surrogates, no look-alike letters
+    # (an international host name is given in its xn-- form).
+    if len(url) > MAX_URL_LENGTH or not url.isascii() or any(c <= " " or c == "\x7f" for c in url):
+        raise Refused("invalid_url", "Not a valid URL (ASCII only, no spaces or controls)")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise Refused("invalid_url", "Not a valid URL") from exc
+    scheme = parts.scheme.lower()
+    if scheme not in ("https", "http") or not parts.netloc:
+        raise Refused("invalid_url", "Only absolute https URLs are allowed")
+    if "@" in parts.netloc:
+        raise Refused("invalid_url", "URLs with credentials (user@...) are not allowed")
+    host = (parts.hostname or "").rstrip(".")
+    if not host:
+        raise Refused("invalid_url", "The URL has no host")
+    if _literal(host) is None:
+        labels = host.split(".")
+        if not all(_HOST_LABEL.match(label) for label in labels):
+            raise Refused("invalid_url", f"'{host}' is not a valid host name")
+        # `2130706433`, `0x7f.1`, `127.1`: numbers the resolver reads as IPv4 addresses. A top
+        # label is never numeric in a real name; IP addresses are written in their usual form.
+        if labels[-1].isdigit() or _inet_aton(host):
+            raise Refused("invalid_url", "Write an IP address in its usual dotted form")
+    elif "%" in host:
+        raise Refused("invalid_url", "IPv6 zone identifiers are not allowed")
+    return scheme, host, port if port is not None else (443 if scheme == "https" else 80)
+
+
+def _inet_aton(host: str) -> bool:
+    try:
+        socket.inet_aton(host)
+    except OSError:
+        return False
+    return True
+
+
+def _admit_outbound(scheme: str, host: str, port: int) -> list[IPAddress]:
+    """The addresses an admin-set URL may connect to: public (or inside the operator's
+    allow-list, never metadata), plain http only inside the allow-list, an allowed port."""
+    allowed = outbound_allowed()
+    addresses = _resolved_sync(host, port, allowed)
+    if scheme == "http" and not all(_inside(ip, allowed) for ip in addresses):
+        raise Refused(
+            "https_required",
+            "Only https URLs are allowed (plain http only for hosts in GATEWAY_OUTBOUND_ALLOW)",
+        )
+    if port not in outbound_ports():
+        raise Refused("blocked_port", f"Port {port} is not allowed")
+    return addresses
+
+
+def validate_outbound_url(url) -> str:
+    """Check an admin-set URL when it is saved: https (http only for hosts inside the
+    operator's `GATEWAY_OUTBOUND_ALLOW`), no credentials, an allowed port, a host that resolves
+    to public (or allow-listed) addresses only. Returns the URL; raises Refused."""
+    _admit_outbound(*_url_parts(url))
+    return url
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A socket whose every read and write waits at most until the fetch's deadline, so a
+    server that trickles one byte at a time cannot hold the fetch longer than its timeout."""
+
+    def __init__(self, inner: httpcore.NetworkStream, deadline: float):
+        self.inner = inner
+        self.deadline = deadline
+
+    def _left(self, timeout: float | None) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise httpcore.ReadTimeout("The fetch's time is up")
+        return left if timeout is None else min(timeout, left)
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.inner.read(max_bytes, self._left(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.inner.write(buffer, self._left(timeout))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        tls = self.inner.start_tls(ssl_context, server_hostname, self._left(timeout))
+        return _DeadlineStream(tls, self.deadline)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.inner.get_extra_info(info)
+
+
+class _SyncGuardedBackend(httpcore.NetworkBackend):
+    """The synchronous backend of `fetch_outbound_json`: admits the address (and, for plain
+    http, requires it inside the allow-list) at connect time, then holds the deadline."""
+
+    def __init__(self, scheme: str, deadline: float):
+        self.inner = httpcore.SyncBackend()
+        self.scheme = scheme
+        self.deadline = deadline
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        addresses = _admit_outbound(self.scheme, host, port)
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise httpcore.ConnectTimeout("The fetch's time is up")
+        stream = self.inner.connect_tcp(
+            str(addresses[0]),
+            port,
+            timeout=left if timeout is None else min(timeout, left),
+            local_address=local_address,
+            socket_options=socket_options,
+        )
+        return _DeadlineStream(stream, self.deadline)
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        raise Refused("blocked_address", "Unix sockets are not allowed")
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)  # httpcore's retries only; the transport has none
+
+
+class _SyncGuardedTransport(httpx.HTTPTransport):
+    def __init__(self, backend: _SyncGuardedBackend):
+        super().__init__(verify=_ssl_context(), trust_env=False, retries=0)
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=_ssl_context(),
+            max_connections=1,
+            max_keepalive_connections=0,
+            network_backend=backend,
+        )
+
+
+def fetch_outbound_json(url: str, *, max_bytes: int, timeout: float) -> Any:
+    """GET an admin-set URL and return its JSON: checked again as when saved (the row may have
+    been written past validation, or the host's addresses changed), connected only to the
+    admitted address, no redirect followed, no compressed answer, at most `max_bytes` read,
+    within `timeout` seconds in all. Any failure raises Refused with a readable message."""
+    scheme, host, port = _url_parts(url)
+    deadline = time.monotonic() + timeout
+    body = bytearray()
+    try:
+        with httpx.Client(
+            transport=_SyncGuardedTransport(_SyncGuardedBackend(scheme, deadline)),
+            cookies=_no_cookies(),
+            follow_redirects=False,
+            trust_env=False,
+            timeout=timeout,
+        ) as client:
+            headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
+            with client.stream("GET", url, headers=headers) as response:
+                if response.is_redirect:
+                    raise Refused("redirect_not_allowed", "The URL redirected (not followed)")
+                if response.status_code != 200:
+                    raise Refused("http_error", f"The URL answered {response.status_code}")
+                if response.headers.get("content-encoding", "identity").lower() != "identity":
+                    raise Refused("unreadable_content", "The answer is compressed")
+                for chunk in response.iter_raw():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise Refused("too_large", f"The answer is larger than {max_bytes} bytes")
+    except httpx.TimeoutException as exc:
+        raise Refused("timeout", f"No complete answer within {timeout:g} s") from exc
+    except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, OSError) as exc:
+        detail = f"{type(exc).__name__}: {exc}"[:300]  # for the operator's log line
+        raise Refused("connection_failed", f"Connection failed ({detail})") from exc
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise Refused("invalid_json", "The answer is not JSON") from exc
