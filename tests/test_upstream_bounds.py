@@ -6,6 +6,8 @@ holding requests until the test releases them, never a clock."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -116,6 +118,31 @@ def test_embeddings_answer_over_its_cap_is_503_recorded_once_not_charged(
     )
     assert f"answer over {2 * cap} bytes" in failed.error_message
     assert Wallet.objects.get().spent == ok.credits
+
+
+def _gzipped_answer(padding: int) -> bytes:
+    answer = {
+        "object": "list",
+        "data": [{"object": "embedding", "index": 0, "embedding": [0.25, -0.5]}],
+        "model": SMALL,
+        "usage": {"prompt_tokens": 1, "total_tokens": 1},
+    }
+    return gzip.compress(json.dumps(answer).encode() + b" " * padding)
+
+
+@pytest.mark.parametrize(("padding", "status"), [(0, 200), (64 * 1024 * 1024, 503)])
+def test_compressed_answers_are_counted_inflated(client, auth, catalog, padding, status):
+    # 64 MiB of JSON in ~64 KB of gzip: the cap (192 KiB for one input) counts what it inflates
+    # to, and the inflating stops there.
+    body = _gzipped_answer(padding)
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    catalog["direct"].fail_next(status=200, body=body, headers=headers)
+    response = embed(client, auth, "a")
+    assert response.status_code == status, response.text
+    if status == 200:
+        assert response.json()["data"][0]["embedding"] == [0.25, -0.5]
+    row = Transaction.objects.get()
+    assert (row.status_code, row.credits > 0) == (status, status == 200)
 
 
 def test_chat_answer_over_its_cap_is_503(client, auth, catalog, settings):
