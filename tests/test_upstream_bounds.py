@@ -175,12 +175,15 @@ def test_stream_over_its_cap_ends_with_the_in_stream_503(client, auth, catalog, 
 
 
 def _post_all(url, jobs):
-    """Each (auth, texts) posted at once, each on a client of its own; the futures."""
+    """Each (auth, texts) posted at once, each on a client of its own; the futures. A job
+    (auth, path, body) posts `body` to `path`."""
 
     def post(job):
-        auth, texts = job
+        if len(job) == 2:
+            job = (job[0], "/v1/embeddings", {"model": SMALL, "input": job[1]})
+        auth, path, body = job
         with httpx.Client(base_url=url, timeout=60) as http:
-            return http.post("/v1/embeddings", json={"model": SMALL, "input": texts}, headers=auth)
+            return http.post(path, json=body, headers=auth)
 
     pool = ThreadPoolExecutor(len(jobs))
     futures = [pool.submit(post, job) for job in jobs]
@@ -199,25 +202,50 @@ def _share_waiters(fake, license_id) -> int:
     return 0
 
 
+SLOW_STREAM = {
+    "model": MINI,
+    "messages": [{"role": "user", "content": "slow"}],
+    "stream": True,
+    "stream_options": {"include_usage": True},
+}
+
+
+@pytest.mark.parametrize("slow_calls", ["embeddings", "streams"])
 def test_a_slow_license_cannot_starve_another(
-    gateway, client, own_upstream, make_license, make_key
+    gateway, client, own_upstream, make_license, make_key, slow_calls
 ):
     # A pool of 4 connections, 2 per license; the slow license sends 4 calls the fake holds.
     fake = own_upstream(UPSTREAM_MAX_CONNECTIONS=4, UPSTREAM_LICENSE_SHARE=0.5)
-    fake.hold_when(lambda request: request.json["input"] == ["slow"])
+    fake.hold_when(lambda request: "quick" not in request.text)
     slow, slow_auth = key_of(make_license, make_key, "slow")
     _, other_auth = key_of(make_license, make_key, "other")
-    held = _post_all(gateway.url, [(slow_auth, ["slow"])] * 4)
+    slow_job = (slow_auth, ["slow"])
+    if slow_calls == "streams":
+        slow_job = (slow_auth, "/v1/chat/completions", SLOW_STREAM)
+    held = _post_all(gateway.url, [slow_job] * 4)
     until(lambda: fake.holding == 2 and _share_waiters(fake, slow.id) == 2)
     # The other license gets a connection at once, while the slow one's calls are still held.
     response = embed(client, other_auth, ["quick"])
     assert response.status_code == 200, response.text
     assert fake.holding == 2 and not any(f.done() for f in held)
-    assert [r.json["input"] for r in fake.requests] == [["slow"], ["slow"], ["quick"]]
+    assert len(fake.requests) == 3 and "quick" in fake.requests[-1].text
     fake.release()
     fake.hold_when(None)
     assert [f.result().status_code for f in held] == [200] * 4
-    assert sorted(Transaction.objects.values_list("status_code", flat=True)) == [200] * 5
+    assert [row.status_code for row in ledger_rows(5)] == [200] * 5
+
+
+def test_streams_give_their_slot_back(client, own_upstream, make_license, make_key):
+    # One slot per license: a stream that kept its slot would make the next call 503.
+    own_upstream(UPSTREAM_MAX_CONNECTIONS=2, UPSTREAM_LICENSE_SHARE=0.5, UPSTREAM_POOL_WAIT=5)
+    _, auth = key_of(make_license, make_key, "streams")
+    for _ in range(3):
+        response = client.post("/v1/chat/completions", json=SLOW_STREAM, headers=auth)
+        assert response.status_code == 200 and response.text.endswith("data: [DONE]\n\n")
+    with client.stream("POST", "/v1/chat/completions", json=SLOW_STREAM, headers=auth) as left:
+        next(left.iter_bytes())  # the client leaves after the first bytes (or the stream ended)
+    assert embed(client, auth, ["after"]).status_code == 200
+    assert {row.status_code for row in ledger_rows(5)} <= {200, 499}
 
 
 @pytest.mark.parametrize(
