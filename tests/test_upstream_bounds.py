@@ -6,6 +6,7 @@ holding requests until the test releases them, never a clock."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import time
@@ -279,3 +280,24 @@ def test_no_connection_within_the_wait_is_503(
         (200, True, ""),
         (503, False, "provider_unavailable"),
     ]
+
+
+def test_a_stream_never_relayed_gives_its_slot_back():
+    """A stream dropped unread (its client gone before the relay began) frees its license's
+    slot when it is collected, not never."""
+    from inference.providers.pool import StreamedAnswer
+
+    class Answer:
+        status = 200
+
+        def release(self):
+            pass
+
+    async def main():
+        share = asyncio.Semaphore(1)
+        await share.acquire()
+        StreamedAnswer(Answer(), share, max_bytes=1)  # dropped at once
+        await asyncio.sleep(0)  # one turn of the loop: the release the finalizer scheduled
+        return share.locked()
+
+    assert asyncio.run(main()) is False

@@ -269,9 +269,14 @@ class StreamedAnswer:
         self, answer: aiohttp.ClientResponse, share: asyncio.Semaphore | None, max_bytes: int
     ):
         self._answer = answer
-        # The license's slot, held until the stream is closed; given back by the garbage
-        # collector too, should a stream never be relayed (a client gone before its start).
-        self._release_share = weakref.finalize(self, share.release) if share else None
+        # The license's slot, held until the stream is closed; given back through the loop by
+        # the garbage collector too (from whatever thread it runs in), should a stream never be
+        # relayed (a client gone before its start).
+        self._share = share
+        self._finalizer = None
+        if share is not None:
+            loop = asyncio.get_running_loop()
+            self._finalizer = weakref.finalize(self, loop.call_soon_threadsafe, share.release)
         self._max_bytes = max_bytes
         self.status_code = answer.status
 
@@ -295,8 +300,8 @@ class StreamedAnswer:
         # Back to the pool when the body was read to its end; closed (the upstream stops
         # generating) when the client left before.
         self._answer.release()
-        if self._release_share is not None:
-            self._release_share()  # once: a finalizer runs at most once
+        if self._finalizer is not None and self._finalizer.detach():  # true once only
+            self._share.release()
 
 
 async def _read_capped(chunks, max_bytes: int) -> bytes:
