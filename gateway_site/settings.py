@@ -175,7 +175,7 @@ GATEWAY = {
     "UPSTREAM_LICENSE_SHARE": float(os.environ.get("GATEWAY_UPSTREAM_LICENSE_SHARE", "0.5")),
     # The most bytes read of a provider's answer, counted as they arrive (503 past it):
     # embeddings per input, images per image, chat/responses per non-streamed answer, a stream
-    # in all, and every other call (search, moderation).
+    # in all, one event of a stream, and every other call (search, moderation).
     "ANSWER_MAX_BYTES": {
         kind: int(os.environ.get(f"GATEWAY_ANSWER_MAX_BYTES_{kind.upper()}", str(default)))
         for kind, default in (
@@ -183,6 +183,7 @@ GATEWAY = {
             ("images", 32 * 1024 * 1024),
             ("chat", 64 * 1024 * 1024),
             ("stream", 256 * 1024 * 1024),
+            ("event", 16 * 1024 * 1024),
             ("default", 16 * 1024 * 1024),
         )
     },

@@ -172,6 +172,24 @@ def test_stream_over_its_cap_ends_with_the_in_stream_503(client, auth, catalog, 
     assert (row.status_code, row.credits, row.error_code) == (503, 0, "stream_failed")
 
 
+def test_an_event_over_its_cap_ends_the_stream_unrelayed(client, auth, catalog, settings):
+    # An upstream whose "event" never ends: without the cap the decoder would hold all of it
+    # and relay it when the upstream closes; with it, reading stops at the cap.
+    caps = {**settings.GATEWAY["ANSWER_MAX_BYTES"], "event": 64 * 1024}
+    settings.GATEWAY = {**settings.GATEWAY, "ANSWER_MAX_BYTES": caps}
+    endless = b"data: " + b"x" * (256 * 1024)
+    catalog["direct"].fail_next(200, endless, headers={"Content-Type": "text/event-stream"})
+    body = {"model": MINI, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    response = client.post("/v1/chat/completions", json=body, headers=auth)
+    assert response.status_code == 200
+    assert [e for e in response.text.split("\n\n") if e] == [
+        'data: {"error":{"message":"Service temporarily unavailable","type":"server_error"}}',
+        "data: [DONE]",
+    ]
+    (row,) = ledger_rows(1)
+    assert (row.status_code, row.credits, row.error_code) == (503, 0, "stream_failed")
+
+
 # --- waits: a bounded wait for a connection, a share of the pool per license -------------------
 
 
