@@ -171,11 +171,12 @@ def _install_log_filter() -> None:
 
 @dataclass
 class _Mode:
-    kind: str  # "fail" | "hang" | "drop"
+    kind: str  # "fail" | "hang" | "drop" | "hold" | "bloat"
     status: int = 500
     body: Any = None
     headers: dict[str, str] | None = None
     seconds: float = 0.0
+    size: int = 0  # bloat: bytes of whitespace added to the answer
 
 
 # --------------------------------------------------------------------------- base class
@@ -223,6 +224,9 @@ class FakeUpstream:
         # Bumped by clear(): a stream begun before it (a test's stalled stream still sleeping)
         # is not counted in the next test's figures when it finally ends.
         self._epoch = 0
+        # Requests held by hold_next() until release(): (the fake's loop, the event they wait on).
+        self._held: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._hold_when: Callable[[RecordedRequest], bool] | None = None
         self._apply_knob_defaults()
 
     # -- knobs -------------------------------------------------------------------------
@@ -267,10 +271,12 @@ class FakeUpstream:
             self.streams_abandoned = 0
             self.streams_sent = []
             self._epoch += 1
+        self.release()
 
     def reset(self) -> None:
         """:meth:`clear` and put every knob back to its default (for shared fixtures)."""
         self.clear()
+        self._hold_when = None
         self._apply_knob_defaults()
         self._reset_state()
 
@@ -296,6 +302,35 @@ class FakeUpstream:
     def hang_next(self, seconds: float = 30.0, times: int = 1) -> None:
         """Wait ``seconds`` before answering the next ``times`` requests (then answer normally)."""
         self._queue(_Mode("hang", seconds=seconds), times)
+
+    def hold_next(self, times: int = 1) -> None:
+        """Hold the next ``times`` requests (recorded, unanswered) until :meth:`release`: an
+        upstream as slow as a test needs, without a clock."""
+        self._queue(_Mode("hold"), times)
+
+    def hold_when(self, predicate: Callable[[RecordedRequest], bool] | None) -> None:
+        """Hold every request ``predicate`` picks until :meth:`release` (None: stop picking);
+        the others are answered as usual. Forgotten by :meth:`reset`."""
+        self._hold_when = predicate
+
+    @property
+    def holding(self) -> int:
+        """How many requests are held now."""
+        with self._lock:
+            return sum(not event.is_set() for _, event in self._held)
+
+    def release(self) -> None:
+        """Answer every held request (normally)."""
+        with self._lock:
+            held, self._held = self._held, []
+        for loop, event in held:
+            with contextlib.suppress(RuntimeError):  # the fake's loop is gone already
+                loop.call_soon_threadsafe(event.set)
+
+    def bloat_next(self, size: int, times: int = 1) -> None:
+        """Answer the next ``times`` requests normally, with ``size`` bytes of whitespace after
+        the JSON body (still valid JSON): an answer as large as a test needs."""
+        self._queue(_Mode("bloat", size=size), times)
 
     def drop_next(self, times: int = 1) -> None:
         """Promise a body in the headers, then close the socket: a transport error for clients."""
@@ -348,12 +383,20 @@ class FakeUpstream:
             await self._sleep(self.delay)
         if mode is not None and mode.kind == "hang":
             await self._sleep(mode.seconds)
+        held = self._hold_when is not None and self._hold_when(request)
+        if held or (mode is not None and mode.kind == "hold"):
+            event = asyncio.Event()
+            with self._lock:
+                self._held.append((asyncio.get_running_loop(), event))
+            await event.wait()
         if mode is not None and mode.kind == "drop":
             await self._drop(send)
         if mode is not None and mode.kind == "fail":
             response = self._failure(mode)
         else:
             response = self._handle(request)
+        if mode is not None and mode.kind == "bloat":
+            response.body += b" " * mode.size
         response.headers.extend(self.response_headers(request))
         await self._send(send, response, receive)
 
@@ -629,6 +672,7 @@ class FakeServer:
         if self._server is None or self._thread is None:
             return
         self.app._closing.set()  # ends hangs and stalls early
+        self.app.release()
         self._server.should_exit = True
         self._thread.join(timeout=3)
         if self._thread.is_alive():

@@ -185,6 +185,25 @@ GATEWAY = {
     # (below the upstream's own idle time-out, so it is not reused just as the upstream drops it).
     "UPSTREAM_MAX_CONNECTIONS": int(os.environ.get("GATEWAY_UPSTREAM_MAX_CONNECTIONS", "100")),
     "UPSTREAM_KEEPALIVE": float(os.environ.get("GATEWAY_UPSTREAM_KEEPALIVE", "4")),
+    # Seconds a call may wait for a connection of that pool (its license's share, a free slot,
+    # the connect itself) before the spec's 503; and the share of a pool's connections one
+    # license may hold at once (README, Decisions: "Upstream bounds").
+    "UPSTREAM_POOL_WAIT": float(os.environ.get("GATEWAY_UPSTREAM_POOL_WAIT", "10")),
+    "UPSTREAM_LICENSE_SHARE": float(os.environ.get("GATEWAY_UPSTREAM_LICENSE_SHARE", "0.5")),
+    # The most bytes read of a provider's answer, counted as they arrive (503 past it):
+    # embeddings per input, images per image, chat/responses per non-streamed answer, a stream
+    # in all, one event of a stream, and every other call (search, moderation).
+    "ANSWER_MAX_BYTES": {
+        kind: int(os.environ.get(f"GATEWAY_ANSWER_MAX_BYTES_{kind.upper()}", str(default)))
+        for kind, default in (
+            ("embeddings", 192 * 1024),
+            ("images", 32 * 1024 * 1024),
+            ("chat", 64 * 1024 * 1024),
+            ("stream", 256 * 1024 * 1024),
+            ("event", 16 * 1024 * 1024),
+            ("default", 16 * 1024 * 1024),
+        )
+    },
     # Ledger entries the database could not take (outage) wait here, fsync'ed, until replayed.
     # Local disk of the host; keep it across restarts (see README, "Reliability").
     "LEDGER_SPOOL_DIR": os.environ.get("GATEWAY_LEDGER_SPOOL_DIR")

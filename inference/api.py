@@ -29,6 +29,8 @@ from core.jsonio import dumps, json_invalid_item, parse_json
 from gateway_site.middleware import internal_server_error
 from licensing.credentials import authenticate
 
+from .providers.pool import current_license
+
 logger = logging.getLogger("gateway")
 
 
@@ -73,6 +75,8 @@ class BearerAuth(HttpAuthBase):
             request.principal = None
             return ANONYMOUS
         request.principal = await authenticate(header)
+        # Its license's share of every provider pool (providers.pool): the calls below it ask.
+        current_license.set(request.principal.license.id)
         return request.principal
 
 

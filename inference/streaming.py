@@ -47,15 +47,22 @@ logger = logging.getLogger("gateway")
 BOM = b"\xef\xbb\xbf"
 
 
+class EventTooLarge(Exception):
+    """An upstream event still incomplete past the decoder's cap."""
+
+
 class SSEDecoder:
     """Splits a byte stream into SSE events (each ending in a blank line) the moment each is
     complete. Lines may end in CRLF, LF or CR (the standard allows all three, mixed); they are
-    relayed as LF. A CR at the end of a chunk waits for the next one (it may be half a CRLF)."""
+    relayed as LF. A CR at the end of a chunk waits for the next one (it may be half a CRLF).
+    An event still incomplete past `max_event` bytes is EventTooLarge: what is held of one
+    event is bounded (README, Decisions: "Upstream bounds")."""
 
-    def __init__(self):
+    def __init__(self, max_event: int | None = None):
         self.buffer = b""
         self.started = False
         self.pending_cr = False
+        self.max_event = max_event
 
     def feed(self, chunk: bytes) -> list[bytes]:
         if not self.started and chunk:
@@ -76,6 +83,8 @@ class SSEDecoder:
                 break
             blocks.append(buffer[: end + 2])
             buffer = buffer[end + 2 :]
+        if self.max_event is not None and len(buffer) > self.max_event:
+            raise EventTooLarge(f"event over {self.max_event} bytes")
         self.buffer = buffer
         return blocks
 
@@ -407,14 +416,14 @@ class _Upstream:
 
     async def _read(self) -> None:
         outcome = self.outcome
-        decoder = SSEDecoder()
+        decoder = SSEDecoder(settings.GATEWAY["ANSWER_MAX_BYTES"]["event"])
         try:
             async for chunk in self.stream.response.aiter_raw():
                 if not self._take(decoder.feed(chunk)):
                     return
             if self._take(decoder.flush()) and not outcome.completed:
                 self._fail(SERVICE_UNAVAILABLE)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, EventTooLarge) as exc:
             logger.warning("stream broke: %s", type(exc).__name__)
             self._fail(SERVICE_UNAVAILABLE)
         finally:

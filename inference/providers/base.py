@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import httpx
 import orjson
+from django.conf import settings
 
 from catalog.routing import ConnectionInfo, Route
 from core.errors import (
@@ -27,7 +28,7 @@ from core.errors import (
     ServiceUnavailable,
 )
 
-from .pool import Upstream, UpstreamTimeout, UpstreamUnreachable
+from .pool import Upstream, UpstreamTimeout, UpstreamTooLarge, UpstreamUnreachable
 
 if TYPE_CHECKING:
     from inference.billing import Usage
@@ -133,6 +134,12 @@ class Transport:
                 self._upstreams.pop(old).close_when_idle()  # superseded by an edit
         return upstream
 
+    @staticmethod
+    def answer_cap(kind: str = "default", count: int = 1) -> int:
+        """The most bytes read of a provider's answer (README, Decisions: "Upstream bounds"):
+        `ANSWER_MAX_BYTES[kind]`, per input for embeddings and per image for images (`count`)."""
+        return settings.GATEWAY["ANSWER_MAX_BYTES"][kind] * max(1, count)
+
     def client(self, connection: ConnectionInfo) -> httpx.AsyncClient:
         """httpx over the connection's pool (streams, downloads)."""
         return self.upstream(connection).http
@@ -155,19 +162,29 @@ class Transport:
         *,
         json: Any = None,
         params: dict | None = None,
+        max_bytes: int | None = None,
     ) -> httpx.Response:
+        """One call; its answer read up to `max_bytes` (default: `answer_cap()`), else 503 (an
+        answer too large to hold is a provider failure, recorded and not charged)."""
         url = route.connection.base_url + path
         content = orjson.dumps(json) if json is not None else b""
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         headers.update(self.auth_headers(route, method, url, content))
         try:
             response = await self.upstream(route.connection).request(
-                method, url, content=content, headers=headers, params=params
+                method,
+                url,
+                content=content,
+                headers=headers,
+                params=params,
+                max_bytes=max_bytes or self.answer_cap(),
             )
         except UpstreamTimeout as exc:
             raise unavailable(f"{self.kind} timeout: {exc}", "timeout") from exc
         except UpstreamUnreachable as exc:
             raise unavailable(f"{self.kind} transport error: {exc}", "connection") from exc
+        except UpstreamTooLarge as exc:
+            raise unavailable(f"{self.kind} {exc}", "too_large") from exc
         self.raise_for_response(response)
         return response
 
@@ -183,12 +200,14 @@ class Transport:
         headers.update(self.auth_headers(route, "POST", url, content))
         try:
             response = await self.upstream(route.connection).stream(
-                url, content=content, headers=headers
+                url, content=content, headers=headers, max_bytes=self.answer_cap("stream")
             )
         except UpstreamTimeout as exc:
             raise unavailable(f"{self.kind} timeout: {exc}", "timeout") from exc
         except UpstreamUnreachable as exc:
             raise unavailable(f"{self.kind} transport error: {exc}", "connection") from exc
+        except UpstreamTooLarge as exc:  # the error body of a failure status
+            raise unavailable(f"{self.kind} {exc}", "too_large") from exc
         except httpx.HTTPError as exc:  # the error body of a failure status was unreadable
             raise unavailable(f"{self.kind} error body unreadable") from exc
         self.raise_for_response(response)

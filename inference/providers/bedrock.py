@@ -217,11 +217,14 @@ class BedrockTransport(Transport):
     def content_blocked(self, response: httpx.Response) -> bool:
         return CONTENT_FILTER_MARKER in self.error_message(response).lower()
 
-    async def invoke(self, route: Route, payload: dict) -> httpx.Response:
-        return await self.request(route, "POST", invoke_path(route.upstream_model), json=payload)
+    async def invoke(self, route: Route, payload: dict, max_bytes: int | None = None):
+        path = invoke_path(route.upstream_model)
+        return await self.request(route, "POST", path, json=payload, max_bytes=max_bytes)
 
-    async def invoke_json(self, route: Route, payload: dict) -> tuple[dict, httpx.Headers]:
-        response = await self.invoke(route, payload)
+    async def invoke_json(
+        self, route: Route, payload: dict, max_bytes: int | None = None
+    ) -> tuple[dict, httpx.Headers]:
+        response = await self.invoke(route, payload, max_bytes)
         try:
             answer = orjson.loads(response.content)
         except orjson.JSONDecodeError as exc:
@@ -247,7 +250,7 @@ class BedrockTransport(Transport):
         from inference.endpoints.images import GeneratedImage, GeneratedImages
 
         payload, size, quality = titan_image_body(family, body)
-        answer, _ = await self.invoke_json(route, payload)
+        answer, _ = await self.invoke_json(route, payload, self.answer_cap("images", body.n))
         images = answer.get("images")
         error = answer.get("error")
         if not images and isinstance(error, str) and CONTENT_FILTER_MARKER in error.lower():
@@ -267,7 +270,7 @@ class BedrockTransport(Transport):
         from inference.endpoints.images import GeneratedImage, GeneratedImages
 
         payload = stability_image_body(body)
-        answer, _ = await self.invoke_json(route, payload)
+        answer, _ = await self.invoke_json(route, payload, self.answer_cap("images", body.n))
         reasons = [r for r in answer.get("finish_reasons") or () if r is not None]
         if any(isinstance(r, str) and r.lower().startswith("filter reason") for r in reasons):
             return GeneratedImages(flagged=True)  # "Filter reason: prompt" / "... output image"
@@ -295,5 +298,9 @@ class BedrockTransport(Transport):
 
     async def invoke_embeddings(self, route: Route, payload: dict) -> tuple[dict, Usage]:
         """The model's own answer and the input tokens it reports."""
-        answer, headers = await self.invoke_json(route, payload)
+        texts = payload.get("texts")  # cohere: a list; titan: one `inputText`
+        count = len(texts) if isinstance(texts, list) else 1
+        answer, headers = await self.invoke_json(
+            route, payload, self.answer_cap("embeddings", count)
+        )
         return answer, usage_formats.bedrock_embeddings(answer, headers)

@@ -153,7 +153,10 @@ class GeminiTransport(Transport):
         payload = {"instances": [{"prompt": body.prompt}], "parameters": parameters}
         try:
             answer = await self.post_json(
-                route, self._path(route.upstream_model, "predict"), payload
+                route,
+                self._path(route.upstream_model, "predict"),
+                payload,
+                max_bytes=self.answer_cap("images", body.n),
             )
         except ContentBlocked:
             return GeneratedImages(flagged=True)
@@ -190,7 +193,10 @@ class GeminiTransport(Transport):
             "generationConfig": config,
         }
         answer = await self.post_json(
-            route, self._path(route.upstream_model, "generateContent"), payload
+            route,
+            self._path(route.upstream_model, "generateContent"),
+            payload,
+            max_bytes=self.answer_cap("images", body.n),
         )
         if not isinstance(answer, dict):
             raise malformed("flash-image answer is not an object")
@@ -255,12 +261,14 @@ class GeminiTransport(Transport):
                         for t in texts
                     ]
                 },
+                max_bytes=self.answer_cap("embeddings", len(texts)),
             )
         else:
             call = self.post_json(
                 route,
                 self._path(model, "embedContent"),
                 {"content": {"parts": [{"text": texts[0]}]}, **options},
+                max_bytes=self.answer_cap("embeddings"),
             )
         counting = asyncio.ensure_future(self._count_tokens(route, texts, options.get("title")))
         try:

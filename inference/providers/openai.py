@@ -13,6 +13,7 @@ from inference.imagesizes import nearest_size
 
 from . import usage as usage_formats
 from .base import ContentBlocked, Transport, malformed, unavailable
+from .pool import UpstreamTooLarge
 
 
 class OpenAITransport(Transport):
@@ -22,7 +23,9 @@ class OpenAITransport(Transport):
         return {"Authorization": f"Bearer {route.connection.api_key}"}
 
     async def embeddings(self, route: Route, payload: dict) -> dict:
-        return await self.post_json(route, "/embeddings", payload)
+        items = payload["input"]
+        cap = self.answer_cap("embeddings", len(items) if isinstance(items, list) else 1)
+        return await self.post_json(route, "/embeddings", payload, max_bytes=cap)
 
     async def moderate(self, route: Route, texts: list[str]) -> bool:
         """Whether the moderation endpoint flags any of the texts (the moderation guardrail)."""
@@ -48,7 +51,9 @@ class OpenAITransport(Transport):
 
         payload, size, quality = image_payload(route, body)
         try:
-            answer = await self.post_json(route, "/images/generations", payload)
+            answer = await self.post_json(
+                route, "/images/generations", payload, max_bytes=self.answer_cap("images", body.n)
+            )
         except ContentBlocked:
             return GeneratedImages(flagged=True)
         items = answer.get("data") if isinstance(answer, dict) else None
@@ -85,7 +90,11 @@ class OpenAITransport(Transport):
             raise malformed("image item without b64_json or url")
         # Pre-signed: the connection's key is not sent along.
         try:
-            response = await self.client(route.connection).get(url, follow_redirects=True)
+            response = await self.upstream(route.connection).download(
+                url, max_bytes=self.answer_cap("images")
+            )
+        except UpstreamTooLarge as exc:
+            raise unavailable(f"{self.kind} image download {exc}", "too_large") from exc
         except httpx.TimeoutException as exc:
             raise unavailable(f"{self.kind} image download timed out") from exc
         except httpx.TransportError as exc:
@@ -115,13 +124,18 @@ class OpenAITransport(Transport):
         return payload
 
     async def chat(self, route: Route, payload: dict) -> dict:
-        return await self.post_json(route, "/chat/completions", self.chat_payload(payload))
+        cap = self.answer_cap("chat")
+        return await self.post_json(
+            route, "/chat/completions", self.chat_payload(payload), max_bytes=cap
+        )
 
     async def chat_stream(self, route: Route, payload: dict) -> httpx.Response:
         return await self.open_stream(route, "/chat/completions", self.chat_payload(payload))
 
     async def responses(self, route: Route, payload: dict) -> dict:
-        return await self.post_json(route, "/responses", self.responses_payload(payload))
+        return await self.post_json(
+            route, "/responses", self.responses_payload(payload), max_bytes=self.answer_cap("chat")
+        )
 
     async def responses_stream(self, route: Route, payload: dict) -> httpx.Response:
         return await self.open_stream(route, "/responses", self.responses_payload(payload))

@@ -8,11 +8,21 @@ handling were a fifth of the gateway's CPU per request), and so are SSE streams
 (`StreamedAnswer`); httpx over the same aiohttp pool (httpx-aiohttp's transport) is left for
 what needs httpx itself (downloads). A protocol that signs the exact %-encoded path (SigV4),
 which aiohttp would re-quote, uses httpcore instead (`aiohttp=False`).
+
+Bounds (README, Decisions: "Upstream bounds"): a call waits at most `UPSTREAM_POOL_WAIT` seconds
+for a connection (its license's share of the pool, then a free slot and the connect itself),
+else UpstreamTimeout (the spec's 503); one license holds at most `UPSTREAM_LICENSE_SHARE` of the
+pool's slots, so its slow streams cannot starve another license; an answer is read up to the
+byte cap its caller gives (UpstreamTooLarge past it), counted as it arrives, decompressed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
+import weakref
+from contextvars import ContextVar
 
 import aiohttp
 import httpx
@@ -30,6 +40,15 @@ class UpstreamUnreachable(Exception):
     pass
 
 
+class UpstreamTooLarge(Exception):
+    """The answer was longer than the caller's byte cap (read no further)."""
+
+
+# The license a request is served for (set when its credentials are known, inference.api): the
+# key of its share of each pool. None (no request, e.g. a management command): no share applies.
+current_license: ContextVar[int | None] = ContextVar("upstream_license", default=None)
+
+
 class Upstream:
     def __init__(self, *, timeout: float | None, aiohttp_transport: bool):
         gateway = settings.GATEWAY
@@ -37,9 +56,15 @@ class Upstream:
         self.connect_timeout = gateway["UPSTREAM_CONNECT_TIMEOUT"]
         self.limit = gateway["UPSTREAM_MAX_CONNECTIONS"]
         self.keepalive = gateway["UPSTREAM_KEEPALIVE"]
+        self.pool_wait = gateway["UPSTREAM_POOL_WAIT"]
+        # Slots one license may hold at once; at least one, so a pool of 1 still serves.
+        self.share = max(1, math.ceil(self.limit * gateway["UPSTREAM_LICENSE_SHARE"]))
+        self._shares: dict[int, asyncio.Semaphore] = {}  # by license id (as many as licenses)
         self.uses_aiohttp = aiohttp_transport
         self._session: aiohttp.ClientSession | None = None
-        timeout_config = httpx.Timeout(self.read_timeout, connect=self.connect_timeout)
+        timeout_config = httpx.Timeout(
+            self.read_timeout, connect=self.connect_timeout, pool=self.pool_wait
+        )
         if aiohttp_transport:
             transport = AiohttpTransport(client=self.session)
         else:
@@ -51,9 +76,38 @@ class Upstream:
         )
         if not aiohttp_transport:
             tracing.instrument_httpx(self.http)  # aiohttp's own spans cover the other clients
-        self._aiohttp_timeout = aiohttp.ClientTimeout(
-            sock_connect=self.connect_timeout, sock_read=self.read_timeout
+        # aiohttp's `connect` is the wait for a pool slot plus the connect; `sock_connect` the
+        # TCP/TLS connect alone.
+        self._aiohttp_timeout = self._timeout(self.pool_wait)
+
+    def _timeout(self, pool_wait: float) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(
+            connect=pool_wait + self.connect_timeout,
+            sock_connect=self.connect_timeout,
+            sock_read=self.read_timeout,
         )
+
+    async def _take_share(self) -> tuple[asyncio.Semaphore | None, aiohttp.ClientTimeout]:
+        """One of the request's license's slots of this pool, waited for within the pool-wait
+        budget; and the aiohttp time-out for the rest of that budget. Uncontended (the usual
+        case) this neither waits nor allocates."""
+        license_id = current_license.get()
+        if license_id is None:
+            return None, self._aiohttp_timeout
+        share = self._shares.get(license_id)
+        if share is None:
+            share = self._shares[license_id] = asyncio.Semaphore(self.share)
+        if not share.locked():
+            await share.acquire()  # returns at once: a free slot
+            return share, self._aiohttp_timeout
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self.pool_wait):
+                await share.acquire()
+        except TimeoutError as exc:
+            raise UpstreamTimeout("license share of the pool") from exc
+        left = max(0.0, self.pool_wait - (time.monotonic() - started))
+        return share, self._timeout(left)
 
     def session(self) -> aiohttp.ClientSession:
         """Made on first use, inside the serving event loop."""
@@ -65,11 +119,29 @@ class Upstream:
         return self._session
 
     async def request(
-        self, method: str, url: str, *, content: bytes, headers: dict, params: dict | None
+        self,
+        method: str,
+        url: str,
+        *,
+        content: bytes,
+        headers: dict,
+        params: dict | None,
+        max_bytes: int,
     ) -> httpx.Response:
-        """One call, its whole answer read. Raises UpstreamTimeout / UpstreamUnreachable."""
-        if not self.uses_aiohttp:
-            return await self._request_httpx(method, url, content, headers, params)
+        """One call, its whole answer read (at most `max_bytes`, decompressed). Raises
+        UpstreamTimeout / UpstreamUnreachable / UpstreamTooLarge."""
+        share, timeout = await self._take_share()
+        try:
+            if not self.uses_aiohttp:
+                return await self._request_httpx(method, url, content, headers, params, max_bytes)
+            return await self._request_aiohttp(
+                method, url, content, headers, params, max_bytes, timeout
+            )
+        finally:
+            if share is not None:
+                share.release()
+
+    async def _request_aiohttp(self, method, url, content, headers, params, max_bytes, timeout):
         try:
             async with self.session().request(
                 method,
@@ -77,42 +149,60 @@ class Upstream:
                 data=content or None,
                 headers=headers,
                 params=params,
-                timeout=self._aiohttp_timeout,
+                timeout=timeout,
                 allow_redirects=False,
-                auto_decompress=False,  # httpx.Response decodes by Content-Encoding
+                # aiohttp inflates in bounded steps, so the cap counts the bytes really held.
+                auto_decompress=True,
             ) as answer:
-                body = await answer.read()
+                body = await _read_capped(answer.content.iter_chunked(65536), max_bytes)
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise UpstreamTimeout(type(exc).__name__) from exc
         except aiohttp.ClientError as exc:
             raise UpstreamUnreachable(type(exc).__name__) from exc
-        return httpx.Response(answer.status, headers=answer.raw_headers, content=body)
+        raw_headers = answer.raw_headers
+        if answer.headers.get("Content-Encoding"):
+            raw_headers = _decoded_headers(raw_headers)
+        return httpx.Response(answer.status, headers=raw_headers, content=body)
 
-    async def stream(self, url: str, *, content: bytes, headers: dict):
-        """POST, and return once the answer's headers are in: a `StreamedAnswer` for a success,
-        an `httpx.Response` with its body read for a failure status (or on the httpcore path).
-        Raises UpstreamTimeout / UpstreamUnreachable."""
+    async def stream(self, url: str, *, content: bytes, headers: dict, max_bytes: int):
+        """POST, and return once the answer's headers are in: a `StreamedAnswer` for a success
+        (which holds the license's slot until it is closed, and reads at most `max_bytes`), an
+        `httpx.Response` with its body read for a failure status (or on the httpcore path, which
+        no streaming adapter uses). Raises UpstreamTimeout / UpstreamUnreachable."""
         if not self.uses_aiohttp:
             return await self._stream_httpx(url, content, headers)
+        share, timeout = await self._take_share()
         try:
             answer = await self.session().request(
                 "POST",
                 url,
                 data=content,
                 headers=headers,
-                timeout=self._aiohttp_timeout,
+                timeout=timeout,
                 allow_redirects=False,
                 auto_decompress=False,
             )
             if answer.status < 300:
-                return StreamedAnswer(answer)
+                streamed, share = StreamedAnswer(answer, share, max_bytes), None
+                return streamed
             async with answer:
-                body = await answer.read()
+                body = await _read_capped(answer.content.iter_chunked(65536), max_bytes)
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise UpstreamTimeout(type(exc).__name__) from exc
         except aiohttp.ClientError as exc:
             raise UpstreamUnreachable(type(exc).__name__) from exc
+        finally:
+            if share is not None:  # not handed to a StreamedAnswer
+                share.release()
         return httpx.Response(answer.status, headers=answer.raw_headers, content=body)
+
+    async def download(self, url: str, *, max_bytes: int) -> httpx.Response:
+        """GET a pre-signed URL (redirects followed, no credentials), at most `max_bytes`.
+        Raises httpx's errors and UpstreamTooLarge."""
+        async with self.http.stream("GET", url, follow_redirects=True) as response:
+            body = await _read_capped(response.aiter_bytes(), max_bytes)
+            raw_headers = _decoded_headers(response.headers.raw)
+            return httpx.Response(response.status_code, headers=raw_headers, content=body)
 
     async def _stream_httpx(self, url, content, headers) -> httpx.Response:
         request = self.http.build_request("POST", url, content=content, headers=headers)
@@ -129,10 +219,19 @@ class Upstream:
         except httpx.TransportError as exc:
             raise UpstreamUnreachable(type(exc).__name__) from exc
 
-    async def _request_httpx(self, method, url, content, headers, params) -> httpx.Response:
+    async def _request_httpx(self, method, url, content, headers, params, max_bytes):
+        request = self.http.build_request(
+            method, url, content=content or None, headers=headers, params=params
+        )
         try:
-            return await self.http.request(
-                method, url, content=content or None, headers=headers, params=params
+            response = await self.http.send(request, stream=True)
+            try:
+                body = await _read_capped(response.aiter_bytes(), max_bytes)
+            finally:
+                await response.aclose()
+            raw_headers = _decoded_headers(response.headers.raw)
+            return httpx.Response(
+                response.status_code, headers=raw_headers, content=body, request=request
             )
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout(type(exc).__name__) from exc
@@ -166,15 +265,31 @@ class StreamedAnswer:
     Response the relay uses (inference.streaming): httpx's request building, cookie handling
     and transport shim were a tenth of the gateway's CPU per stream."""
 
-    def __init__(self, answer: aiohttp.ClientResponse):
+    def __init__(
+        self, answer: aiohttp.ClientResponse, share: asyncio.Semaphore | None, max_bytes: int
+    ):
         self._answer = answer
+        # The license's slot, held until the stream is closed; given back through the loop by
+        # the garbage collector too (from whatever thread it runs in), should a stream never be
+        # relayed (a client gone before its start).
+        self._share = share
+        self._finalizer = None
+        if share is not None:
+            loop = asyncio.get_running_loop()
+            self._finalizer = weakref.finalize(self, loop.call_soon_threadsafe, share.release)
+        self._max_bytes = max_bytes
         self.status_code = answer.status
 
     async def aiter_raw(self):
         """The body's bytes as they arrive; a broken or stalled upstream raises httpx's
-        ReadError / ReadTimeout, as httpx itself would."""
+        ReadError / ReadTimeout, as httpx itself would, and so does a stream longer than its
+        byte cap (the relay ends it with its in-stream 503)."""
+        left = self._max_bytes
         try:
             async for chunk in self._answer.content.iter_any():
+                left -= len(chunk)
+                if left < 0:
+                    raise httpx.ReadError(f"stream over {self._max_bytes} bytes")
                 yield chunk
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise httpx.ReadTimeout(type(exc).__name__) from exc
@@ -185,6 +300,30 @@ class StreamedAnswer:
         # Back to the pool when the body was read to its end; closed (the upstream stops
         # generating) when the client left before.
         self._answer.release()
+        if self._finalizer is not None and self._finalizer.detach():  # true once only
+            self._share.release()
+
+
+async def _read_capped(chunks, max_bytes: int) -> bytes:
+    """The chunks joined, or UpstreamTooLarge as soon as they pass `max_bytes`."""
+    parts = []
+    left = max_bytes
+    async for chunk in chunks:
+        left -= len(chunk)
+        if left < 0:
+            raise UpstreamTooLarge(f"answer over {max_bytes} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _decoded_headers(raw_headers):
+    """The headers of an answer whose body is already decompressed (httpx must not decode it
+    again, and its length is no longer the one sent)."""
+    return [
+        (name, value)
+        for name, value in raw_headers
+        if name.lower() not in (b"content-encoding", b"content-length")
+    ]
 
 
 _retired: dict[asyncio.Task, Upstream] = {}

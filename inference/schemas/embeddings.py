@@ -1,14 +1,32 @@
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
+from pydantic_core import PydanticKnownError
 
 from .common import ModelId, PositiveInt64, StrictBody
+
+# OpenAI's own cap on `input` items; an aggregator or a self-hosted upstream may have none, and
+# each item is a vector parsed and re-serialised here (README, Decisions: "Upstream bounds").
+MAX_INPUT_ITEMS = 2048
+
+
+def _at_most_max_items(value):
+    """Counted before the items are validated (a 300,000-item list is refused at its length),
+    as one `too_long` at `["body", "input"]`, not one error per branch of the union."""
+    if isinstance(value, list) and len(value) > MAX_INPUT_ITEMS:
+        context = {"field_type": "List", "max_length": MAX_INPUT_ITEMS, "actual_length": len(value)}
+        raise PydanticKnownError("too_long", context)
+    return value
 
 
 class EmbeddingsRequest(StrictBody):
     model: ModelId = Field(description="Model identifier from the catalog")
-    input: str | Annotated[list[str], Field(min_length=1)] = Field(
-        description="A string (one vector) or a non-empty list of strings (one vector each)"
+    input: Annotated[
+        str | Annotated[list[str], Field(min_length=1, max_length=MAX_INPUT_ITEMS)],
+        BeforeValidator(_at_most_max_items),
+    ] = Field(
+        description="A string (one vector) or a non-empty list of at most 2,048 strings "
+        "(one vector each)"
     )
     dimensions: PositiveInt64 | None = Field(
         default=None, description="Only text-embedding-3-small and -3-large"
