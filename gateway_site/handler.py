@@ -88,7 +88,6 @@ class GatewayASGIHandler(ASGIHandler):
         finally:
             del listener, worker  # no cycle through this frame: the request is freed at once
 
-
     async def _api_response(self, request):
         """`get_response_async` with its error-answer log line written on the loop: the
         `django.request` logger is a level check and, for a 5xx, one line to the console, which
