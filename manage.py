@@ -5,6 +5,10 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
+    from core.config import exit_on_bad_environment
+
+    # Every bad value in the environment, one line each ("manage.py: NAME: problem: 'value'").
+    exit_on_bad_environment("manage.py")
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
     from django.db.utils import InterfaceError, OperationalError

@@ -13,11 +13,11 @@ GATEWAY_METRICS=off turns every recording call into a return (and /metrics into 
 
 from __future__ import annotations
 
-import os
-
 from prometheus_client import Counter, Gauge, Histogram, values
 
-ENABLED = os.environ.get("GATEWAY_METRICS", "on").strip().lower() not in {"off", "0", "false"}
+from core.config import get_config
+
+ENABLED = get_config().GATEWAY_METRICS
 # Whether this process writes multiprocess files (decided when prometheus_client was imported).
 MULTIPROCESS = values.ValueClass is not values.MutexValue
 

@@ -30,6 +30,7 @@ import uvicorn
 from uvicorn.config import Config
 from uvicorn.supervisors import multiprocess
 
+from core.config import exit_on_bad_environment
 from gateway_site import metrics_setup
 
 _bind_socket = Config.bind_socket
@@ -84,6 +85,7 @@ multiprocess.Process.join = join
 
 
 def main() -> None:
+    exit_on_bad_environment("gateway_site.serve")
     # Empty: no address is trusted (uvicorn reads the variable when --forwarded-allow-ips is not
     # given; the workers inherit it).
     os.environ.setdefault("FORWARDED_ALLOW_IPS", "")
