@@ -390,11 +390,11 @@ def _line(error: Mapping[str, Any]) -> str:
     elif kind == "value_error":
         problem = str(ctx.get("error", error["msg"]))
     elif kind == "greater_than_equal":
-        problem = f"must be at least {ctx['ge']}"
+        problem = f"must be at least {ctx['ge']:g}"
     elif kind == "greater_than":
-        problem = f"must be more than {ctx['gt']}"
+        problem = f"must be more than {ctx['gt']:g}"
     elif kind == "less_than_equal":
-        problem = f"must be at most {ctx['le']}"
+        problem = f"must be at most {ctx['le']:g}"
     elif kind == "literal_error":
         problem = f"not one of {ctx['expected']}"
     else:
