@@ -327,6 +327,9 @@ class Config(BaseSettings):
         }
 
 
+AnswerKind = Literal["embeddings", "images", "chat", "stream", "event", "default"]
+
+
 class AnswerMaxBytes(TypedDict):
     embeddings: int
     images: int

@@ -11,13 +11,14 @@ Django's own connection settings, so it follows the test database and DATABASE_U
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from django.conf import settings
 from django.db import connections
 
 from core.config import get_config
 
-_pools: dict[int, object] = {}
+_pools: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
 
 
 def available() -> bool:

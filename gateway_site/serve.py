@@ -79,9 +79,10 @@ def join(self: multiprocess.Process) -> None:
 
 
 # At import: a spawned worker imports this module (as __mp_main__) and needs the patch too.
-Config.bind_socket = bind_socket
-uvicorn.Server.startup = startup
-multiprocess.Process.join = join
+# (mypy: assigning to a method is the point of a monkeypatch.)
+Config.bind_socket = bind_socket  # type: ignore[method-assign]
+uvicorn.Server.startup = startup  # type: ignore[method-assign]
+multiprocess.Process.join = join  # type: ignore[method-assign]
 
 
 def main() -> None:

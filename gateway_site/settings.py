@@ -2,7 +2,7 @@
 its type, default and meaning are there; README, "Configuration")."""
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -74,7 +74,8 @@ TEMPLATES = [
 
 def _database(url: str) -> dict[str, Any]:
     try:
-        return dj_database_url.parse(url, conn_max_age=None, conn_health_checks=True)
+        parsed = dj_database_url.parse(url, conn_max_age=None, conn_health_checks=True)
+        return cast(dict[str, Any], parsed)  # a TypedDict, extended below with Django's keys
     except ValueError as exc:  # unknown scheme, bad port...: one clear line (see manage.py)
         raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
 
@@ -113,7 +114,7 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-AUTH_PASSWORD_VALIDATORS = []
+AUTH_PASSWORD_VALIDATORS: list[dict[str, Any]] = []
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
