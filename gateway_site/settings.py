@@ -91,7 +91,9 @@ DATABASES = {
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = os.environ.get(
     "GATEWAY_PG_SERVER_SIDE_CURSORS", "on"
 ).strip().lower() in {"off", "0", "false", "no"}
-if "postgresql" in DATABASES["default"]["ENGINE"]:
+_ORM_POOL = os.environ.get("GATEWAY_PG_ORM_POOL", "on").strip().lower() not in {"off", "0", "no"}
+if "postgresql" in DATABASES["default"]["ENGINE"] and _ORM_POOL:
+    # (manage.py's commands turn the pool off: one short session each.)
     # The ORM's connections of a process come from one bounded pool (Django's psycopg pool):
     # the API's worker threads return theirs after each block of work (gateway_site.db), the
     # admin's, the management API's and the live feed's at the end of each request or check.
