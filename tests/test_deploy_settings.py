@@ -1,6 +1,6 @@
-"""Production settings: the production environment of docs/deployment.md passes `check --deploy` without a
-warning, a missing SECRET_KEY or encryption key is an error, HTTPS and cookie settings come
-from the environment, and admin logins are throttled (django-axes) while /v1 pays nothing."""
+"""Production settings: the production environment of docs/deployment.md passes `check --deploy`
+without a warning, a missing SECRET_KEY or encryption key is an error, HTTPS and cookie settings
+come from the environment, and admin logins are throttled (django-axes) while /v1 pays nothing."""
 
 from __future__ import annotations
 
