@@ -5,6 +5,9 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
+    # A command is one short session: no connection pool, whose background reconnects would
+    # also print a warning per attempt before the one line below (gateway_site.settings).
+    os.environ.setdefault("GATEWAY_PG_ORM_POOL", "off")
     from core.config import exit_on_bad_environment
 
     # Every bad value in the environment, one line each ("manage.py: NAME: problem: 'value'").

@@ -2,6 +2,7 @@
 the books checked to the micro-credit.
 
     .venv/bin/python bench/money_load.py [--requests 2000] [--concurrency 200] [--workers 2]
+        [--redis redis://127.0.0.1:6379/0]
 
 Creates a throwaway PostgreSQL database (127.0.0.1:5432, dropped at the end), sets the gateway
 up on it (migrate, the default catalog with `direct` pointed at the fake OpenAI upstream, two
@@ -96,6 +97,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--redis", metavar="URL", help="REDIS_URL for the workers (cache invalidation, fair use)"
+    )
     args = parser.parse_args()
 
     name = f"bench_money_{uuid.uuid4().hex[:8]}"
@@ -142,7 +146,12 @@ def run(args, name: str) -> int:
         )
 
         def env(n: int) -> dict:
-            return {"PGAPPNAME": f"{name}-w{n}", "GATEWAY_LEDGER_SPOOL_DIR": f"{tmp}/spool-{n}"}
+            redis = {"REDIS_URL": args.redis} if args.redis else {}
+            return {
+                "PGAPPNAME": f"{name}-w{n}",
+                "GATEWAY_LEDGER_SPOOL_DIR": f"{tmp}/spool-{n}",
+                **redis,
+            }
 
         with running_workers(args.workers, Path(tmp), env=env) as workers:
             upstream.reset()
@@ -172,8 +181,9 @@ def run(args, name: str) -> int:
         wallets.append((lic.name, spent, ledger, reported))
 
     print(
-        f"{args.requests} requests, {args.concurrency} clients, {args.workers} workers, "
-        f"PostgreSQL: {seconds:.1f} s ({args.requests / seconds:.0f} req/s)"
+        f"{args.requests} requests, {args.concurrency} clients, {args.workers} workers"
+        f"{' + Redis' if args.redis else ''}, PostgreSQL: {seconds:.1f} s "
+        f"({args.requests / seconds:.0f} req/s)"
     )
     print(f"answers by status: {dict(sorted(statuses.items()))}")
     print(f"provider calls {calls}, ledger rows {len(rows)}, answers 200 {len(answered)}")

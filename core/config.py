@@ -184,6 +184,9 @@ class Config(BaseSettings):
     )
     GATEWAY_PG_POOL_SIZE: Count = Field(8, description="hot-path PostgreSQL connections")
     GATEWAY_PG_ORM_POOL_SIZE: Count = Field(6, description="ORM PostgreSQL connections")
+    GATEWAY_PG_ORM_POOL: Annotated[bool, EmptyIsDefault] = Field(
+        True, description="the ORM's connection pool (manage.py turns it off for its commands)"
+    )
     GATEWAY_PG_POOL_TIMEOUT: Seconds = Field(2.0, description="seconds to wait for one")
     GATEWAY_PG_PREPARE_THRESHOLD: str = Field(
         "2", description="executions before a statement is prepared; none: never"

@@ -116,7 +116,7 @@ def _generated_key(path: Path) -> Fernet:
         raise EncryptionKeyError(f"{path} does not hold a Fernet key: {exc}") from None
     log.warning(
         "%s is not set: secrets are encrypted with the key generated in %s. "
-        "Set %s in production (see README, 'Secrets at rest').",
+        "Set %s in production (see docs/deployment.md, 'Secrets at rest').",
         KEYS_VARIABLE,
         path,
         KEYS_VARIABLE,

@@ -44,7 +44,7 @@ def production_secrets_set(app_configs, **kwargs):
         errors.append(
             Error(
                 "SECRET_KEY is not set: the development key is public.",
-                hint="Set SECRET_KEY to a long random value (README, 'Production').",
+                hint="Set SECRET_KEY to a long random value (docs/deployment.md, 'Production').",
                 id="gateway.E001",
             )
         )
@@ -53,7 +53,8 @@ def production_secrets_set(app_configs, **kwargs):
             Error(
                 f"{KEYS_VARIABLE} is not set: provider credentials and JWT secrets are "
                 "encrypted with a key generated into var/ on this host.",
-                hint="Set it (`manage.py generate_encryption_key`); README, 'Secrets at rest'.",
+                hint="Set it (`manage.py generate_encryption_key`); "
+                "docs/deployment.md, 'Secrets at rest'.",
                 id="gateway.E002",
             )
         )
@@ -69,7 +70,7 @@ def https_settings(app_configs, **kwargs):
         warnings.append(
             Warning(
                 "SECURE_HSTS_SECONDS is not set: browsers may reach the admin over plain http.",
-                hint="README, 'Production'.",
+                hint="docs/deployment.md, 'Production'.",
                 id="gateway.W004",
             )
         )
@@ -77,7 +78,7 @@ def https_settings(app_configs, **kwargs):
         warnings.append(
             Warning(
                 "SECURE_SSL_REDIRECT is not set: the admin answers plain http requests.",
-                hint="README, 'Production'.",
+                hint="docs/deployment.md, 'Production'.",
                 id="gateway.W008",
             )
         )

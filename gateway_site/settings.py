@@ -85,7 +85,8 @@ DATABASES = {"default": _database(CONFIG.DATABASE_URL)}
 # transaction), which a PgBouncer in transaction mode cannot keep on one server connection;
 # "off" reads the rows client-side instead (docs/deployment.md, "PgBouncer").
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = not CONFIG.GATEWAY_PG_SERVER_SIDE_CURSORS
-if "postgresql" in DATABASES["default"]["ENGINE"]:
+if "postgresql" in DATABASES["default"]["ENGINE"] and CONFIG.GATEWAY_PG_ORM_POOL:
+    # (manage.py's commands turn the pool off: one short session each.)
     # The ORM's connections of a process come from one bounded pool (Django's psycopg pool):
     # the API's worker threads return theirs after each block of work (gateway_site.db), the
     # admin's, the management API's and the live feed's at the end of each request or check.

@@ -1,6 +1,6 @@
-"""Production settings: the README's production environment passes `check --deploy` without a
-warning, a missing SECRET_KEY or encryption key is an error, HTTPS and cookie settings come
-from the environment, and admin logins are throttled (django-axes) while /v1 pays nothing."""
+"""Production settings: the production environment of docs/deployment.md passes `check --deploy`
+without a warning, a missing SECRET_KEY or encryption key is an error, HTTPS and cookie settings
+come from the environment, and admin logins are throttled (django-axes) while /v1 pays nothing."""
 
 from __future__ import annotations
 
@@ -22,14 +22,14 @@ MARKER = "<!-- production-env: tested by tests/test_deploy_settings.py -->"
 
 
 def production_block() -> str:
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(re.escape(MARKER) + r"\s*```sh\n(.*?)```", readme, re.S)
-    assert match, "README lost its production environment block"
+    guide = (ROOT / "docs" / "deployment.md").read_text()
+    match = re.search(re.escape(MARKER) + r"\s*```sh\n(.*?)```", guide, re.S)
+    assert match, "docs/deployment.md lost its production environment block"
     return match.group(1)
 
 
 def shell(command: str, *, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """Run `command` after the README's block (exported, as `set -a` does), in the project."""
+    """Run `command` after the guide's block (exported, as `set -a` does), in the project."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SECURE_", "GATEWAY_"))}
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     unset = "".join(f"unset {name}\n" for name in drop)

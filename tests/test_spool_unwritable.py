@@ -220,7 +220,9 @@ def test_outage_with_an_unwritable_or_full_spool(catalog, make_license, make_key
             assert _embeddings_calls(catalog) == calls  # no call that could not be recorded
             proxy.restore()
             for worker in workers:
-                assert worker.http.get("/v1/health", timeout=30).json()["database"] == "ok"
+                # The pools reconnect in the background, with a back-off: a worker is back once
+                # its health check reaches the database (what a load balancer waits for too).
+                _wait_for_database(worker)
                 assert post(worker).status_code == 200
             # Worker 1's disk was only "full" by its floor: its rows were spooled; let it
             # replay them before the workers stop.
@@ -255,6 +257,13 @@ def test_outage_with_an_unwritable_or_full_spool(catalog, make_license, make_key
     assert (row.status_code, row.credits) == (200, raced[0].json()["usage"]["credits_used"])
     # Every other provider call has its row (worker 1's raced one through its spool).
     assert Transaction.objects.filter(status_code=200).count() == _embeddings_calls(catalog)
+
+
+def _wait_for_database(worker, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while worker.http.get("/v1/health", timeout=30).json()["database"] != "ok":
+        assert time.monotonic() < deadline, "the worker did not reach the database again"
+        time.sleep(0.1)
 
 
 def _wait_for_replay(directory, timeout: float = 30) -> None:
