@@ -8,6 +8,10 @@ def main() -> None:
     # A command is one short session: no connection pool, whose background reconnects would
     # also print a warning per attempt before the one line below (gateway_site.settings).
     os.environ.setdefault("GATEWAY_PG_ORM_POOL", "off")
+    from core.config import exit_on_bad_environment
+
+    # Every bad value in the environment, one line each ("manage.py: NAME: problem: 'value'").
+    exit_on_bad_environment("manage.py")
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
     from django.db.utils import InterfaceError, OperationalError

@@ -4,6 +4,9 @@ Connection credentials are never shown: not in list views, not rendered back int
 form (see `catalog.forms.ConnectionForm`).
 """
 
+from collections.abc import Callable
+from typing import Any
+
 from django.contrib import admin, messages
 from django.db.models import Count, Q
 
@@ -14,7 +17,7 @@ from .models import Connection, Model, Provider, ProviderModel
 
 # Predicates of users (besides superusers) who may view the catalog; the app that knows about
 # institution roles registers one (the catalog imports no app above it).
-_catalog_viewers = []
+_catalog_viewers: list[Callable[[Any], bool]] = []
 
 
 def register_catalog_viewer(predicate) -> None:

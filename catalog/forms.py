@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.core.exceptions import FieldDoesNotExist
@@ -27,7 +28,7 @@ class PrettyJSONField(forms.JSONField):
         return json.dumps(value, ensure_ascii=False, indent=2, cls=self.encoder)
 
 
-FORMFIELD_OVERRIDES = {
+FORMFIELD_OVERRIDES: dict[type[models.Field], dict[str, Any]] = {
     # Django 6 defaults to https; say so now (and silence the transition warning).
     models.URLField: {"assume_scheme": "https"},
     models.JSONField: {
@@ -52,7 +53,13 @@ def formfield_callback(db_field, **kwargs):
     return db_field.formfield(**kwargs)
 
 
-class AdminModelFormMixin:
+if TYPE_CHECKING:  # what the mixin is mixed into, for mypy; a plain mixin at run time
+    _ModelForm = forms.ModelForm
+else:
+    _ModelForm = object
+
+
+class AdminModelFormMixin(_ModelForm):
     """Mix into a ModelForm (before `forms.ModelForm`)."""
 
     secret_fields: tuple[str, ...] = ()
@@ -75,7 +82,8 @@ class AdminModelFormMixin:
             field.help_text = f"{state} Leave blank to keep the stored value."
 
     def clean(self):
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data  # what ModelForm.clean returns (typed Optional in the stubs)
         for name in self.secret_fields:
             if name not in self.fields or name not in cleaned:
                 continue

@@ -5,6 +5,9 @@ Everything below the views raises a `GatewayError`; `inference.api` renders it i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 SERVICE_UNAVAILABLE = "Service temporarily unavailable"
 
 
@@ -93,7 +96,7 @@ def validation_error_body(detail: list[dict]) -> dict:
     first = detail[0] if detail else {}
     kind = str(first.get("type", "invalid_request"))
     msg = str(first.get("msg", "Invalid request"))
-    loc = first.get("loc") or ()
+    loc: Sequence[Any] = first.get("loc") or ()
     param = None
     if kind == "json_invalid":
         offset = loc[1] if len(loc) > 1 else 0

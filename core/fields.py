@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.core import validators
 from django.db import models
@@ -56,7 +58,10 @@ class EncryptedTextField(models.TextField):
         return value.token if isinstance(value, Sealed) else self.get_prep_value(value)
 
     def formfield(self, **kwargs):
-        defaults = {"form_class": forms.CharField, "max_length": self.plain_max_length}
+        defaults: dict[str, Any] = {
+            "form_class": forms.CharField,
+            "max_length": self.plain_max_length,
+        }
         defaults.update(kwargs)
         # models.Field, not TextField: a one-line input, not a textarea.
         return models.Field.formfield(self, **defaults)

@@ -13,11 +13,11 @@ GATEWAY_METRICS=off turns every recording call into a return (and /metrics into 
 
 from __future__ import annotations
 
-import os
-
 from prometheus_client import Counter, Gauge, Histogram, values
 
-ENABLED = os.environ.get("GATEWAY_METRICS", "on").strip().lower() not in {"off", "0", "false"}
+from core.config import get_config
+
+ENABLED = get_config().GATEWAY_METRICS
 # Whether this process writes multiprocess files (decided when prometheus_client was imported).
 MULTIPROCESS = values.ValueClass is not values.MutexValue
 
@@ -76,12 +76,12 @@ LEDGER_ROWS_LOST = Counter(
     ["kind"],
 )
 
-_requests: dict[tuple, object] = {}
-_timings: dict[tuple, tuple] = {}
-_charges: dict[tuple, tuple] = {}
-_budgets: dict[int, object] = {}
-_statuses: dict[int, object] = {}
-_first_tokens: dict[tuple, object] = {}
+_requests: dict[tuple[str, str, str, int], Counter] = {}
+_timings: dict[tuple[str, str], tuple[Histogram, Histogram]] = {}
+_charges: dict[tuple[int, str], tuple[Counter, Counter, Counter]] = {}
+_budgets: dict[int, Gauge] = {}
+_statuses: dict[int, Counter] = {}
+_first_tokens: dict[tuple[str, str], Histogram] = {}
 # The recorders look a bound child up first and bind it only on a miss (no closure per call).
 
 
@@ -112,10 +112,10 @@ def request_recorded(
     if count is None:
         count = _requests[key] = REQUESTS.labels(service, model, provider, str(status))
     count.inc()
-    key = (service, provider)
-    timings = _timings.get(key)
+    timing_key = (service, provider)
+    timings = _timings.get(timing_key)
     if timings is None:
-        timings = _timings[key] = (
+        timings = _timings[timing_key] = (
             OVERHEAD.labels(service, provider),
             PROVIDER_CALL.labels(service, provider),
         )

@@ -124,13 +124,13 @@ async def getaddrinfo(host: str, port: int) -> list[str]:
     """The addresses of `host` (the network edge; tests answer it themselves)."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    return [info[4][0] for info in infos]
+    return [str(info[4][0]) for info in infos]  # an address string (an int only for AF_CAN)
 
 
 def getaddrinfo_sync(host: str, port: int) -> list[str]:
     """The same for code running on a thread (the JWT check)."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    return [info[4][0] for info in infos]
+    return [str(info[4][0]) for info in infos]
 
 
 def _literal(host: str) -> list[IPAddress] | None:

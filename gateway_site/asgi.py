@@ -5,6 +5,11 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
 
+from core.config import exit_on_bad_environment  # noqa: E402
+
+# Every bad value in the environment, one line each, and exit: not a traceback per worker.
+CONFIG = exit_on_bad_environment("gateway_site.asgi")
+
 from gateway_site.metrics_setup import ensure_multiproc_dir  # noqa: E402
 
 # Before anything imports prometheus_client (django.setup does): it picks its mode at import.
@@ -22,7 +27,6 @@ setup_from_environment()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
 from licensing.consumers import websocket_application  # noqa: E402
@@ -56,17 +60,9 @@ def _tune_gc() -> None:
     GATEWAY_GC_THRESHOLD's first number. Requests free nearly everything by reference counting,
     but 32 requests in flight keep enough alive to trigger a collection every few requests,
     each scanning them all: 0.3 ms of CPU per request at 32 connections (bench/README)."""
-    value = os.environ.get("GATEWAY_GC_THRESHOLD", "20000,20,50").strip()
-    if value.lower() in ("", "default"):
+    thresholds = CONFIG.gc_thresholds  # checked at start (core.config)
+    if thresholds is None:
         return
-    try:
-        thresholds = [int(part) for part in value.split(",")]
-        if not 1 <= len(thresholds) <= 3 or min(thresholds) < 1:
-            raise ValueError
-    except ValueError:
-        raise ImproperlyConfigured(
-            f"GATEWAY_GC_THRESHOLD must be 1 to 3 positive integers or 'default', not {value!r}"
-        ) from None
     gc.collect()
     gc.freeze()
     gc.set_threshold(*thresholds)

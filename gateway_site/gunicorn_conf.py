@@ -26,16 +26,20 @@ from __future__ import annotations
 import logging
 import os
 
+from core.config import exit_on_bad_environment
 from gateway_site import metrics_setup
+
+# Every bad value in the environment, one line each, before gunicorn starts a worker.
+CONFIG = exit_on_bad_environment("gunicorn")
 
 worker_class = "uvicorn_worker.UvicornWorker"
 # One per core: the gateway's Python is CPU-bound. The cores this process may run on (in a
 # container with a CPU quota rather than a cpuset, set GATEWAY_WORKERS to the quota).
-workers = int(os.environ.get("GATEWAY_WORKERS") or len(os.sched_getaffinity(0)))
+workers = CONFIG.GATEWAY_WORKERS or len(os.sched_getaffinity(0))
 reuse_port = True  # a listener per worker (see above)
 # The addresses (the TLS proxy's) whose X-Forwarded-For and X-Forwarded-Proto uvicorn-worker's
 # uvicorn believes; unset: none, so the client is the peer (docs/deployment.md, "TLS at a proxy").
-forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "")
+forwarded_allow_ips = CONFIG.FORWARDED_ALLOW_IPS
 # gunicorn's run-time control socket (~/.gunicorn/gunicorn.ctl): not used here, one surface less.
 control_socket_disable = True
 # Idle kept-alive connections stay open longer than a proxy keeps its own (nginx: 60 s), so the
@@ -48,9 +52,7 @@ accesslog = None  # the gateway writes its own access line (gateway.access)
 
 # gunicorn's own lines (master and worker start and exit) in the gateway's format (LOG_FORMAT,
 # the same default as the settings); gateway_site.logs imports no Django.
-_format = os.environ.get("LOG_FORMAT") or (
-    "text" if os.environ.get("DEBUG", "").strip().lower() in {"1", "true", "yes", "on"} else "json"
-)
+_format = CONFIG.log_format
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -53,6 +53,7 @@ class GatewayASGIHandler(ASGIHandler):
         set_script_prefix(_script_prefix(scope))
         request, error_response = self.create_request(scope, body_file)
         if request is None:
+            assert error_response is not None  # create_request returns one or the other
             body_file.close()
             await self.send_response(error_response, send)
             error_response.close()
@@ -93,7 +94,8 @@ class GatewayASGIHandler(ASGIHandler):
         `django.request` logger is a level check and, for a 5xx, one line to the console, which
         every other log line of /v1 writes from the loop as well."""
         set_urlconf(settings.ROOT_URLCONF)
-        response = await self._middleware_chain(request)
+        # Django's private chain (BaseHandler.load_middleware builds it); untyped in the stubs.
+        response = await self._middleware_chain(request)  # type: ignore[attr-defined]
         response._resource_closers.append(request.close)
         if response.status_code >= 400:
             log_response(

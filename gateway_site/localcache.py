@@ -32,7 +32,6 @@ log = logging.getLogger("gateway")
 POLL_INTERVAL = 0.25  # seconds between two looks at the shared generation
 REDIS_CHANNEL = "gateway:cache-invalidate"
 
-_MISSING = object()
 _registry: list[TTLCache] = []
 _next_poll = 0.0
 
@@ -56,8 +55,8 @@ class TTLCache:
         now = time.monotonic()
         if now >= _next_poll:
             _poll(now)
-        entry = self._data.get(key, _MISSING)
-        if entry is _MISSING:
+        entry = self._data.get(key)
+        if entry is None:
             return default
         expires, value = entry
         if expires < now:

@@ -51,7 +51,7 @@ class JsonFormatter(_JsonFormatter):
 class TextFormatter(logging.Formatter):
     """`2026-11-23 20:50:01.123 INFO gateway.access [<request id>] <message>` for a terminal."""
 
-    converter = time.gmtime  # UTC, like everything else the gateway shows
+    converter = staticmethod(time.gmtime)  # UTC, like everything else the gateway shows
 
     FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s %(name)s [%(request_id)s] %(message)s"
 

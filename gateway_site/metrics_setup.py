@@ -21,12 +21,14 @@ import shutil
 import sys
 from pathlib import Path
 
+from core.config import get_config
+
 VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 DEFAULT_BASE = Path(__file__).resolve().parent.parent / "var" / "prometheus-multiproc"
 
 
 def metrics_enabled() -> bool:
-    return os.environ.get("GATEWAY_METRICS", "on").strip().lower() not in {"off", "0", "false"}
+    return get_config().GATEWAY_METRICS
 
 
 def ensure_multiproc_dir() -> Path | None:

@@ -11,12 +11,14 @@ Django's own connection settings, so it follows the test database and DATABASE_U
 from __future__ import annotations
 
 import asyncio
-import os
+from typing import Any
 
 from django.conf import settings
 from django.db import connections
 
-_pools: dict[int, object] = {}
+from core.config import get_config
+
+_pools: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
 
 
 def available() -> bool:
@@ -30,14 +32,13 @@ def _connect_kwargs() -> dict:
     params.pop("cursor_factory", None)  # Django's is a sync cursor class
     # The same few statements run thousands of times a second: let the server keep them prepared.
     # ("none" turns it off, e.g. behind a PgBouncer without prepared-statement support).
-    threshold = os.environ.get("GATEWAY_PG_PREPARE_THRESHOLD", "2").strip().lower()
-    params["prepare_threshold"] = None if threshold in ("", "none") else int(threshold)
+    params["prepare_threshold"] = get_config().pg_prepare_threshold
     params["autocommit"] = True
     return params
 
 
 def pool_size() -> int:
-    return int(os.environ.get("GATEWAY_PG_POOL_SIZE", "8"))
+    return get_config().GATEWAY_PG_POOL_SIZE
 
 
 # Seconds a pool keeps retrying a connection that cannot be made (backing off 1, 2, 4 s...)
@@ -50,7 +51,7 @@ def pool_timeout() -> float:
     """Seconds a statement waits for a connection. The batching tasks hold one connection each,
     so a wait only happens when none can be made (the database is down): the request then gets
     its retryable 503 (a charge goes to the spool) instead of hanging until the database is back."""
-    return float(os.environ.get("GATEWAY_PG_POOL_TIMEOUT", "2"))
+    return get_config().GATEWAY_PG_POOL_TIMEOUT
 
 
 async def pool():

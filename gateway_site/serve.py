@@ -30,6 +30,7 @@ import uvicorn
 from uvicorn.config import Config
 from uvicorn.supervisors import multiprocess
 
+from core.config import exit_on_bad_environment
 from gateway_site import metrics_setup
 
 _bind_socket = Config.bind_socket
@@ -78,12 +79,14 @@ def join(self: multiprocess.Process) -> None:
 
 
 # At import: a spawned worker imports this module (as __mp_main__) and needs the patch too.
-Config.bind_socket = bind_socket
-uvicorn.Server.startup = startup
-multiprocess.Process.join = join
+# (mypy: assigning to a method is the point of a monkeypatch.)
+Config.bind_socket = bind_socket  # type: ignore[method-assign]
+uvicorn.Server.startup = startup  # type: ignore[method-assign]
+multiprocess.Process.join = join  # type: ignore[method-assign]
 
 
 def main() -> None:
+    exit_on_bad_environment("gateway_site.serve")
     # Empty: no address is trusted (uvicorn reads the variable when --forwarded-allow-ips is not
     # given; the workers inherit it).
     os.environ.setdefault("FORWARDED_ALLOW_IPS", "")

@@ -16,17 +16,15 @@ core.tracing's switch, which the provider-call spans and the HTTP client spans c
 from __future__ import annotations
 
 import logging
-import os
 
 from core import tracing
+from core.config import get_config
 
 logger = logging.getLogger("gateway")
-ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-DEFAULT_SERVICE_NAME = "inference-gateway"
 
 
 def tracing_configured() -> bool:
-    return any(os.environ.get(name, "").strip() for name in ENDPOINT_VARIABLES)
+    return get_config().tracing_configured
 
 
 def setup_from_environment() -> bool:
@@ -50,7 +48,7 @@ def _exporting_provider():
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    name = os.environ.get("OTEL_SERVICE_NAME", "").strip() or DEFAULT_SERVICE_NAME
+    name = get_config().OTEL_SERVICE_NAME.strip()
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)

@@ -41,7 +41,9 @@ def nearest_size(size: str | None, choices: tuple[str, ...], default: str | None
     wanted_pixels = parsed[0] * parsed[1]
 
     def distance(choice: str) -> tuple[float, float]:
-        w, h = parse_size(choice)
+        size = parse_size(choice)
+        assert size is not None, choice  # the listed choices are WxH
+        w, h = size
         return (
             round(abs(math.log(w / h) - wanted_ratio), 6),
             abs(math.log((w * h) / wanted_pixels)),
@@ -52,4 +54,5 @@ def nearest_size(size: str | None, choices: tuple[str, ...], default: str | None
 
 def megapixels(size: str | None, images: int) -> float:
     parsed = parse_size(size) or parse_size(DEFAULT_SIZE)
+    assert parsed is not None  # DEFAULT_SIZE is WxH
     return round(parsed[0] * parsed[1] * images / 1_000_000, 4)

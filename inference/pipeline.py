@@ -178,7 +178,7 @@ async def run(request, operation: Operation, body) -> HttpResponse:
             await moderation.check(catalog, output_texts)
     except ServiceUnavailable as exc:
         # The moderation call failed: closed, and the answer is not charged.
-        error = (ledger.OUTPUT_MODERATION_UNAVAILABLE, exc)
+        error: tuple[str, Exception] = (ledger.OUTPUT_MODERATION_UNAVAILABLE, exc)
         await _record(call, operation, status=503, result=replace(result, credits=0), error=error)
         raise
     except GatewayError as exc:
@@ -273,6 +273,7 @@ def _call_code(exc: GatewayError) -> str:
 
 async def _timed_call(call: Call, operation: Operation):
     started = call.provider_started = time.perf_counter()
+    assert call.route is not None  # selected in step 8, before every call
     try:
         if tracing.ENABLED:
             return await _traced_call(call, operation)
@@ -283,6 +284,7 @@ async def _timed_call(call: Call, operation: Operation):
 
 async def _traced_call(call: Call, operation: Operation):
     """The call inside its span (README, "Tracing"); a stream's span ends with the stream."""
+    assert call.route is not None
     try:
         span, token = provider_span.start(call, operation)
     except Exception:  # a trace is never worth a failed request
@@ -306,6 +308,7 @@ async def _traced_call(call: Call, operation: Operation):
 
 def _upstream_failed(call: Call, exc: GatewayError) -> None:
     if isinstance(exc, ProviderFailure):
+        assert call.route is not None  # a provider failed: there was a route
         metrics.upstream_error(call.route.provider.slug, exc.upstream_kind)
 
 
@@ -313,6 +316,9 @@ _background: set[asyncio.Task] = set()
 
 
 def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
+    route = call.route
+    assert route is not None  # a stream comes from a provider call
+
     def finished(outcome: StreamOutcome) -> None:
         _stream_timings(call, operation, outcome)
         if call.span is not None:
@@ -320,12 +326,12 @@ def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
         result = None
         # 499: a client that left pays for what the provider produced (README, Decisions).
         if outcome.status in (200, 499) and outcome.usage is not None:
-            result = operation.stream_result(call.route, call.body, outcome.usage)
+            result = operation.stream_result(route, call.body, outcome.usage)
         elif outcome.status == 200:
             logger.warning("stream %s ended without usage; recorded at zero cost", call.request_id)
         if result is not None:
             result.upstream_id = outcome.upstream_id or result.upstream_id
-        error = None
+        error: tuple[str, Exception | None] | None = None
         if outcome.status == 499:
             error = (ledger.CLIENT_DISCONNECTED, None)
         elif outcome.status != 200:
@@ -365,6 +371,7 @@ def _end_stream_span(call: Call, outcome: StreamOutcome) -> None:
 
 def _stream_timings(call: Call, operation: Operation, outcome: StreamOutcome) -> None:
     call.provider_seconds = time.perf_counter() - call.provider_started
+    assert call.route is not None
     provider = call.route.provider.slug
     try:
         if outcome.first_event_at:
@@ -382,7 +389,7 @@ async def _record(
     *,
     status: int,
     result: ProviderResult | None = None,
-    error: tuple[dict[int, str] | str, Exception | None] | None = None,
+    error: tuple[dict[int, str] | str | None, Exception | None] | None = None,
     upstream_id: str = "",
 ) -> int | None:
     """One ledger row. `error` is (the error code, or the refusing step's table of codes by

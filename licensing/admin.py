@@ -7,7 +7,9 @@
   end users are otherwise view-only; wallets and the ledger (transactions) are read-only.
 """
 
+from collections.abc import Sequence
 from datetime import UTC
+from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
 from django.contrib import admin, messages
@@ -72,7 +74,13 @@ class ScopedRelatedFilter(admin.RelatedFieldListFilter):
         return [(obj.pk, str(obj)) for obj in queryset]
 
 
-class ScopedAdminMixin:
+if TYPE_CHECKING:  # what the mixin is mixed into, for mypy; a plain mixin at run time
+    _ModelAdmin = admin.ModelAdmin
+else:
+    _ModelAdmin = object
+
+
+class ScopedAdminMixin(_ModelAdmin):
     """Institution scoping (see licensing.scoping) for every licensing admin: the rows, the
     foreign-key choices, the relation filters, the permissions by role; an object outside
     the scope is a 404 on every object URL (change, delete, history)."""
@@ -118,7 +126,7 @@ class ScopedAdminMixin:
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def get_changeform_initial_data(self, request):
-        initial = super().get_changeform_initial_data(request)
+        initial: dict[str, Any] = super().get_changeform_initial_data(request)
         scope = scope_of(request.user)
         field_names = {f.name for f in self.model._meta.get_fields()}
         if scope.institution_id is not None and "institution" in field_names:
@@ -128,7 +136,8 @@ class ScopedAdminMixin:
     def get_list_filter(self, request):
         filters = []
         superuser = scope_of(request.user).superuser
-        for spec in super().get_list_filter(request):
+        specs: Sequence[Any] = super().get_list_filter(request)
+        for spec in specs:
             name = spec if isinstance(spec, str) else spec[0]
             if not superuser and name.split("__")[-1] == "institution":
                 continue  # one institution: nothing to filter
@@ -151,7 +160,7 @@ def _relation(model, lookup: str):
     return field
 
 
-class ReadOnlyAdminMixin:
+class ReadOnlyAdminMixin(_ModelAdmin):
     """View only: no add, no change (fields shown read-only), no delete."""
 
     def has_add_permission(self, request, obj=None):
@@ -164,7 +173,7 @@ class ReadOnlyAdminMixin:
         return False
 
 
-class KeepLedgerIntactMixin:
+class KeepLedgerIntactMixin(_ModelAdmin):
     """Deleting a key, an end user or an issuer would null the ledger's references to it
     (SET_NULL): refuse once ledger rows point at it (deactivate instead). No bulk delete, so
     every delete goes through this per-object check."""
@@ -746,9 +755,10 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     def changelist_view(self, request, extra_context=None):
         response = super().changelist_view(request, extra_context)
-        cl = getattr(response, "context_data", {}).get("cl")
+        context = getattr(response, "context_data", {})  # a TemplateResponse's
+        cl = context.get("cl")
         if cl is not None and hasattr(cl, "review"):
-            response.context_data.update(cl.review_context(request))
+            context.update(cl.review_context(request))
             if cl.review.errors:
                 response.status_code = 400
         return response
@@ -759,7 +769,8 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             raise PermissionDenied
         request._ledger_export = True
         try:
-            cl = self.get_changelist_instance(request)
+            # ExportChangeList (get_changelist above)
+            cl = cast(review_admin.ReviewChangeList, self.get_changelist_instance(request))
         except IncorrectLookupParameters as error:
             return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
         if cl.review.errors:

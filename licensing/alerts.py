@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -51,7 +52,8 @@ def follow_up(
     crossed = threshold is not None and credits > 0 and spent - credits < threshold <= spent
     if touch is None and not crossed:
         return None
-    return FollowUp(touch_key=touch, alert=(budget, spent, threshold) if crossed else None)
+    alert = (budget, spent, threshold) if crossed and threshold is not None else None
+    return FollowUp(touch_key=touch, alert=alert)
 
 
 def follow_ups_write(items: list[FollowUp]) -> None:
@@ -96,7 +98,7 @@ def _record_alert(budget: BudgetState, *, spent: int, threshold: int) -> None:
     columns = ["license_id", "period", "window_start", "holder", "spent", "threshold"]
     columns += ["limit", "created_at", "recipients"]
     key = budget.key
-    params = [key.license_id, key.period, key.window_start, key.holder, spent, threshold]
+    params: list[Any] = [key.license_id, key.period, key.window_start, key.holder, spent, threshold]
     params += [budget.config.limit, timezone.now(), "[]"]
     with connection.cursor() as cursor:
         cursor.execute(

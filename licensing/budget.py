@@ -156,7 +156,8 @@ def _checked(state: BudgetState, wallet_id: int, spent: int, unit: str) -> Budge
     if unit != state.config.unit:
         raise BudgetConfigurationError()
     state.wallet_id, state.spent = wallet_id, spent
-    if spent >= state.config.limit:
+    limit = state.config.limit  # never None here: unlimited licenses read no wallet
+    if limit is not None and spent >= limit:
         raise BadRequest(OUT_OF_BUDGET)
     return state
 

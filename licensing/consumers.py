@@ -18,6 +18,7 @@ import asyncio
 import logging
 from importlib import import_module
 from types import SimpleNamespace
+from typing import Any
 from urllib.parse import urlsplit
 
 from channels.auth import AuthMiddlewareStack
@@ -46,16 +47,21 @@ def feed_group(user) -> str | None:
     scope = scope_of(user)
     if not scope.allows(Transaction, "view"):
         return None
-    return live.ALL_GROUP if scope.superuser else live.institution_group(scope.institution_id)
+    if scope.superuser:
+        return live.ALL_GROUP
+    assert scope.institution_id is not None  # a role comes with its institution (scope_of)
+    return live.institution_group(scope.institution_id)
 
 
 def _group_now(connection_scope) -> str | None:
     """The user's group as the database has it now: the session read again (a logout empties
     it, a password change invalidates it), the user and its role too."""
     session = connection_scope.get("session")
+    user: Any
     if session is not None:
         store = import_module(settings.SESSION_ENGINE).SessionStore(session.session_key)
-        user = auth.get_user(SimpleNamespace(session=store))
+        # get_user reads nothing of the request but its session.
+        user = auth.get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
     else:  # a scope built without the session middleware (tests): the user row itself
         user = auth.get_user_model().objects.filter(pk=connection_scope["user"].pk).first()
     return feed_group(user) if user is not None else None

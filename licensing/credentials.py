@@ -14,6 +14,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Literal, TypeGuard
 
 import jwt
 from django.db import IntegrityError, transaction
@@ -299,10 +300,15 @@ def _resolve_jwt(token: str) -> Principal | None:
     return Principal(license=license_info, end_user_id=_end_user_id(issuer, subject))
 
 
-def _storable(value, max_length: int) -> bool:
+def _storable(value: object, max_length: int | None) -> TypeGuard[str]:
     """A claim that can be compared with, or stored in, a text column: no NUL, no lone
     surrogates (not UTF-8), within the column's length."""
-    return isinstance(value, str) and len(value) <= max_length and _UNSTORABLE.search(value) is None
+    return (
+        isinstance(value, str)
+        and max_length is not None  # a CharField's: always set
+        and len(value) <= max_length
+        and _UNSTORABLE.search(value) is None
+    )
 
 
 _UNSTORABLE = re.compile("[\\x00\\ud800-\\udfff]")
@@ -347,7 +353,7 @@ def parse_authorization(header: str) -> str:
     return header[len("Bearer ") :]
 
 
-def _cached_principal(credential: str) -> Principal | None | bool:
+def _cached_principal(credential: str) -> Principal | None | Literal[False]:
     """The principal of an API key from the caches alone; False when the database is needed."""
     if not credential.startswith(KEY_PREFIX) or len(credential) > MAX_CREDENTIAL_LENGTH:
         return False

@@ -128,10 +128,11 @@ class LocalCounters:
         )
         keys = window.keys()
         for i in (2, 3, 0, 1):
-            if wanted[i] is None:
+            limit = wanted[i]
+            if limit is None:
                 continue
             used = self.counts.get(keys[i], 0)
-            if (i < 2 and used + 1 > wanted[i]) or (i >= 2 and used >= wanted[i]):
+            if (i < 2 and used + 1 > limit) or (i >= 2 and used >= limit):
                 return i + 1
         for i in (0, 1):
             if wanted[i] is not None:

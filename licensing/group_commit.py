@@ -38,7 +38,7 @@ from gateway_site.db import run_db
 from . import live
 from .alerts import follow_up, follow_ups_write
 from .budget import BudgetState, known_wallet_id, wallet_open
-from .ledger import FIELDS, WALLET_ADD_SQL, LedgerEntry, insert_statement, row_values
+from .ledger import COLUMNS, FIELDS, WALLET_ADD_SQL, LedgerEntry, insert_statement, row_values
 from .models import Transaction
 from .spool import (
     encoded_line,
@@ -172,7 +172,9 @@ def _batch_sql() -> str:
     wallet's sum, and insert the rows."""
     table, names = _ledger_columns()
     quote = connection.ops.quote_name
-    record = ", ".join(f"{quote(f.column)} {_column_type(f)}" for f in FIELDS)
+    record = ", ".join(
+        f"{quote(c)} {_column_type(f)}" for c, f in zip(COLUMNS, FIELDS, strict=True)
+    )
     return (
         "WITH c AS MATERIALIZED (SELECT * FROM json_to_recordset(%s::json) "
         "AS c(id bigint, amount bigint)), "
@@ -212,7 +214,7 @@ def _single_params(item: Pending, sums: list[tuple[int, int]]) -> list:
 def _ledger_columns() -> tuple[str, str]:
     """(the ledger's table, its columns) quoted, as both statements insert them."""
     quote = connection.ops.quote_name
-    return quote(Transaction._meta.db_table), ", ".join(quote(f.column) for f in FIELDS)
+    return quote(Transaction._meta.db_table), ", ".join(quote(c) for c in COLUMNS)
 
 
 def _column_type(field) -> str:

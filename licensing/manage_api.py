@@ -7,6 +7,8 @@ Authentication: `Authorization: Token <token>` (DRF tokens) or the admin's sessi
 
 from __future__ import annotations
 
+from typing import cast
+
 import django_filters
 from django.urls import include, path
 from drf_spectacular.types import OpenApiTypes
@@ -53,7 +55,7 @@ class ScopedPermission(BasePermission):
 
 
 class NewestFirst(CursorPagination):
-    ordering = "-id"
+    ordering: str | tuple[str, ...] = "-id"
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
@@ -84,7 +86,8 @@ class UsageListSerializer(serializers.ListSerializer):
 
     def to_representation(self, data):
         items = list(data.all() if hasattr(data, "all") else data)
-        self.child.context["usage"] = licenses_usage(items)
+        # many=True sets `child`, whose context is a dict (typed Optional and Mapping).
+        self.child.context["usage"] = licenses_usage(items)  # type: ignore[union-attr,index]
         return super().to_representation(items)
 
 
@@ -160,7 +163,7 @@ class ApiKeySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ApiKey
-        fields = (
+        fields: tuple[str, ...] = (
             "id",
             "prefix",
             "name",
@@ -177,7 +180,9 @@ class ApiKeySerializer(serializers.ModelSerializer):
         super().__init__(*args, **kwargs)
         request = self.context.get("request")
         if request is not None:
-            self.fields["license"].queryset = scoped(License.objects.all(), scope_of(request.user))
+            licenses = cast(serializers.PrimaryKeyRelatedField, self.fields["license"])
+            # (djangorestframework-stubs take `queryset` for a Manager descriptor here.)
+            licenses.queryset = scoped(License.objects.all(), scope_of(request.user))  # type: ignore[arg-type]
 
 
 class NewApiKeySerializer(ApiKeySerializer):

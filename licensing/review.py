@@ -15,6 +15,7 @@ import csv
 import json
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -109,7 +110,8 @@ class IntegerFilter(django_filters.Filter):
 
 class ReviewForm(forms.Form):
     def clean(self):
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data  # what Form.clean returns (typed Optional in the stubs)
         since, until = cleaned.get("since"), cleaned.get("until")
         if since and until and until <= since:
             raise ValidationError("'until' (exclusive) must be later than 'since'.")
@@ -128,7 +130,8 @@ class MetadataMatch(Func):
         super().__init__(F("metadata"))
         self.key, self.value = key, value
 
-    def as_sql(self, compiler, connection, **extra_context):
+    # Its own SQL: Func's function/template/arg_joiner parameters do not apply.
+    def as_sql(self, compiler, connection, **extra_context):  # type: ignore[override]
         column, params = compiler.compile(self.source_expressions[0])
         text = (
             "CASE m.type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' "
@@ -169,7 +172,8 @@ class StartsWith(Func):
         super().__init__(F(field))
         self.prefix = prefix
 
-    def as_sql(self, compiler, connection, **extra_context):
+    # Its own SQL: Func's function/template/arg_joiner parameters do not apply.
+    def as_sql(self, compiler, connection, **extra_context):  # type: ignore[override]
         column, params = compiler.compile(self.source_expressions[0])
         pattern = re.sub(r"([*?\[])", r"[\1]", self.prefix) + "*"
         return f"{column} GLOB %s", (*params, pattern)
@@ -385,6 +389,10 @@ def csv_chunks(queryset, chunk_rows: int = CSV_CHUNK_ROWS):
         yield "".join(lines)
 
 
+def _next_or_none(chunks: Iterator[str]) -> str | None:
+    return next(chunks, None)
+
+
 class _AsyncChunks:
     """A sync generator consumed from the event loop (ASGI) one piece at a time, on the
     request's own thread: the server-side cursor belongs to that thread's connection. Django
@@ -392,13 +400,13 @@ class _AsyncChunks:
 
     def __init__(self, chunks):
         self._chunks = chunks
-        self._next = sync_to_async(next, thread_sensitive=True)
+        self._next = sync_to_async(_next_or_none, thread_sensitive=True)
 
     def __aiter__(self):
         return self
 
     async def __anext__(self):
-        chunk = await self._next(self._chunks, None)
+        chunk = await self._next(self._chunks)
         if chunk is None:
             raise StopAsyncIteration
         return chunk.encode()
@@ -412,6 +420,7 @@ def csv_response(request, queryset, filename: str = "transactions.csv") -> Strea
     Django would otherwise read a sync one into a list before sending it."""
     chunks = csv_chunks(queryset)
     django_request = getattr(request, "_request", request)  # DRF wraps Django's request
+    content: _AsyncChunks | Iterator[bytes]
     if isinstance(django_request, ASGIRequest):
         content = _AsyncChunks(chunks)
     else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from calendar import monthrange
 from datetime import UTC, date
+from typing import Any
 
 from django import forms
 from django.contrib import admin
@@ -37,7 +38,8 @@ def choice_label(obj) -> str:
 
 
 # filter name: (model, fields searched by the autocomplete term, select_related, ordering)
-CHOICE_SOURCES = {
+# field: (model, searched fields, select_related, ordering)
+CHOICE_SOURCES: dict[str, tuple[Any, tuple[str, ...], tuple[str, ...], str]] = {
     "institution": (Institution, ("name",), (), "name"),
     "license": (License, ("name",), (), "name"),
     "api_key": (ApiKey, ("prefix", "name", "license__name"), ("license",), "prefix"),
@@ -157,7 +159,8 @@ class DateDrillDown:
         self.cl, field = cl, cl.date_hierarchy
         self.prefix = f"{field}__"
         self.keys = (f"{field}__year", f"{field}__month", f"{field}__day")
-        self.first = self.last = None
+        self.first: date | None = None
+        self.last: date | None = None  # both or neither
         if cl.totals.first is not None:
             self.first = cl.totals.first.astimezone(UTC).date()
             self.last = cl.totals.last.astimezone(UTC).date()
@@ -167,7 +170,7 @@ class DateDrillDown:
             int(self.cl.params[k]) if k in self.cl.params else None for k in self.keys
         )
         first, last = self.first, self.last
-        if year is None and first is not None and first.year == last.year:
+        if year is None and first is not None and last is not None and first.year == last.year:
             year, month = first.year, (first.month if first.month == last.month else None)
         if year and month and day:
             back, choices = self._day(date(year, month, day))
@@ -183,7 +186,8 @@ class DateDrillDown:
         return self.cl.get_query_string(dict(zip(self.keys, values, strict=False)), [self.prefix])
 
     def _within(self, start: date, end: date) -> bool:
-        return self.first is not None and start <= self.last and end >= self.first
+        first, last = self.first, self.last
+        return first is not None and last is not None and start <= last and end >= first
 
     def _day(self, chosen: date):
         back = {"link": self._link(chosen.year, chosen.month), "title": _month_title(chosen)}
@@ -207,7 +211,8 @@ class DateDrillDown:
         return {"link": self._link(), "title": "All dates"}, choices
 
     def _years(self):
-        years = range(self.first.year, self.last.year + 1) if self.first is not None else ()
+        first, last = self.first, self.last
+        years = range(first.year, last.year + 1) if first is not None and last is not None else ()
         return None, [{"link": self._link(y), "title": str(y)} for y in years]
 
 
@@ -274,7 +279,7 @@ class ExportChangeList(ReviewChangeList):
     """The change list's rows, filters, date drill-down and ordering, without reading a page."""
 
     def get_results(self, request):
-        self.result_count = None
+        self.result_count = None  # type: ignore[assignment]  # no page: nothing is counted
 
 
 def export_errors(filterset) -> HttpResponseBadRequest:

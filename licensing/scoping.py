@@ -72,7 +72,7 @@ class Scope:
     def allows(self, model: type[Model], action: str) -> bool:
         if self.superuser:
             return True
-        return action in ROLE_PERMISSIONS.get(self.role, {}).get(model, frozenset())
+        return action in ROLE_PERMISSIONS.get(self.role or "", {}).get(model, frozenset())
 
     @property
     def is_institution_admin(self) -> bool:

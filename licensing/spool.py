@@ -321,11 +321,10 @@ def spool_replay() -> tuple[int, int]:
     for path in sorted(directory.iterdir()):
         if not _waiting_file(path):
             continue
-        if path.suffix == ".jsonl":
-            path = _claim(path)
-        if path is None:
+        claimed = _claim(path) if path.suffix == ".jsonl" else path
+        if claimed is None:
             continue
-        w, s = _replay_file(path)
+        w, s = _replay_file(claimed)
         written, skipped = written + w, skipped + s
     if written or skipped:
         logger.warning("ledger spool replayed: %d rows written, %d already there", written, skipped)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
@@ -66,7 +67,7 @@ def licenses_usage(licenses, now: datetime | None = None) -> dict[int, LicenseUs
     now = now or timezone.now()
     windows = {lic.pk: _window(lic.budget_period, now) for lic in licenses}
     starts = {start for start in windows.values() if start is not None}
-    totals = {}
+    totals: dict[tuple, Any] = {}
     if windows and starts:
         rows = (
             Wallet.objects.filter(license_id__in=list(windows), window_start__in=starts)
@@ -95,7 +96,8 @@ def licenses_usage(licenses, now: datetime | None = None) -> dict[int, LicenseUs
 
 def holder_names(holders: list[str]) -> dict[str, str]:
     """Readable names for wallet holders (`key:<id>`, `user:<id>`), in two queries at most."""
-    key_ids, user_ids = set(), set()
+    key_ids: set[int] = set()
+    user_ids: set[int] = set()
     for holder in holders:
         kind, _, ident = holder.partition(":")
         if ident.isdigit():

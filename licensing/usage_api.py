@@ -5,6 +5,8 @@ shapes (`{"since": ["..."]}`)."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.urls import path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
@@ -53,8 +55,10 @@ class UsageQuerySerializer(serializers.Serializer):
         request = self.context.get("request")
         if request is not None:
             scope = scope_of(request.user)
-            self.fields["institution"].queryset = scoped(Institution.objects.all(), scope)
-            self.fields["license"].queryset = scoped(License.objects.all(), scope)
+            fields = cast(dict[str, serializers.PrimaryKeyRelatedField], self.fields)
+            # (djangorestframework-stubs take `queryset` for a Manager descriptor here.)
+            fields["institution"].queryset = scoped(Institution.objects.all(), scope)  # type: ignore[arg-type]
+            fields["license"].queryset = scoped(License.objects.all(), scope)  # type: ignore[arg-type]
 
     def validate(self, attrs):
         try:
@@ -93,7 +97,8 @@ class TotalsSerializer(serializers.Serializer):
 
 class TopRowSerializer(serializers.Serializer):
     id = serializers.IntegerField()
-    label = serializers.CharField(
+    # A field named like Field.label: DRF's metaclass takes declared fields out of the class.
+    label = serializers.CharField(  # type: ignore[assignment]
         help_text="License name, API key prefix with its name, or end-user subject"
     )
     credits = serializers.IntegerField()

@@ -11,8 +11,10 @@ Credits are micro-credits.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
 
 from django.db.models import Case, Count, F, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, NullIf, TruncDate
@@ -257,7 +259,7 @@ def _by_service_and_outcome(rows: QuerySet, days: list[date]) -> tuple[_Grid, _G
 
 def _outcome_order(outcomes: _Grid) -> list[str]:
     """Every status class, always in the same order (a stable chart legend and API shape)."""
-    return [*OUTCOMES, *sorted(n for n in outcomes.cells if n not in OUTCOMES)]
+    return [*OUTCOMES, *sorted(n for n in outcomes.cells if n is not None and n not in OUTCOMES)]
 
 
 def _model():
@@ -291,7 +293,8 @@ def _by_model(rows: QuerySet, days: list[date], top_models: int) -> list[Series]
 
 
 # The name of each kind of top row, read for the ten ids only.
-_NAMES = {
+# Each kind's (pk, *label parts) rows for a list of pks.
+_NAMES: dict[str, Callable[[list[int]], Any]] = {
     "license": lambda ids: License.objects.filter(pk__in=ids).values_list("pk", "name"),
     "api_key": lambda ids: ApiKey.objects.filter(pk__in=ids).values_list("pk", "prefix", "name"),
     "end_user": lambda ids: EndUser.objects.filter(pk__in=ids).values_list("pk", "subject"),
@@ -301,7 +304,9 @@ _NAMES = {
 def _tops(rows: QuerySet) -> dict[str, list[TopRow]]:
     """The top licenses, API keys and end users from one pass over the range: grouped by
     holder (bounded by the keys and end users that exist, not by the rows)."""
-    sums = {kind: defaultdict(lambda: [0, 0]) for kind in _NAMES}
+    sums: dict[str, defaultdict[int, list[int]]] = {
+        kind: defaultdict(lambda: [0, 0]) for kind in _NAMES
+    }
     grouped = rows.values("license_id", "api_key_id", "end_user_id").annotate(
         credits_sum=Sum("credits"), requests=Count("id")
     )

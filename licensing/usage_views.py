@@ -7,10 +7,12 @@ every institution or the one they pick. Bad parameters are a message on the page
 from __future__ import annotations
 
 from functools import partial
+from typing import cast
 from urllib.parse import urlencode
 
 from django import forms
 from django.core.exceptions import PermissionDenied
+from django.http import QueryDict
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.safestring import mark_safe
@@ -30,7 +32,7 @@ from .usage_report import (
 TEMPLATE = "admin/licensing/transaction/usage.html"
 DATE_FORMAT = "%Y-%m-%d"
 UNIT = "micro-credits"
-SHORT_OUTCOMES = {
+SHORT_OUTCOMES: dict[str, str] = {
     Outcome.SUCCESS: "Succeeded",
     Outcome.CLIENT_ERROR: "Client errors",
     Outcome.DENIED: "Denied",
@@ -76,11 +78,13 @@ class UsageForm(forms.Form):
 
     def __init__(self, data, scope):
         super().__init__(data)
-        self.fields["institution"].queryset = scoped(Institution.objects.all(), scope)
-        self.fields["license"].queryset = scoped(License.objects.all(), scope)
+        fields = cast(dict[str, forms.ModelChoiceField], self.fields)
+        fields["institution"].queryset = scoped(Institution.objects.all(), scope)
+        fields["license"].queryset = scoped(License.objects.all(), scope)
 
     def clean(self):
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data  # what Form.clean returns (typed Optional in the stubs)
         if self.errors:
             return data
         try:
@@ -125,7 +129,7 @@ def usage_view(request, model_admin):
 def _report_context(report: UsageReport, form: UsageForm, keep: dict, scope) -> dict:
     span = {"since": report.since, "until": report.until}
     # The inputs show the range reported, defaults included.
-    form.data = {**form.data.dict(), **{k: v.isoformat() for k, v in span.items()}}
+    form.data = {**cast(QueryDict, form.data).dict(), **{k: v.isoformat() for k, v in span.items()}}
     data = form.cleaned_data
     return {
         "report": report,

@@ -34,4 +34,4 @@ def test_the_threshold_is_configurable_and_default_keeps_python_s_own():
 def test_a_bad_value_stops_the_server_with_a_clear_message():
     done = probe("lots")
     assert done.returncode != 0
-    assert "GATEWAY_GC_THRESHOLD must be 1 to 3 positive integers or 'default'" in done.stderr
+    assert "GATEWAY_GC_THRESHOLD: not 1 to 3 positive integers or 'default': 'lots'" in done.stderr

@@ -86,4 +86,4 @@ def test_an_unknown_log_format_stops_at_start(tmp_path):
         timeout=60,
     )
     assert done.returncode != 0
-    assert "LOG_FORMAT must be json or text" in done.stdout + done.stderr
+    assert "manage.py: LOG_FORMAT: not one of 'json' or 'text': 'xml'" in done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ninja import Router
 
@@ -25,7 +26,7 @@ logger = logging.getLogger("gateway")
 class EmbeddingOperation(pipeline.Operation):
     """What the embeddings endpoints share: per-token billing and the `usage` block."""
 
-    def result(self, route: Route, body, answer: dict, prompt_tokens: int):
+    def result(self, route: Route, body, answer: dict, prompt_tokens: int | None):
         if route.model is None:
             logger.warning("model %r is not in the catalog; recorded at zero cost", body.model)
         usage = Usage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
@@ -66,7 +67,11 @@ class Embeddings(EmbeddingOperation):
 
     async def call(self, route: Route, body: EmbeddingsRequest, call) -> pipeline.ProviderResult:
         adapter = adapter_for(route.provider.kind, EmbeddingsProvider)
-        payload = {"model": route.upstream_model, "input": body.input, "encoding_format": "float"}
+        payload: dict[str, Any] = {
+            "model": route.upstream_model,
+            "input": body.input,
+            "encoding_format": "float",
+        }
         if body.dimensions is not None:
             payload["dimensions"] = body.dimensions
         if body.user is not None:

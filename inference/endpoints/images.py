@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from ninja import Router
 
@@ -59,7 +60,7 @@ def watermark_for(route: Route) -> str:
     if route.model is None:
         return "none"
     options = route.model.options
-    return options.get("watermark") or WATERMARK_BY_FAMILY.get(options.get("family"), "none")
+    return options.get("watermark") or WATERMARK_BY_FAMILY.get(options.get("family") or "", "none")
 
 
 class ImageGeneration(pipeline.Operation):
@@ -84,6 +85,8 @@ class ImageGeneration(pipeline.Operation):
     def result(self, route: Route, body, generated: GeneratedImages) -> pipeline.ProviderResult:
         watermark = watermark_for(route)
         token_priced = route.model is not None and route.model.cost.get("type") == "per_token"
+        data: list[dict[str, Any]]
+        body_usage: dict[str, Any]
         if generated.flagged or not generated.images:
             data = [
                 {

@@ -6,7 +6,7 @@ or a provider kind without an adapter, is a configuration error (500, logged), n
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 from .base import Transport, malformed
 from .bedrock import BedrockTransport
@@ -35,7 +35,13 @@ _CAPABLE: dict[tuple[str, type], bool] = {}
 T = TypeVar("T")
 
 
-def adapter_for(kind: str, capability: type[T] = Transport) -> T:
+@overload
+def adapter_for(kind: str) -> Transport: ...
+@overload
+def adapter_for(kind: str, capability: type[T]) -> T: ...
+
+
+def adapter_for(kind: str, capability: type[Any] = Transport) -> Any:
     """The adapter of provider kind `kind`, checked to have `capability`."""
     adapter = _ADAPTERS.get(kind)
     if adapter is None:
@@ -48,7 +54,7 @@ def adapter_for(kind: str, capability: type[T] = Transport) -> T:
         capable = _CAPABLE[key] = isinstance(adapter, capability)
     if not capable:
         raise malformed(f"provider kind {kind!r} has no {capability.__name__}")
-    return adapter  # type: ignore[return-value]
+    return adapter
 
 
 def refined_route(route):

@@ -20,6 +20,7 @@ import orjson
 from django.conf import settings
 
 from catalog.routing import ConnectionInfo, Route
+from core.config import AnswerKind
 from core.errors import (
     PROVIDER_ERROR,
     BadRequest,
@@ -135,7 +136,7 @@ class Transport:
         return upstream
 
     @staticmethod
-    def answer_cap(kind: str = "default", count: int = 1) -> int:
+    def answer_cap(kind: AnswerKind = "default", count: int = 1) -> int:
         """The most bytes read of a provider's answer (README, Decisions: "Upstream bounds"):
         `ANSWER_MAX_BYTES[kind]`, per input for embeddings and per image for images (`count`)."""
         return settings.GATEWAY["ANSWER_MAX_BYTES"][kind] * max(1, count)

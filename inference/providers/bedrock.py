@@ -109,13 +109,13 @@ def _nova_size(size: str | None) -> str:
     width, height = parsed
     ratio = min(4.0, max(0.25, width / height))
     pixels = min(width * height, NOVA_MAX_PIXELS)
-    height = math.sqrt(pixels / ratio)
-    width = height * ratio
+    exact_height = math.sqrt(pixels / ratio)
+    exact_width = exact_height * ratio
 
     def edge(value: float) -> int:
         return int(min(NOVA_EDGE[1], max(NOVA_EDGE[0], value)) // 16 * 16)
 
-    width, height = edge(width), edge(height)
+    width, height = edge(exact_width), edge(exact_height)
     while width * height > NOVA_MAX_PIXELS:  # clamping the short edge up can overshoot
         if width >= height:
             width -= 16
@@ -129,7 +129,9 @@ def titan_image_body(family: str, body) -> tuple[dict, str, str]:
     asks for (they decide the price)."""
     size = _nova_size(body.size) if family == "nova" else nearest_size(body.size, TITAN_SIZES)
     quality = "premium" if body.quality in PREMIUM_QUALITIES else "standard"
-    width, height = parse_size(size)
+    parsed = parse_size(size)
+    assert parsed is not None, size  # both size choosers return WxH
+    width, height = parsed
     params: dict = {"text": body.prompt}
     if body.negative_prompt is not None:
         params["negativeText"] = body.negative_prompt

@@ -103,7 +103,7 @@ class Body:
         self.size = 0
 
 
-def _damaged(coding: str) -> ssrf.Refused:
+def _damaged(coding: str | None) -> ssrf.Refused:
     return ssrf.Refused("unreadable_content", f"The page's {coding} data is damaged")
 
 
@@ -122,7 +122,7 @@ class Inflater:
                 "unsupported_encoding",
                 f"Content encoding '{', '.join(codings)}' is not supported",
             )
-        self._z = None
+        self._z: zlib._Decompress | None = None
         self._started = False
         self._pending = b""  # deflate: the first byte, until its header can be told apart
 

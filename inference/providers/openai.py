@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from typing import ClassVar
 
 import httpx
 import orjson
@@ -106,7 +107,7 @@ class OpenAITransport(Transport):
     # --- chat completions and responses ---------------------------------------------------
 
     stateful_responses = True
-    responses_include = None  # every documented value
+    responses_include: ClassVar[frozenset[str] | None] = None  # every documented value
 
     def chat_payload(self, payload: dict) -> dict:
         """OpenAI's chat API takes the effort as `reasoning_effort` and has no `exclude`."""

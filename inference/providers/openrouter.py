@@ -33,7 +33,8 @@ class OpenRouterTransport(OpenAITransport):
             # OpenRouter can answer 200 with an error object in place of the result.
             if "error" in answer and not ({"data", "choices", "output"} & set(answer)):
                 error = answer["error"] if isinstance(answer["error"], dict) else {}
-                status = error.get("code") if isinstance(error.get("code"), int) else 502
+                code = error.get("code")
+                status = code if isinstance(code, int) else 502
                 self.raise_for_response(httpx.Response(status, json=answer))
                 raise malformed("openrouter error object with a non-error code")
             answer.pop("provider", None)  # the serving vendor's name stays ours to know

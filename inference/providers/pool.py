@@ -65,6 +65,7 @@ class Upstream:
         timeout_config = httpx.Timeout(
             self.read_timeout, connect=self.connect_timeout, pool=self.pool_wait
         )
+        transport: httpx.AsyncBaseTransport
         if aiohttp_transport:
             transport = AiohttpTransport(client=self.session)
         else:
@@ -300,8 +301,9 @@ class StreamedAnswer:
         # Back to the pool when the body was read to its end; closed (the upstream stops
         # generating) when the client left before.
         self._answer.release()
-        if self._finalizer is not None and self._finalizer.detach():  # true once only
-            self._share.release()
+        share = self._share  # not None whenever there is a finalizer
+        if share is not None and self._finalizer is not None and self._finalizer.detach():
+            share.release()  # detach() is true once only
 
 
 async def _read_capped(chunks, max_bytes: int) -> bytes:

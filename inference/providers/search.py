@@ -35,6 +35,10 @@ def _str(value) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
 def _plain(fragment: str | None) -> str:
     """Brave marks the query terms with <strong>: clients get plain text."""
     if not fragment:
@@ -84,8 +88,8 @@ class BraveTransport(Transport):
         for item in items[: body.num_results]:
             if not isinstance(item, dict) or not _str(item.get("url")):
                 continue
-            profile = item.get("profile") if isinstance(item.get("profile"), dict) else {}
-            meta = item.get("meta_url") if isinstance(item.get("meta_url"), dict) else {}
+            profile = _dict(item.get("profile"))
+            meta = _dict(item.get("meta_url"))
             page_age = _str(item.get("page_age"))
             hits.append(
                 SearchHit(
@@ -140,9 +144,8 @@ class OpenAlexTransport(Transport):
         for work in items[: body.num_results]:
             if not isinstance(work, dict):
                 continue
-            location = work.get("primary_location")
-            location = location if isinstance(location, dict) else {}
-            source = location.get("source") if isinstance(location.get("source"), dict) else {}
+            location = _dict(work.get("primary_location"))
+            source = _dict(location.get("source"))
             url = (
                 _str(work.get("doi"))
                 or _str(location.get("landing_page_url"))

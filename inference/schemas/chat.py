@@ -8,7 +8,7 @@ content parts are `text` and `image_url`, plus `input_audio`, `video_url` and `f
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -214,6 +214,10 @@ class StreamOptions(StrictBody):
 
 class ReasoningChoice:
     """`reasoning` and `reasoning_effort` say the same thing: one or the other."""
+
+    if TYPE_CHECKING:  # the fields of the models it is mixed into (chat's and responses')
+        reasoning: Any
+        reasoning_effort: Effort | None
 
     @model_validator(mode="after")
     def _exclusive_reasoning(self):
