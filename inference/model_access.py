@@ -7,7 +7,7 @@ to, a request for it would pass the caller's policy and the provider selection:
   check, `Policy.check_request` on `{"model": id}`);
 - `select_route`, with the providers the policy allows for the service and the caller's
   `X-Service-Provider` pin, chooses an active row whose connection has credentials (the
-  request's own step 7: the routing's credentials check, not `Connection.has_credentials`).
+  request's own step 7: the credentials check of its kind, catalog.registry).
 
 The answer is computed once per (license, pin) for a catalog snapshot and a policy, and kept
 until either changes (or the cache's TTL ends): the request path never runs it.
