@@ -124,3 +124,99 @@ def test_every_endpoint_a_kind_serves_is_a_declared_service():
         assert spec.endpoints <= endpoints, spec.kind
     for service in SERVICES:
         assert any(service.endpoint in k.endpoints for k in PROVIDER_KINDS.values())
+
+
+def test_every_declared_operation_resolves_to_its_service():
+    from inference.endpoints import operation_class, service_routers
+    from inference.pipeline import Operation
+
+    for service in SERVICES:
+        cls = operation_class(service)
+        assert issubclass(cls, Operation)
+        assert (cls.endpoint, cls.service) == (service.endpoint, service.service)
+        assert cls.output_modality == service.output_modality
+    assert len(service_routers()) == 7  # search and fetch share one module
+
+
+def test_the_public_names_are_those_of_the_spec_and_the_policy_documents():
+    """The internal endpoint names (the spec's 400 messages), the policy/ledger service names
+    and the one place they differ: endpoint `web_fetch`, service `fetch`."""
+    from licensing.policy import SERVICES as policy_services
+
+    assert [s.endpoint for s in SERVICES] == [
+        "chat_completions",
+        "responses",
+        "embeddings",
+        "gemini_embeddings",
+        "bedrock_embeddings",
+        "image_generation",
+        "web_search",
+        "web_fetch",
+    ]
+    assert (
+        policy_services
+        == POLICY_SERVICES
+        == (
+            "chat_completions",
+            "responses",
+            "embeddings",
+            "gemini_embeddings",
+            "bedrock_embeddings",
+            "image_generation",
+            "web_search",
+            "fetch",
+        )
+    )
+    assert [s.endpoint for s in SERVICES if s.service != s.endpoint] == ["web_fetch"]
+
+
+def test_the_tables_read_from_the_registries_are_the_former_ones():
+    from catalog.routing import DEFAULT_PROVIDER
+    from inference.model_access import FEATURE_SERVICES
+    from inference.policy_params import service_bodies
+    from inference.schemas.search import FetchRequest
+    from inference.tracing import OPERATIONS, PROVIDER_NAMES
+
+    assert DEFAULT_PROVIDER == {
+        "chat_completions": "direct",
+        "responses": "direct",
+        "embeddings": "direct",
+        "image_generation": "direct",
+        "bedrock_embeddings": "cloud",
+        "gemini_embeddings": "multimodal",
+        "web_search": "websearch",
+        "web_fetch": "fetch",
+    }
+    assert OPERATIONS == {
+        "chat_completions": "chat",
+        "responses": "chat",
+        "embeddings": "embeddings",
+        "bedrock_embeddings": "embeddings",
+        "gemini_embeddings": "embeddings",
+        "image_generation": "generate_content",
+        "web_search": "execute_tool",
+        "fetch": "execute_tool",
+    }
+    assert PROVIDER_NAMES == {
+        "openai": "openai",
+        "openrouter": "openrouter",
+        "bedrock": "aws.bedrock",
+        "gemini": "gcp.gemini",
+        "websearch": "brave_search",
+        "academic": "openalex",
+        "fetch": "inference_gateway",
+    }
+    assert {feature: set(services) for feature, services in FEATURE_SERVICES.items()} == {
+        "chat_completions": {("chat_completions", "chat_completions", None)},
+        "responses": {("responses", "responses", None)},
+        "embeddings": {
+            ("embeddings", "embeddings", None),
+            ("bedrock_embeddings", "bedrock_embeddings", None),
+            ("gemini_embeddings", "gemini_embeddings", None),
+        },
+        "image_generation": {("image_generation", "image_generation", "image")},
+        "web_search": {("web_search", "web_search", None)},
+        "web_fetch": {("fetch", "web_fetch", None)},
+    }
+    bodies = service_bodies()
+    assert list(bodies) == list(POLICY_SERVICES) and bodies["fetch"] is FetchRequest
