@@ -2,21 +2,15 @@ from django.db import models
 
 from core.fields import EncryptedTextField
 
+from .registry import KIND_CHOICES, credentials_present
+
 
 class Provider(models.Model):
     """A neutral provider slug (`direct`, `cloud`, ...) and the wire protocol behind it."""
 
-    class Kind(models.TextChoices):
-        OPENAI = "openai", "OpenAI REST API"
-        OPENROUTER = "openrouter", "OpenRouter (OpenAI-compatible)"
-        BEDROCK = "bedrock", "AWS Bedrock Runtime"
-        GEMINI = "gemini", "Google Gemini API"
-        WEBSEARCH = "websearch", "Web search API"
-        ACADEMIC = "academic", "Academic search API"
-        FETCH = "fetch", "The gateway's own URL fetcher"
-
     slug = models.SlugField(max_length=64, unique=True)
-    kind = models.CharField(max_length=32, choices=Kind.choices)
+    # The kinds and their facts are declared in catalog.registry.
+    kind = models.CharField(max_length=32, choices=KIND_CHOICES)
     description = models.CharField(max_length=200, blank=True)
 
     class Meta:
@@ -56,7 +50,15 @@ class Connection(models.Model):
 
     @property
     def has_credentials(self) -> bool:
-        return bool(self.api_key or (self.aws_access_key_id and self.aws_secret_access_key))
+        """Whether a request may use it: the routing's own test (catalog.registry), on the
+        stored values (an encrypted value counts as set; routing also refuses one that does
+        not decrypt)."""
+        return credentials_present(
+            self.provider.kind,
+            api_key=self.api_key,
+            aws_access_key_id=self.aws_access_key_id,
+            aws_secret_access_key=self.aws_secret_access_key,
+        )
 
 
 class Model(models.Model):

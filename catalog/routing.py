@@ -13,36 +13,19 @@ from core.errors import BadRequest, ServiceUnavailable
 from gateway_site.localcache import TTLCache
 
 from .models import Connection, Model, Provider, ProviderModel
+from .registry import (
+    PROVIDER_KINDS,
+    SERVICES,
+    Credentials,
+    credentials_present,
+    kind_serves,
+    missing_credential,
+)
 
 logger = logging.getLogger("gateway")
 
-# Which endpoints each wire protocol can serve (internal endpoint names of the spec).
-KIND_ENDPOINTS = {
-    "openai": {"chat_completions", "responses", "embeddings", "image_generation"},
-    "openrouter": {"chat_completions", "responses", "embeddings"},
-    "bedrock": {"image_generation", "bedrock_embeddings"},
-    "gemini": {"image_generation", "gemini_embeddings"},
-    "websearch": {"web_search"},
-    "academic": {"web_search"},
-    "fetch": {"web_fetch"},
-}
 # Where a model the catalog does not know is forwarded when no header pins a provider.
-DEFAULT_PROVIDER = {
-    "chat_completions": "direct",
-    "responses": "direct",
-    "embeddings": "direct",
-    "image_generation": "direct",
-    "bedrock_embeddings": "cloud",
-    "gemini_embeddings": "multimodal",
-    "web_search": "websearch",
-    "web_fetch": "fetch",
-}
-# Credentials each protocol needs, and how a missing one is named in the 400.
-IAM_KINDS = {"bedrock"}
-# Protocols that work without a key (OpenAlex: the key only raises the rate limit).
-KEY_OPTIONAL_KINDS = {"academic"}
-# Served by the gateway itself: no connection row is needed; one named `default` is implied.
-BUILTIN_KINDS = {"fetch"}
+DEFAULT_PROVIDER = {s.endpoint: s.default_provider for s in SERVICES}
 
 
 @dataclass(frozen=True)
@@ -80,7 +63,7 @@ class ProviderInfo:
     connections: dict[str, ConnectionInfo]
 
     def serves(self, endpoint: str) -> bool:
-        return endpoint in KIND_ENDPOINTS.get(self.kind, ())
+        return kind_serves(self.kind, endpoint)
 
 
 @dataclass(frozen=True)
@@ -215,7 +198,7 @@ class ConnectionMisconfigured(BadRequest):
     log line (inference.pipeline), not sent to the client."""
 
     def __init__(self, provider: ProviderInfo, connection_name: str, model: str):
-        what = "IAM credentials" if provider.kind in IAM_KINDS else "'api_key' credential"
+        what = missing_credential(provider.kind)
         super().__init__(f"Connection '{connection_name}' is misconfigured: missing {what}")
         self.provider = provider.slug
         self.connection = connection_name
@@ -274,13 +257,18 @@ def select_route(
     provider = catalog.providers[slug]
     connection_name = pin.connection if pin is not None and pin.connection else "default"
     connection = provider.connections.get(connection_name)
-    if connection is None and provider.kind in BUILTIN_KINDS and connection_name == "default":
+    if connection is None and connection_name == "default" and _builtin(provider.kind):
         connection = BUILTIN_CONNECTION
     if pin is not None and pin.connection and connection is None:
         raise _no_provider(endpoint, pinned=True)
     if connection is not None and connection.undecryptable:
         raise ServiceUnavailable()  # the gateway's own keys are wrong: logged at load
-    if connection is None or not _has_credentials(provider.kind, connection):
+    if connection is None or not credentials_present(
+        provider.kind,
+        api_key=connection.api_key,
+        aws_access_key_id=connection.aws_access_key_id,
+        aws_secret_access_key=connection.aws_secret_access_key,
+    ):
         raise ConnectionMisconfigured(provider, connection_name, model)
     return Route(
         endpoint=endpoint,
@@ -292,9 +280,6 @@ def select_route(
     )
 
 
-def _has_credentials(kind: str, connection: ConnectionInfo) -> bool:
-    if kind in KEY_OPTIONAL_KINDS or kind in BUILTIN_KINDS:
-        return True
-    if kind in IAM_KINDS:
-        return bool(connection.aws_access_key_id and connection.aws_secret_access_key)
-    return bool(connection.api_key)
+def _builtin(kind: str) -> bool:
+    spec = PROVIDER_KINDS.get(kind)
+    return spec is not None and spec.credentials is Credentials.BUILTIN

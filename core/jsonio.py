@@ -18,6 +18,7 @@ import re
 from itertools import chain
 
 import orjson
+from django.http import HttpResponse
 
 MAX_DEPTH = 64  # arrays/objects inside each other; a body deeper than this is json_invalid
 MAX_INT_DIGITS = 4300  # Python's int/str conversion limit (sys.get_int_max_str_digits())
@@ -183,3 +184,8 @@ def json_invalid_item(exc: json.JSONDecodeError) -> dict:
         "input": {},
         "ctx": {"error": exc.msg},
     }
+
+
+def json_response(body, status: int = 200) -> HttpResponse:
+    """An answer of the API: `body` as `dumps` writes it."""
+    return HttpResponse(dumps(body), status=status, content_type="application/json")

@@ -17,7 +17,6 @@ import logging
 import psycopg
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
-from django.http import HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 from ninja.parser import Parser
@@ -25,17 +24,13 @@ from ninja.renderers import BaseRenderer
 from ninja.security.http import HttpAuthBase
 
 from core.errors import GatewayError, ServiceUnavailable, validation_error_body
-from core.jsonio import dumps, json_invalid_item, parse_json
+from core.jsonio import dumps, json_invalid_item, json_response, parse_json
 from gateway_site.middleware import internal_server_error
 from licensing.credentials import authenticate
 
 from .providers.pool import current_license
 
 logger = logging.getLogger("gateway")
-
-
-def json_response(body, status: int = 200) -> HttpResponse:
-    return HttpResponse(dumps(body), status=status, content_type="application/json")
 
 
 class StrictJSONParser(Parser):
@@ -174,28 +169,12 @@ def _unexpected(request, exc: Exception):
 
 
 def register_endpoints() -> None:
-    from .endpoints import (
-        bedrock_embeddings,
-        chat,
-        embeddings,
-        gemini_embeddings,
-        images,
-        info,
-        responses,
-        search,
-    )
+    """GET /v1/models, /v1/health, /v1/license, then each declared service's router."""
+    from .endpoints import info, service_routers
 
-    for module in (
-        info,
-        chat,
-        responses,
-        embeddings,
-        bedrock_embeddings,
-        gemini_embeddings,
-        images,
-        search,
-    ):
-        api.add_router("", module.router)
+    api.add_router("", info.router)
+    for router in service_routers():
+        api.add_router("", router)
 
 
 register_endpoints()

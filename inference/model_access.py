@@ -7,7 +7,7 @@ to, a request for it would pass the caller's policy and the provider selection:
   check, `Policy.check_request` on `{"model": id}`);
 - `select_route`, with the providers the policy allows for the service and the caller's
   `X-Service-Provider` pin, chooses an active row whose connection has credentials (the
-  request's own step 7: the routing's credentials check, not `Connection.has_credentials`).
+  request's own step 7: the credentials check of its kind, catalog.registry).
 
 The answer is computed once per (license, pin) for a catalog snapshot and a policy, and kept
 until either changes (or the cache's TTL ends): the request path never runs it.
@@ -15,6 +15,7 @@ until either changes (or the cache's TTL ends): the request path never runs it.
 
 from __future__ import annotations
 
+from catalog.registry import SERVICES
 from catalog.routing import Catalog, ModelEntry, ProviderPin, select_route
 from core.errors import GatewayError
 from gateway_site.localcache import TTLCache
@@ -23,19 +24,13 @@ from licensing.policy import Policy
 from .schemas.common import MODEL_ID_MAX_LENGTH
 
 # A catalog feature -> the (policy service, internal endpoint, required output modality) a
-# request for the model may go to. Embedding models are served by /v1/embeddings or by a
-# native endpoint, whichever their provider speaks.
+# request for the model may go to (catalog.registry: each service's `feature`). Embedding
+# models are served by /v1/embeddings or by a native endpoint, whichever their provider speaks.
 FEATURE_SERVICES: dict[str, tuple[tuple[str, str, str | None], ...]] = {
-    "chat_completions": (("chat_completions", "chat_completions", None),),
-    "responses": (("responses", "responses", None),),
-    "embeddings": (
-        ("embeddings", "embeddings", None),
-        ("bedrock_embeddings", "bedrock_embeddings", None),
-        ("gemini_embeddings", "gemini_embeddings", None),
-    ),
-    "image_generation": (("image_generation", "image_generation", "image"),),
-    "web_search": (("web_search", "web_search", None),),
-    "web_fetch": (("fetch", "web_fetch", None),),
+    feature: tuple(
+        (s.service, s.endpoint, s.output_modality) for s in SERVICES if s.feature == feature
+    )
+    for feature in dict.fromkeys(s.feature for s in SERVICES)
 }
 
 _usable_cache = TTLCache("usable-models", max_entries=10_000)

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from django.http import HttpResponse, StreamingHttpResponse
 
+from catalog.registry import SERVICE_BY_ENDPOINT
 from catalog.routing import (
     ConnectionMisconfigured,
     Route,
@@ -84,11 +85,24 @@ class Call:
 
 
 class Operation:
-    """An endpoint's part: its names, its texts for guardrails, its provider call, its answer."""
+    """An endpoint's part: its names, its texts for guardrails, its provider call, its answer.
+
+    A concrete operation names its service's declaration in catalog.registry (which names the
+    class back): `class Fetch(pipeline.Operation, endpoint="web_fetch")` takes the policy
+    service name and the required output modality from there."""
 
     endpoint: ClassVar[str]  # internal endpoint name (messages, routing)
-    service: ClassVar[str]  # policy service name
+    service: ClassVar[str]  # policy service name (the ledger's and the metrics' too)
     output_modality: ClassVar[str | None] = None
+    body: ClassVar[Any]  # the request model: the view's, and the policy's parameter names
+
+    def __init_subclass__(cls, *, endpoint: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if endpoint is not None:
+            declared = SERVICE_BY_ENDPOINT[endpoint]
+            cls.endpoint = declared.endpoint
+            cls.service = declared.service
+            cls.output_modality = declared.output_modality
 
     def model_of(self, body) -> str:
         return body.model

@@ -11,27 +11,16 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from catalog.registry import SERVICES
 from core.jsonio import json_invalid_item, parse_json
 from licensing.policy_schema import BodyInvalid, register_service
 
-from .schemas.bedrock import BedrockEmbeddingsRequest
-from .schemas.chat import ChatCompletionRequest
-from .schemas.embeddings import EmbeddingsRequest
-from .schemas.gemini import GeminiEmbeddingsRequest
-from .schemas.images import ImageGenerationRequest
-from .schemas.responses import ResponseRequest
-from .schemas.search import FetchRequest, WebSearchRequest
+from .endpoints import operation_class
 
-SERVICE_BODIES: dict[str, Any] = {
-    "chat_completions": ChatCompletionRequest,
-    "responses": ResponseRequest,
-    "embeddings": EmbeddingsRequest,
-    "bedrock_embeddings": BedrockEmbeddingsRequest,
-    "gemini_embeddings": GeminiEmbeddingsRequest,
-    "image_generation": ImageGenerationRequest,
-    "web_search": WebSearchRequest,
-    "fetch": FetchRequest,
-}
+
+def service_bodies() -> dict[str, Any]:
+    """Each policy service's request model (its operation's `body`), by service name."""
+    return {s.service: operation_class(s).body for s in SERVICES}
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -93,5 +82,5 @@ def _parser(body: Any):
 
 
 def register_policy_parameters() -> None:
-    for service, body in SERVICE_BODIES.items():
+    for service, body in service_bodies().items():
         register_service(service, params=parameter_names(body), parse=_parser(body))

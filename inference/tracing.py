@@ -11,33 +11,15 @@ from __future__ import annotations
 
 import logging
 
+from catalog.registry import PROVIDER_KINDS, SERVICES
 from core import tracing
 
 logger = logging.getLogger("gateway")
 
-# gen_ai.operation.name by the gateway's service (the spec's well-known values). Search and
-# fetch are tools the gateway runs for the client: execute_tool, named by gen_ai.tool.name.
-OPERATIONS = {
-    "chat_completions": "chat",
-    "responses": "chat",
-    "embeddings": "embeddings",
-    "bedrock_embeddings": "embeddings",
-    "gemini_embeddings": "embeddings",
-    "image_generation": "generate_content",
-    "web_search": "execute_tool",
-    "fetch": "execute_tool",
-}
-# gen_ai.provider.name by the provider's wire protocol (catalog kind): the spec's well-known
-# values where it has one, else the service's own name.
-PROVIDER_NAMES = {
-    "openai": "openai",
-    "openrouter": "openrouter",
-    "bedrock": "aws.bedrock",
-    "gemini": "gcp.gemini",
-    "websearch": "brave_search",
-    "academic": "openalex",
-    "fetch": "inference_gateway",
-}
+# gen_ai.operation.name by the gateway's service and gen_ai.provider.name by the provider's
+# wire protocol (catalog kind): declared in catalog.registry.
+OPERATIONS = {s.service: s.telemetry_operation for s in SERVICES}
+PROVIDER_NAMES = {k.kind: k.telemetry_name for k in PROVIDER_KINDS.values()}
 
 
 def start(call, operation):

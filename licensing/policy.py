@@ -17,21 +17,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from catalog.registry import POLICY_SERVICES
 from core.errors import PolicyDenied, ServiceUnavailable
 
 from .fairuse import Limits
 
 SUPPORTED_VERSIONS = {1}
-SERVICES = (
-    "chat_completions",
-    "responses",
-    "embeddings",
-    "gemini_embeddings",
-    "bedrock_embeddings",
-    "image_generation",
-    "web_search",
-    "fetch",
-)
+# The policy service names, in the documents' order: declared in catalog.registry.
+SERVICES = POLICY_SERVICES
 RULE_KEYS = (
     "forbidden",
     "fixed",

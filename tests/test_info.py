@@ -261,8 +261,9 @@ def test_a_model_whose_connection_lacks_credentials_is_the_spec_400_and_a_log_li
 def test_the_routing_credentials_check_decides_not_the_connection_row(
     client, auth, all_upstreams, activate_rows
 ):
-    """A Bedrock connection with an API key but no IAM pair: `Connection.has_credentials` says
-    yes, a request is refused (IAM credentials): the list follows the request."""
+    """A Bedrock connection with an API key but no IAM pair: a request is refused (IAM
+    credentials), the list follows the request, and the connection row (admin,
+    `configure_connection`) says the same (one credentials test, catalog.registry)."""
     from catalog.models import Connection
 
     titan = "amazon.titan-embed-text-v2:0"
@@ -270,7 +271,7 @@ def test_the_routing_credentials_check_decides_not_the_connection_row(
     cloud = Connection.objects.get(provider__slug="cloud")
     cloud.api_key, cloud.aws_access_key_id, cloud.aws_secret_access_key = "a-key", "", ""
     cloud.save()
-    assert cloud.has_credentials
+    assert not cloud.has_credentials
     assert titan not in model_ids(client, auth)
     response = client.post(
         "/v1/bedrock/embeddings", json={"model": titan, "inputText": "x"}, headers=auth

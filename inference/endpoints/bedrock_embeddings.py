@@ -25,9 +25,8 @@ from .embeddings import EmbeddingOperation
 router = Router(tags=["embeddings"])
 
 
-class BedrockEmbeddings(EmbeddingOperation):
-    endpoint = "bedrock_embeddings"
-    service = "bedrock_embeddings"
+class BedrockEmbeddings(EmbeddingOperation, endpoint="bedrock_embeddings"):
+    body = BedrockEmbeddingsRequest
 
     def input_texts(self, body):
         return [body.inputText] if isinstance(body, TitanEmbeddingsRequest) else list(body.texts)

@@ -6,9 +6,9 @@ from ninja import Router
 
 from catalog.routing import Route
 from core.errors import BadRequest
+from core.jsonio import json_response
 
 from .. import pipeline
-from ..api import json_response
 from ..billing import Usage, credits_for
 from ..providers import adapter_for
 from ..providers import usage as usage_formats
@@ -75,9 +75,8 @@ def _function_tool(tool: dict) -> dict:
     return tool
 
 
-class ChatCompletions(TextGeneration):
-    endpoint = "chat_completions"
-    service = "chat_completions"
+class ChatCompletions(TextGeneration, endpoint="chat_completions"):
+    body = ChatCompletionRequest
 
     def input_texts(self, body: ChatCompletionRequest):
         for message in body.messages:

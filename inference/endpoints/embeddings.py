@@ -9,9 +9,9 @@ from ninja import Router
 
 from catalog.routing import Route
 from core.errors import BadRequest
+from core.jsonio import json_response
 
 from .. import pipeline
-from ..api import json_response
 from ..billing import Usage, credits_for
 from ..providers import adapter_for
 from ..providers import usage as usage_formats
@@ -48,9 +48,8 @@ class EmbeddingOperation(pipeline.Operation):
         return json_response(body)
 
 
-class Embeddings(EmbeddingOperation):
-    endpoint = "embeddings"
-    service = "embeddings"
+class Embeddings(EmbeddingOperation, endpoint="embeddings"):
+    body = EmbeddingsRequest
 
     def input_texts(self, body: EmbeddingsRequest):
         return body.texts()

@@ -22,9 +22,8 @@ from .embeddings import EmbeddingOperation
 router = Router(tags=["embeddings"])
 
 
-class GeminiEmbeddings(EmbeddingOperation):
-    endpoint = "gemini_embeddings"
-    service = "gemini_embeddings"
+class GeminiEmbeddings(EmbeddingOperation, endpoint="gemini_embeddings"):
+    body = GeminiEmbeddingsRequest
 
     def input_texts(self, body: GeminiEmbeddingsRequest):
         return [*body.texts(), body.title or ""]

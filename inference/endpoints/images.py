@@ -6,20 +6,19 @@ protocol; the response shape, watermark, flagged answers and billing are decided
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from ninja import Router
 
 from catalog.routing import Route
+from core.jsonio import json_response
 
 from .. import pipeline
-from ..api import json_response
 from ..billing import Usage, credits_for
 from ..imagesizes import megapixels
 from ..providers import adapter_for, refined_route
-from ..providers.base import ImageProvider
+from ..providers.base import GeneratedImages, ImageProvider
 from ..schemas.common import SERVICE_HEADERS, error_responses
 from ..schemas.images import ImageGenerationRequest, ImageGenerationResponse
 
@@ -36,26 +35,6 @@ WATERMARK_BY_FAMILY = {
 }
 
 
-@dataclass
-class GeneratedImage:
-    b64_json: str
-    revised_prompt: str | None = None
-    seed: int | None = None
-
-
-@dataclass
-class GeneratedImages:
-    """What an adapter got back from its provider, in neutral terms."""
-
-    images: list[GeneratedImage] = field(default_factory=list)
-    created: int = 0
-    flagged: bool = False  # the provider's moderation blocked the generation
-    input_tokens: int | None = None  # token-priced models only
-    output_tokens: int | None = None
-    size: str | None = None  # the size the images were made at (for per-size prices)
-    quality: str | None = None  # the quality they were made at (for per-quality prices)
-
-
 def watermark_for(route: Route) -> str:
     if route.model is None:
         return "none"
@@ -63,10 +42,8 @@ def watermark_for(route: Route) -> str:
     return options.get("watermark") or WATERMARK_BY_FAMILY.get(options.get("family") or "", "none")
 
 
-class ImageGeneration(pipeline.Operation):
-    endpoint = "image_generation"
-    service = "image_generation"
-    output_modality = "image"
+class ImageGeneration(pipeline.Operation, endpoint="image_generation"):
+    body = ImageGenerationRequest
 
     def input_texts(self, body: ImageGenerationRequest):
         return [body.prompt, body.negative_prompt or ""]

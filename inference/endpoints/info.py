@@ -6,13 +6,13 @@ from ninja import Router
 from pydantic import BaseModel
 
 from core.errors import NotFound
+from core.jsonio import json_response
 from gateway_site.db import run_db
 from licensing.budget import budget_usage
 from licensing.policy import SERVICES
 from licensing.spool import note_database_down, note_database_up
 from licensing.spool import probe as spool_probe
 
-from ..api import json_response
 from ..headers import parse_service_headers
 from ..model_access import model_not_found, usable_models
 from ..pipeline import current_catalog, require_principal

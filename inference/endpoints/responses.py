@@ -56,9 +56,8 @@ def _texts(content) -> list[str]:
     return texts
 
 
-class Responses(TextGeneration):
-    endpoint = "responses"
-    service = "responses"
+class Responses(TextGeneration, endpoint="responses"):
+    body = ResponseRequest
 
     def input_texts(self, body: ResponseRequest):
         if body.instructions:

@@ -12,9 +12,9 @@ from ninja import Router
 from catalog.defaults import SERVICE_ENTRIES
 from catalog.routing import Route, select_route
 from core.errors import BadRequest
+from core.jsonio import json_response
 
 from .. import pipeline
-from ..api import json_response
 from ..billing import Usage, credits_for
 from ..providers import adapter_for
 from ..providers.base import PageFetcher, Searcher
@@ -28,9 +28,8 @@ def _charge(route: Route, units: int) -> int:
     return credits_for(route.model.cost, Usage(units=units)) if route.model is not None else 0
 
 
-class WebSearch(pipeline.Operation):
-    endpoint = "web_search"
-    service = "web_search"
+class WebSearch(pipeline.Operation, endpoint="web_search"):
+    body = WebSearchRequest
 
     def model_of(self, body: WebSearchRequest) -> str:
         return SERVICE_ENTRIES[body.type]
@@ -87,9 +86,8 @@ class WebSearch(pipeline.Operation):
         return json_response(body)
 
 
-class Fetch(pipeline.Operation):
-    endpoint = "web_fetch"
-    service = "fetch"
+class Fetch(pipeline.Operation, endpoint="web_fetch"):
+    body = FetchRequest
 
     def model_of(self, body: FetchRequest) -> str:
         return SERVICE_ENTRIES["fetch"]
@@ -127,7 +125,7 @@ class Fetch(pipeline.Operation):
 def _redirect_rule(call):
     """A license that limits `urls` to some patterns limits where redirects may lead too."""
     patterns = ()
-    for rule in call.principal.license.policy.service("fetch").rules:
+    for rule in call.principal.license.policy.service(Fetch.service).rules:
         if rule.name == "urls" and rule.patterns:
             patterns = rule.patterns
     if not patterns:

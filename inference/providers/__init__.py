@@ -6,29 +6,23 @@ or a provider kind without an adapter, is a configuration error (500, logged), n
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any, TypeVar, overload
 
-from .base import Transport, malformed
-from .bedrock import BedrockTransport
-from .fetch import FetchTransport
-from .gemini import GeminiTransport
-from .openai import OpenAITransport
-from .openrouter import OpenRouterTransport
-from .pool import close_retired
-from .search import BraveTransport, OpenAlexTransport
+from catalog.registry import PROVIDER_KINDS
 
-_CLASSES: dict[str, type[Transport]] = {
-    cls.kind: cls
-    for cls in (
-        OpenAITransport,
-        OpenRouterTransport,
-        BedrockTransport,
-        GeminiTransport,
-        BraveTransport,
-        OpenAlexTransport,
-        FetchTransport,
-    )
-}
+from .base import Transport, malformed
+from .pool import close_retired
+
+
+def adapter_class(kind: str) -> type[Transport]:
+    """The Transport subclass catalog.registry names for `kind` (imported on first use)."""
+    module, _, name = PROVIDER_KINDS[kind].adapter.rpartition(".")
+    return getattr(import_module(module), name)
+
+
+# Imported at start, as the routing may pick any kind on the first request.
+_CLASSES: dict[str, type[Transport]] = {kind: adapter_class(kind) for kind in PROVIDER_KINDS}
 _ADAPTERS: dict[str, Transport] = {}
 _CAPABLE: dict[tuple[str, type], bool] = {}
 

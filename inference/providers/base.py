@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import httpx
@@ -33,7 +34,6 @@ from .pool import Upstream, UpstreamTimeout, UpstreamTooLarge, UpstreamUnreachab
 
 if TYPE_CHECKING:
     from inference.billing import Usage
-    from inference.endpoints.images import GeneratedImages
 
 logger = logging.getLogger("gateway")
 
@@ -287,6 +287,26 @@ class EmbeddingsProvider(Protocol):
     """OpenAI-shaped embeddings (`/v1/embeddings`)."""
 
     async def embeddings(self, route: Route, payload: dict) -> dict: ...
+
+
+@dataclass
+class GeneratedImage:
+    b64_json: str
+    revised_prompt: str | None = None
+    seed: int | None = None
+
+
+@dataclass
+class GeneratedImages:
+    """What an adapter got back from its provider, in neutral terms."""
+
+    images: list[GeneratedImage] = field(default_factory=list)
+    created: int = 0
+    flagged: bool = False  # the provider's moderation blocked the generation
+    input_tokens: int | None = None  # token-priced models only
+    output_tokens: int | None = None
+    size: str | None = None  # the size the images were made at (for per-size prices)
+    quality: str | None = None  # the quality they were made at (for per-quality prices)
 
 
 @runtime_checkable

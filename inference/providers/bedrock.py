@@ -26,7 +26,7 @@ from inference.billing import Usage
 from inference.imagesizes import nearest_aspect_ratio, nearest_size, parse_size
 
 from . import usage as usage_formats
-from .base import ContentBlocked, Transport, malformed
+from .base import ContentBlocked, GeneratedImage, GeneratedImages, Transport, malformed
 
 SERVICE = "bedrock"
 DEFAULT_REGION = "us-east-1"
@@ -238,7 +238,6 @@ class BedrockTransport(Transport):
     # --- images --------------------------------------------------------------------------------
 
     async def generate_images(self, route: Route, body):
-        from inference.endpoints.images import GeneratedImages
 
         family = image_family(route)
         try:
@@ -249,7 +248,6 @@ class BedrockTransport(Transport):
             return GeneratedImages(flagged=True)
 
     async def _titan(self, route: Route, body, family: str):
-        from inference.endpoints.images import GeneratedImage, GeneratedImages
 
         payload, size, quality = titan_image_body(family, body)
         answer, _ = await self.invoke_json(route, payload, self.answer_cap("images", body.n))
@@ -269,7 +267,6 @@ class BedrockTransport(Transport):
         )
 
     async def _stability(self, route: Route, body):
-        from inference.endpoints.images import GeneratedImage, GeneratedImages
 
         payload = stability_image_body(body)
         answer, _ = await self.invoke_json(route, payload, self.answer_cap("images", body.n))

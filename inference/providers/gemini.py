@@ -20,7 +20,15 @@ from catalog.routing import Route
 from inference.imagesizes import nearest_aspect_ratio, parse_size
 
 from . import usage as usage_formats
-from .base import ContentBlocked, ProviderFailure, Transport, malformed, unavailable
+from .base import (
+    ContentBlocked,
+    GeneratedImage,
+    GeneratedImages,
+    ProviderFailure,
+    Transport,
+    malformed,
+    unavailable,
+)
 
 logger = logging.getLogger("gateway")
 
@@ -140,7 +148,6 @@ class GeminiTransport(Transport):
         return await self._flash_image(route, body)
 
     async def _imagen(self, route: Route, body):
-        from inference.endpoints.images import GeneratedImage, GeneratedImages
 
         aspect = nearest_aspect_ratio(body.size, IMAGEN_ASPECT_RATIOS)
         parameters = {"sampleCount": body.n, "aspectRatio": aspect, "includeRaiReason": True}
@@ -177,7 +184,6 @@ class GeminiTransport(Transport):
         )
 
     async def _flash_image(self, route: Route, body):
-        from inference.endpoints.images import GeneratedImage, GeneratedImages
 
         aspect = nearest_aspect_ratio(body.size, FLASH_IMAGE_ASPECT_RATIOS)
         config: dict = {

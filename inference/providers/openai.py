@@ -13,7 +13,7 @@ from catalog.routing import Route
 from inference.imagesizes import nearest_size
 
 from . import usage as usage_formats
-from .base import ContentBlocked, Transport, malformed, unavailable
+from .base import ContentBlocked, GeneratedImage, GeneratedImages, Transport, malformed, unavailable
 from .pool import UpstreamTooLarge
 
 
@@ -48,7 +48,6 @@ class OpenAITransport(Transport):
         return _error_code(response) in MODERATION_CODES
 
     async def generate_images(self, route: Route, body):
-        from inference.endpoints.images import GeneratedImage, GeneratedImages
 
         payload, size, quality = image_payload(route, body)
         try:

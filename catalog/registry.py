@@ -1,0 +1,197 @@
+"""The gateway's two registries, declared once: each provider kind (a wire protocol) and each
+service (an endpoint). Routing, the admin, policy, tracing and the API read them from here.
+
+catalog sits below inference (tests/test_layering.py), so the two facts that are inference's
+code, a kind's adapter class and a service's operation, are named here by dotted path
+(`module.Class`) and imported by inference alone (`inference.providers.adapter_for`,
+`inference.api`); `tests/test_registry.py` resolves every path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Credentials(StrEnum):
+    """What a connection of the kind needs before a request may use it."""
+
+    API_KEY = "api_key"  # an API key
+    IAM = "iam"  # an AWS access key id and secret (the API key is not used)
+    OPTIONAL = "optional"  # works without a key (OpenAlex: a key only raises the rate limit)
+    BUILTIN = "builtin"  # served by the gateway itself: no connection row, `default` implied
+
+
+@dataclass(frozen=True)
+class ProviderKind:
+    kind: str  # the value of Provider.kind
+    label: str  # its choice label (part of the migration state: changing it is a migration)
+    endpoints: frozenset[str]  # the internal endpoint names (Service.endpoint) it can serve
+    credentials: Credentials
+    telemetry_name: str  # gen_ai.provider.name: the GenAI conventions' value, else our own
+    adapter: str  # its Transport subclass in inference.providers, as `module.Class`
+
+    def has_credentials(
+        self, *, api_key: str, aws_access_key_id: str, aws_secret_access_key: str
+    ) -> bool:
+        """Whether a connection with these (decrypted or stored) values can be used."""
+        if self.credentials in (Credentials.OPTIONAL, Credentials.BUILTIN):
+            return True
+        if self.credentials is Credentials.IAM:
+            return bool(aws_access_key_id and aws_secret_access_key)
+        return bool(api_key)
+
+    @property
+    def missing_credential(self) -> str:
+        """How the spec's 400 names the credential a connection lacks."""
+        return "IAM credentials" if self.credentials is Credentials.IAM else "'api_key' credential"
+
+
+_P = "inference.providers."
+
+# The order is Provider.kind's choices order (the migration state): append new kinds at the end.
+PROVIDER_KINDS: dict[str, ProviderKind] = {
+    k.kind: k
+    for k in (
+        ProviderKind(
+            "openai",
+            "OpenAI REST API",
+            frozenset({"chat_completions", "responses", "embeddings", "image_generation"}),
+            Credentials.API_KEY,
+            "openai",
+            _P + "openai.OpenAITransport",
+        ),
+        ProviderKind(
+            "openrouter",
+            "OpenRouter (OpenAI-compatible)",
+            frozenset({"chat_completions", "responses", "embeddings"}),
+            Credentials.API_KEY,
+            "openrouter",
+            _P + "openrouter.OpenRouterTransport",
+        ),
+        ProviderKind(
+            "bedrock",
+            "AWS Bedrock Runtime",
+            frozenset({"image_generation", "bedrock_embeddings"}),
+            Credentials.IAM,
+            "aws.bedrock",
+            _P + "bedrock.BedrockTransport",
+        ),
+        ProviderKind(
+            "gemini",
+            "Google Gemini API",
+            frozenset({"image_generation", "gemini_embeddings"}),
+            Credentials.API_KEY,
+            "gcp.gemini",
+            _P + "gemini.GeminiTransport",
+        ),
+        ProviderKind(
+            "websearch",
+            "Web search API",
+            frozenset({"web_search"}),
+            Credentials.API_KEY,
+            "brave_search",
+            _P + "search.BraveTransport",
+        ),
+        ProviderKind(
+            "academic",
+            "Academic search API",
+            frozenset({"web_search"}),
+            Credentials.OPTIONAL,
+            "openalex",
+            _P + "search.OpenAlexTransport",
+        ),
+        ProviderKind(
+            "fetch",
+            "The gateway's own URL fetcher",
+            frozenset({"web_fetch"}),
+            Credentials.BUILTIN,
+            "inference_gateway",
+            _P + "fetch.FetchTransport",
+        ),
+    )
+}
+KIND_CHOICES = [(k.kind, k.label) for k in PROVIDER_KINDS.values()]
+
+
+def kind_serves(kind: str, endpoint: str) -> bool:
+    spec = PROVIDER_KINDS.get(kind)
+    return spec is not None and endpoint in spec.endpoints
+
+
+def credentials_present(
+    kind: str, *, api_key: str, aws_access_key_id: str, aws_secret_access_key: str
+) -> bool:
+    """The one credentials test: routing (a request) and the connection row (the admin,
+    `configure_connection`) both ask it. A kind not declared here needs an API key."""
+    spec = PROVIDER_KINDS.get(kind, _UNDECLARED)
+    return spec.has_credentials(
+        api_key=api_key,
+        aws_access_key_id=aws_access_key_id,
+        aws_secret_access_key=aws_secret_access_key,
+    )
+
+
+def missing_credential(kind: str) -> str:
+    return PROVIDER_KINDS.get(kind, _UNDECLARED).missing_credential
+
+
+_UNDECLARED = ProviderKind("", "", frozenset(), Credentials.API_KEY, "", "")
+
+
+@dataclass(frozen=True)
+class Service:
+    """One endpoint. `endpoint` is the spec's internal endpoint name (routing, its 400
+    messages, the catalog's `supported_features`, the trace's tool name); `service` is the name
+    the policy documents, the ledger, the metrics and GET /v1/license use. They are the same
+    except for `web_fetch`, whose policy service is `fetch`: that mapping lives here only."""
+
+    endpoint: str
+    operation: str  # its pipeline.Operation subclass, as `module.Class`; the module's `router`
+    default_provider: str  # the provider slug a model unknown to the catalog goes to
+    telemetry_operation: str  # gen_ai.operation.name (the GenAI conventions' values)
+    service: str = ""  # the policy/ledger service name; empty: the endpoint name
+    feature: str = ""  # the catalog feature GET /v1/models lists it under; empty: the endpoint
+    output_modality: str | None = None  # a model must have it (Model.output_modality)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "service", self.service or self.endpoint)
+        object.__setattr__(self, "feature", self.feature or self.endpoint)
+
+
+_E = "inference.endpoints."
+
+# The order is the policy documents' (open_policy_document, the admin's choices, the services
+# GET /v1/license lists) and the API's (the routers are added in it).
+SERVICES: tuple[Service, ...] = (
+    Service("chat_completions", _E + "chat.ChatCompletions", "direct", "chat"),
+    Service("responses", _E + "responses.Responses", "direct", "chat"),
+    Service("embeddings", _E + "embeddings.Embeddings", "direct", "embeddings"),
+    Service(
+        "gemini_embeddings",
+        _E + "gemini_embeddings.GeminiEmbeddings",
+        "multimodal",
+        "embeddings",
+        feature="embeddings",
+    ),
+    Service(
+        "bedrock_embeddings",
+        _E + "bedrock_embeddings.BedrockEmbeddings",
+        "cloud",
+        "embeddings",
+        feature="embeddings",
+    ),
+    Service(
+        "image_generation",
+        _E + "images.ImageGeneration",
+        "direct",
+        "generate_content",
+        output_modality="image",
+    ),
+    # Search and fetch are tools the gateway runs for the client: execute_tool.
+    Service("web_search", _E + "search.WebSearch", "websearch", "execute_tool"),
+    Service("web_fetch", _E + "search.Fetch", "fetch", "execute_tool", service="fetch"),
+)
+SERVICE_BY_ENDPOINT = {s.endpoint: s for s in SERVICES}
+SERVICE_BY_NAME = {s.service: s for s in SERVICES}
+POLICY_SERVICES = tuple(s.service for s in SERVICES)
