@@ -13,6 +13,9 @@ import pytest
 import uvicorn
 from django.db import connection
 
+# The shared kit (helpers and fixtures every area uses): tests/kit.py.
+pytest_plugins = ["tests.kit"]
+
 UPSTREAM_KEY = "sk-upstream-test"
 
 

@@ -8,7 +8,6 @@ import json
 import time
 
 import jsonschema
-import openai
 import pytest
 from pydantic import BaseModel
 
@@ -43,11 +42,6 @@ class Event(BaseModel):
     name: str
     date: str
     participants: list[str]
-
-
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(api_key=api_key, base_url=gateway.url + "/v1", max_retries=0)
 
 
 def get_weather(city: str, unit: str) -> str:

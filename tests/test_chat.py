@@ -12,16 +12,12 @@ import pytest
 
 from catalog.models import Connection
 from licensing.models import Transaction, Wallet
+from tests.kit import error
 from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MINI = "gpt-4o-mini"
 HELLO = [{"role": "user", "content": "hello big world"}]
-
-
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(api_key=api_key, base_url=gateway.url + "/v1", max_retries=0)
 
 
 def chat(client, auth, body, **headers):
@@ -30,11 +26,6 @@ def chat(client, auth, body, **headers):
 
 def respond(client, auth, body, **headers):
     return client.post("/v1/responses", json=body, headers={**auth, **headers})
-
-
-def error(response, status):
-    assert response.status_code == status, response.text
-    return response.json()["error"]["message"]
 
 
 def mini_credits(prompt, completion, cached=0):

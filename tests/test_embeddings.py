@@ -11,6 +11,7 @@ import pytest
 
 from catalog.models import Connection, ProviderModel
 from licensing.models import Transaction, Wallet
+from tests.kit import error
 from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -19,16 +20,6 @@ SMALL = "text-embedding-3-small"
 
 def embed(client, auth, body, **headers):
     return client.post("/v1/embeddings", json=body, headers={**auth, **headers})
-
-
-def error(response, status):
-    assert response.status_code == status, response.text
-    return response.json()["error"]["message"]
-
-
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(api_key=api_key, base_url=gateway.url + "/v1", max_retries=0)
 
 
 # --- the happy path ----------------------------------------------------------------------------

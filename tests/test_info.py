@@ -351,13 +351,6 @@ def test_a_policy_that_cannot_be_evaluated_lists_nothing(client, catalog, make_l
 # --- GET /v1/models/{id} ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def sdk(gateway, api_key):
-    import openai
-
-    return openai.OpenAI(api_key=api_key, base_url=gateway.url + "/v1", max_retries=0)
-
-
 def test_retrieve_is_the_list_entry(client, auth, catalog, sdk):
     listed = {e["id"]: e for e in client.get("/v1/models", headers=auth).json()["data"]}
     for model_id in ("text-embedding-3-small", "gpt-image-1", LLAMA):

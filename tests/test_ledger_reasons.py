@@ -9,7 +9,6 @@ import json
 import logging
 import time
 
-import openai
 import pytest
 
 from gateway_site.logs import JsonFormatter
@@ -21,11 +20,6 @@ from tests.ledger_helpers import refusal_codes
 MINI = "gpt-4o-mini"
 SMALL = "text-embedding-3-small"
 HELLO = [{"role": "user", "content": "hello"}]
-
-
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=api_key, max_retries=0)
 
 
 def row_of(response) -> Transaction:

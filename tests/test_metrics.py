@@ -59,11 +59,6 @@ def in_flight_settles(base_url: str, timeout: float = 5.0) -> float:
         time.sleep(0.05)
 
 
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=api_key, max_retries=0)
-
-
 def test_known_requests_are_counted(gateway, sdk, catalog, license, auth):
     before = scrape(gateway.url)
     sdk.embeddings.create(model=SMALL, input="one two three", encoding_format="float")
