@@ -6,6 +6,8 @@ test file; import the plain helpers: `from tests.kit import error, wait_until`.
 - `error(response, status)`: the spec's error body, `{"error": {"message": ...}}`, its message.
 - `wait_until(condition, ...)`: poll for a condition with a deadline, and fail loudly (with what
   was last seen) when it does not come; never a sleep that hopes time has done the work.
+- `drain_background_writes()`: wait for the gateway's background ledger writes, or fail
+  naming them (the `gateway` fixture calls it after each test).
 - `sdk`: the openai client against the live gateway, with the test's API key.
 - `oai`, `oai_http`, `oai_sdk`: the fake OpenAI upstream on its own (tests of the simulator),
   reset for each test, with a plain HTTP client and the openai SDK pointed straight at it.
@@ -54,6 +56,23 @@ def wait_until(
             left = what() if callable(what) else what
             raise WaitTimeout(f"not within {timeout:g} s: {left}")
         time.sleep(every)
+
+
+def drain_background_writes(timeout: float = 10.0) -> None:
+    """Wait for the gateway's background ledger writes (a stream's row is written by a task of
+    its own just after the stream ends; a disconnected stream's grace read too) so that none
+    lands after the test's database is flushed under it. WaitTimeout names the tasks left."""
+    from inference import pipeline, streaming
+
+    def left() -> set:
+        # copy(): one step under the GIL, while the server's thread adds and discards.
+        return streaming._background.copy() | pipeline._background.copy()
+
+    wait_until(
+        lambda: not left(),
+        timeout=timeout,
+        what=lambda: f"background ledger writes still running: {sorted(map(repr, left()))}",
+    )
 
 
 # --- the gateway through the openai SDK ---------------------------------------------------------

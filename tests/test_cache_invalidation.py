@@ -90,6 +90,7 @@ def statuses_within(workers, headers, expected: int, limit: float) -> list[float
     return list(took.values())
 
 
+@pytest.mark.slow
 def test_a_deactivated_key_is_refused_by_every_worker_within_a_second(
     workers, make_license, make_key
 ):
@@ -144,6 +145,7 @@ def _break_connection(license):
     row.save()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "change,status",
     [
@@ -178,6 +180,7 @@ def test_every_cached_row_reaches_every_worker_within_a_second(
     assert len(took) == len(workers) and max(took.values()) < 1.0, took
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("invalidation", ["redis"], indirect=True)
 def test_workers_resubscribe_after_a_redis_restart(workers, invalidation, make_license, make_key):
     key = make_key(make_license())

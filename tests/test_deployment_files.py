@@ -385,6 +385,7 @@ def test_server_side_cursors_can_be_turned_off_for_pgbouncer():
 # --- the Dockerfile's command, run here ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_dockerfile_command_serves_the_gateway(transactional_db, tmp_path):
     """gunicorn with gateway_site.gunicorn_conf, as the image runs it (on a free port, with the
     test database): health, the live feed's websocket, the proxy's headers, JSON lines."""

@@ -167,6 +167,7 @@ def test_an_unreachable_redis_admits(client, catalog, make_license, make_key):
             fairuse.counters_reset()
 
 
+@pytest.mark.slow
 def test_limits_hold_across_worker_processes(transactional_db, tmp_path, make_license, make_key,
                                              catalog):  # fmt: skip
     server = redis_server_or_skip(tmp_path)

@@ -35,6 +35,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_health_503_when_database_is_unreachable(tmp_path):
     """A real gateway process whose database does not answer (nothing listens on the port)."""
     dead_port, port = _free_port(), _free_port()

@@ -117,6 +117,7 @@ def _wait_http(url: str, timeout: float = 30) -> None:
     raise RuntimeError(f"{url} did not answer")
 
 
+@pytest.mark.slow
 def test_database_outage_under_load(catalog, make_license, make_key, tmp_path):
     """PostgreSQL cut for 3.5 s under load: 503 (never 500) while it is down, and afterwards
     ledger rows = provider calls, every answered charge in the ledger, wallet = ledger sum."""

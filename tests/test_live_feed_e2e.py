@@ -244,6 +244,7 @@ def two_workers(catalog, redis_url, tmp_path):
         yield workers
 
 
+@pytest.mark.slow
 def test_a_row_served_by_one_worker_reaches_a_viewer_on_another(
     two_workers, license, api_key, root_cookie
 ):

@@ -17,6 +17,8 @@ from licensing.models import Transaction, Wallet
 from licensing.policy import open_policy_document
 from tests.processes import redis_server_or_skip, running_workers
 
+pytestmark = pytest.mark.slow  # Gateway worker processes against PostgreSQL and Redis
+
 SMALL = "text-embedding-3-small"
 BODY = {"model": SMALL, "input": "a few words to embed", "encoding_format": "float"}
 WORKERS = 4

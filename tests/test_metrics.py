@@ -248,6 +248,7 @@ def two_workers(transactional_db, catalog, tmp_path):
         yield workers
 
 
+@pytest.mark.slow
 def test_workers_are_summed(two_workers, license, make_key, tmp_path):
     key = make_key(license)
     for worker, count in zip(two_workers, (1, 2), strict=True):

@@ -166,6 +166,7 @@ def test_waiting_count_leaves_rejected_lines_apart(settings, tmp_path, make_lice
 # --- a real outage: two worker processes on PostgreSQL behind a proxy the test cuts ------------
 
 
+@pytest.mark.slow
 def test_outage_with_an_unwritable_or_full_spool(catalog, make_license, make_key, tmp_path):
     """Worker 0's spool is a file (cannot be written, whoever runs it), worker 1's disk is
     "full" (its free-space floor is above any disk's size). Once the database is cut and a

@@ -23,7 +23,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from tests.conftest import LiveGateway, _wait_for_background_ledger_writes
+from tests.conftest import LiveGateway
+from tests.kit import drain_background_writes
 from tests.processes import ROOT, database_url, free_port, running_workers
 
 MINI = "gpt-4o-mini"
@@ -75,7 +76,7 @@ def spans(traced, catalog):
     live, exporter = traced
     exporter.clear()
     yield exporter
-    _wait_for_background_ledger_writes()  # a stream's row lands after its last byte
+    drain_background_writes()  # a stream's row lands after its last byte
 
 
 @pytest.fixture
@@ -332,6 +333,7 @@ def exported_span_names(received) -> set[str]:
     return names
 
 
+@pytest.mark.slow
 def test_worker_exports_over_otlp_and_a_dead_collector_costs_nothing(
     collector, catalog, api_key, tmp_path
 ):

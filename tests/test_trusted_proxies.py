@@ -22,6 +22,8 @@ from django.contrib.auth import get_user_model
 
 from tests.processes import database_url, free_port
 
+pytestmark = pytest.mark.slow  # gateway processes behind proxy settings
+
 ROOT = Path(__file__).resolve().parent.parent
 LOGIN = "/admin/login/?next=/admin/"
 ATTEMPTS = 30
