@@ -13,8 +13,6 @@ import pytest
 import uvicorn
 from django.db import connection
 
-from tests.kit import drain_background_writes
-
 # The shared kit (helpers and fixtures every area uses): tests/kit.py.
 pytest_plugins = ["tests.kit"]
 
@@ -163,6 +161,8 @@ def api_key(license, make_key):
 @pytest.fixture
 def gateway(live_gateway):
     yield live_gateway
+    from tests.kit import drain_background_writes  # imported once pytest_plugins rewrote it
+
     drain_background_writes()  # before the test's database is flushed (and blocked) under them
 
 

@@ -6,6 +6,7 @@ test file; import the plain helpers: `from tests.kit import error, wait_until`.
 - `error(response, status)`: the spec's error body, `{"error": {"message": ...}}`, its message.
 - `wait_until(condition, ...)`: poll for a condition with a deadline, and fail loudly (with what
   was last seen) when it does not come; never a sleep that hopes time has done the work.
+- `wait_for_ledger(count)`, `wait_for_health(base, process, log)`: the two waits most written.
 - `drain_background_writes()`: wait for the gateway's background ledger writes, or fail
   naming them (the `gateway` fixture calls it after each test).
 - `sdk`: the openai client against the live gateway, with the test's API key.
@@ -56,6 +57,32 @@ def wait_until(
             left = what() if callable(what) else what
             raise WaitTimeout(f"not within {timeout:g} s: {left}")
         time.sleep(every)
+
+
+def wait_for_ledger(count: int, timeout: float = 10.0) -> int:
+    """Wait until the ledger holds at least `count` rows (a stream's row is written by a task of
+    its own just after the stream ends, so the client may be done before it lands)."""
+    from licensing.models import Transaction
+
+    return wait_until(
+        lambda: (n := Transaction.objects.count()) >= count and n,
+        timeout=timeout,
+        what=lambda: f"{Transaction.objects.count()} ledger rows, waiting for {count}",
+    )
+
+
+def wait_for_health(base: str, process=None, log=None, timeout: float = 60.0) -> None:
+    """Wait until a gateway started as a process answers 200 on /v1/health; fail at once (with
+    its log) if the process exits, and with its log after `timeout`."""
+
+    def healthy() -> bool:
+        assert process is None or process.poll() is None, log.read_text() if log else "exited"
+        try:
+            return httpx.get(f"{base}/v1/health", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_until(healthy, timeout=timeout, every=0.2, what=lambda: log.read_text() if log else base)
 
 
 def drain_background_writes(timeout: float = 10.0) -> None:

@@ -14,7 +14,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 from importlib import import_module, util
 from pathlib import Path
@@ -30,6 +29,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from licensing.consumers import PATH as LIVE_FEED
+from tests.kit import wait_for_health
 from tests.live_helpers import session_cookie
 from tests.processes import database_url, free_port
 
@@ -405,16 +405,7 @@ def test_the_dockerfile_command_serves_the_gateway(transactional_db, tmp_path):
         )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{base}/v1/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_for_health(base, proc, log)
         # Loopback may scrape; FORWARDED_ALLOW_IPS unset, no proxy is trusted, so a claimed
         # client changes nothing (tests/test_trusted_proxies.py: the other way round).
         assert httpx.get(f"{base}/metrics").status_code == 200

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway_site.metrics import address_allowed, allowed, parse_networks
 from licensing.models import Transaction
+from tests.kit import wait_for_ledger
 from tests.processes import running_workers
 
 SMALL = "text-embedding-3-small"
@@ -44,9 +45,7 @@ def delta(before: dict, after: dict, name: str, **labels) -> float:
 
 
 def wait_for_rows(count: int, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while Transaction.objects.count() < count and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for_ledger(count, timeout)
     assert Transaction.objects.count() == count
 
 
