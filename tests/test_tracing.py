@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -87,14 +86,17 @@ def sdk(traced, api_key):
 
 def provider_span(exporter, timeout: float = 5.0):
     """The one provider-call span (a stream's ends just after its last event)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        finished = exporter.get_finished_spans()
-        found = [s for s in finished if "gen_ai.operation.name" in s.attributes]
-        if found or time.monotonic() > deadline:
-            assert len(found) == 1, [s.name for s in exporter.get_finished_spans()]
-            return found[0]
-        time.sleep(0.02)
+
+    def provider_spans():
+        return [s for s in exporter.get_finished_spans() if "gen_ai.operation.name" in s.attributes]
+
+    found = wait_until(
+        provider_spans,
+        timeout=timeout,
+        what=lambda: [s.name for s in exporter.get_finished_spans()],
+    )
+    assert len(found) == 1, [s.name for s in exporter.get_finished_spans()]
+    return found[0]
 
 
 def same_trace(exporter, span):
