@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from datetime import timedelta
 
 import openai
 import pytest
@@ -410,12 +411,18 @@ def test_per_user_wallets(client, catalog, make_license, make_key):
 
 
 def test_daily_window(client, catalog, make_license, make_key):
-    from django.utils import timezone
+    from core import clock
 
     _, auth = limited(make_license, make_key, limit=100, period="daily")
-    embed(client, auth, {"model": SMALL, "input": "x"})
-    wallet = Wallet.objects.get()
-    assert wallet.window_start == timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    with clock.frozen() as frozen:  # the gateway's clock: the test cannot straddle midnight
+        embed(client, auth, {"model": SMALL, "input": "x"})
+        wallet = Wallet.objects.get()
+        today = clock.utcnow().replace(hour=0, minute=0, second=0, microsecond=0)
+        assert wallet.window_start == today
+        frozen.advance(24 * 3600)  # the next day spends from a wallet of its own
+        embed(client, auth, {"model": SMALL, "input": "x"})
+    starts = list(Wallet.objects.order_by("window_start").values_list("window_start", flat=True))
+    assert starts == [today, today + timedelta(days=1)]
 
 
 # --- policy and guardrails -------------------------------------------------------------------

@@ -15,8 +15,6 @@ import pytest
 
 from tests.processes import ROOT
 
-pytestmark = pytest.mark.slow  # mypy over the apps
-
 url = os.environ.get("DATABASE_URL")
 
 
