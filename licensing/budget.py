@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from core import clock
 from core.errors import OUT_OF_BUDGET, BadRequest, BudgetConfigurationError
 from gateway_site import pgpool
 from gateway_site.db import run_db
@@ -89,7 +90,7 @@ class BudgetState:
 def wallet_key(*, license_id: int, config: BudgetConfig, holder: str, now=None) -> WalletKey:
     config.validate()
     name = "license" if config.strategy == "pooled" else holder
-    start = window_start(config.period, now or timezone.now())
+    start = window_start(config.period, now or clock.utcnow())
     return WalletKey(license_id, name, config.period, start)
 
 

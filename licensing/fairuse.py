@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from core import clock
 from core.errors import GatewayError
 
 logger = logging.getLogger("gateway")
@@ -72,7 +73,7 @@ class Window:
 
 
 def window_of(limits: Limits, license_id: int, holder: str, now: float | None = None) -> Window:
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     index = int(now // WINDOW)
     retry_after = max(1, math.ceil((index + 1) * WINDOW - now))
     return Window(limits, license_id, holder, index, retry_after)

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, Max, Sum
-from django.utils import timezone
+
+from core import clock
 
 from .budget import window_start
 from .models import ApiKey, EndUser, License, Wallet
@@ -64,7 +65,7 @@ def _window(period: str, now: datetime) -> datetime | None:
 
 def licenses_usage(licenses, now: datetime | None = None) -> dict[int, LicenseUsage]:
     """Usage of each license (by id) in its current window, in one query."""
-    now = now or timezone.now()
+    now = now or clock.utcnow()
     windows = {lic.pk: _window(lic.budget_period, now) for lic in licenses}
     starts = {start for start in windows.values() if start is not None}
     totals: dict[tuple, Any] = {}

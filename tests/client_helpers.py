@@ -4,9 +4,9 @@ ledger row per provider call, matched to the calls by the provider's answer ids.
 from __future__ import annotations
 
 import json
-import time
 
 from licensing.models import Transaction
+from tests.kit import wait_for_ledger
 
 # Weather for the tool loops: the tool the clients declare, the argument the schema asks for.
 WEATHER_SCHEMA = {
@@ -24,9 +24,7 @@ def weather_report(city: str) -> str:
 def ledger_rows(count: int, timeout: float = 10.0) -> list[Transaction]:
     """The ledger's rows, oldest first, once `count` are there: a stream's row is written by a
     task of its own just after the stream ends, so the client may be done before it lands."""
-    deadline = time.monotonic() + timeout
-    while Transaction.objects.count() < count and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for_ledger(count, timeout)
     return list(Transaction.objects.order_by("created_at", "id"))
 
 

@@ -13,6 +13,9 @@ import pytest
 import uvicorn
 from django.db import connection
 
+# The shared kit (helpers and fixtures every area uses): tests/kit.py.
+pytest_plugins = ["tests.kit"]
+
 UPSTREAM_KEY = "sk-upstream-test"
 
 
@@ -158,17 +161,9 @@ def api_key(license, make_key):
 @pytest.fixture
 def gateway(live_gateway):
     yield live_gateway
-    _wait_for_background_ledger_writes()
+    from tests.kit import drain_background_writes  # imported once pytest_plugins rewrote it
 
-
-def _wait_for_background_ledger_writes(timeout: float = 10.0) -> None:
-    """A stream's ledger row is written by a task of its own just after the stream ends. Let
-    those land before the test's database is flushed (and blocked) under them."""
-    from inference import pipeline, streaming
-
-    deadline = time.monotonic() + timeout
-    while (streaming._background or pipeline._background) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    drain_background_writes()  # before the test's database is flushed (and blocked) under them
 
 
 @pytest.fixture

@@ -5,14 +5,13 @@ turn is billed from the usage the simulator reports."""
 from __future__ import annotations
 
 import json
-import time
 
 import jsonschema
-import openai
 import pytest
 from pydantic import BaseModel
 
 from licensing.models import Transaction
+from tests.kit import wait_for_ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MINI = "gpt-4o-mini"
@@ -45,20 +44,13 @@ class Event(BaseModel):
     participants: list[str]
 
 
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(api_key=api_key, base_url=gateway.url + "/v1", max_retries=0)
-
-
 def get_weather(city: str, unit: str) -> str:
     return f"Sunny, 21 degrees {unit} in {city}"
 
 
 def ledger(count: int, timeout: float = 5.0) -> list[tuple]:
     """The ledger's rows once `count` have landed (a stream's row is written as it ends)."""
-    deadline = time.monotonic() + timeout
-    while Transaction.objects.count() < count and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_ledger(count, timeout)
     return list(
         Transaction.objects.order_by("created_at", "id").values_list(
             "service", "status_code", "completion_tokens"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from licensing.models import Transaction
+from tests.kit import error
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TITAN = "amazon.titan-embed-text-v2:0"
@@ -13,11 +14,6 @@ COHERE = "cohere.embed-english-v3"
 
 def embed(client, auth, body, **headers):
     return client.post("/v1/bedrock/embeddings", json=body, headers={**auth, **headers})
-
-
-def error(response, status):
-    assert response.status_code == status, response.text
-    return response.json()["error"]["message"]
 
 
 def detail(response):

@@ -11,10 +11,11 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from tests.browser import ROOT, SHOTS, pick, requires_chromium, shot
 
-pytestmark = requires_chromium
+pytestmark = [requires_chromium, pytest.mark.slow]  # the README server and a Chromium page
 
 
 def test_the_admin_in_a_browser(server, page):

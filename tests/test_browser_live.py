@@ -16,7 +16,7 @@ import pytest
 
 from tests.browser import browser_page, login, requires_chromium, running_server, shot
 
-pytestmark = requires_chromium
+pytestmark = [requires_chromium, pytest.mark.slow]  # the README server and a Chromium page
 
 LIVE = "/admin/licensing/transaction/live/"
 REVIEWER_PASSWORD = "reviewer-pw-1234"

@@ -10,11 +10,12 @@ from __future__ import annotations
 import csv
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from openai import OpenAI
 
 from tests.browser import login, pick, requires_chromium, shot
 
-pytestmark = requires_chromium
+pytestmark = [requires_chromium, pytest.mark.slow]  # the README server and a Chromium page
 
 REVIEWER_PASSWORD = "a-reviewer-password-1"
 

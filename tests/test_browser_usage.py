@@ -15,7 +15,7 @@ from openai import OpenAI
 
 from tests.browser import SHOTS, login, requires_chromium, shot
 
-pytestmark = requires_chromium
+pytestmark = [requires_chromium, pytest.mark.slow]  # the README server and a Chromium page
 
 # Twenty past days of ledger rows for the demo school and a second school, so that the charts
 # show more than today (run on the server's own database through manage.py shell).

@@ -12,16 +12,12 @@ import pytest
 
 from catalog.models import Connection
 from licensing.models import Transaction, Wallet
+from tests.kit import error, wait_for_ledger, wait_until
 from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MINI = "gpt-4o-mini"
 HELLO = [{"role": "user", "content": "hello big world"}]
-
-
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(api_key=api_key, base_url=gateway.url + "/v1", max_retries=0)
 
 
 def chat(client, auth, body, **headers):
@@ -30,11 +26,6 @@ def chat(client, auth, body, **headers):
 
 def respond(client, auth, body, **headers):
     return client.post("/v1/responses", json=body, headers={**auth, **headers})
-
-
-def error(response, status):
-    assert response.status_code == status, response.text
-    return response.json()["error"]["message"]
 
 
 def mini_credits(prompt, completion, cached=0):
@@ -71,7 +62,7 @@ def test_sdk_chat_stream_is_billed_like_non_stream(sdk, catalog):
     assert len(usage_chunks) == 1 and usage_chunks[0].usage.prompt_tokens > 0
     sent = catalog["direct"].last.json
     assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
-    _wait_for_rows(2)  # a stream's row is written as the stream ends
+    wait_for_ledger(2)  # a stream's row is written as the stream ends
     rows = list(Transaction.objects.order_by("created_at").values_list("credits", "status_code"))
     assert rows[0] == rows[1] and rows[1][1] == 200 and rows[1][0] > 0
 
@@ -87,7 +78,7 @@ def test_stream_with_client_usage_option(client, auth, catalog):
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
     assert response.text.endswith("data: [DONE]\n\n")
-    _wait_for_rows(1)
+    wait_for_ledger(1)
 
 
 def test_chat_via_aggregator(client, auth, catalog):
@@ -372,7 +363,7 @@ def test_chat_stream_failing_midway(client, auth, catalog):
         == 'data: {"error":{"message":"Service temporarily unavailable","type":"server_error"}}'
     )
     assert events[-1] == "data: [DONE]"
-    _wait_for_rows(1)
+    wait_for_ledger(1)
     row = Transaction.objects.get()
     assert (row.status_code, row.credits) == (503, 0)
 
@@ -411,16 +402,8 @@ def test_stalled_stream_times_out_inside_the_stream(client, auth, catalog):
     assert sse_events(response.text)[-1] == "data: [DONE]"
     assert "Service temporarily unavailable" in response.text
     # The gateway hung up on the stalled stream (counted before the next test's reset).
-    deadline = time.monotonic() + 5
-    while catalog["direct"].streams_abandoned == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: catalog["direct"].streams_abandoned, timeout=5, what="no abandoned stream")
     assert catalog["direct"].streams_abandoned == 1
-
-
-def _wait_for_rows(count, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while Transaction.objects.count() < count and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def test_client_disconnect_cancels_the_upstream(gateway, auth, catalog, settings):
@@ -440,13 +423,11 @@ def test_client_disconnect_cancels_the_upstream(gateway, auth, catalog, settings
                 received += chunk
                 if b'"content":"word' in received:
                     break
-    _wait_for_rows(1)
+    wait_for_ledger(1)
     row = Transaction.objects.get()
     # Billed for what the provider produced before the upstream was closed (test_stream_billing).
     assert row.status_code == 499 and 0 < row.completion_tokens < 40 and row.credits > 0
-    deadline = time.monotonic() + 5
-    while catalog["direct"].streams_abandoned == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: catalog["direct"].streams_abandoned, timeout=5, what="no abandoned stream")
     assert catalog["direct"].streams_abandoned == 1
 
 
@@ -488,7 +469,7 @@ def test_sdk_responses_stream(sdk, catalog):
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text == "Echo: hello there"
-    _wait_for_rows(1)
+    wait_for_ledger(1)
     row = Transaction.objects.get()
     final = events[-1].response.usage
     assert (
@@ -523,7 +504,7 @@ def test_responses_stream_failing_midway(client, auth, catalog, sdk):
         None,
         3,
     )
-    _wait_for_rows(2)
+    wait_for_ledger(2)
     assert list(Transaction.objects.values_list("status_code", "credits")) == [(503, 0), (503, 0)]
 
 
@@ -532,7 +513,7 @@ def test_responses_stream_failing_before_any_event(client, auth, catalog):
     response = respond(client, auth, {"model": MINI, "input": "hi", "stream": True})
     assert response.status_code == 200
     assert sse_events(response.text) == [responses_error_event(0)]
-    _wait_for_rows(1)
+    wait_for_ledger(1)
     row = Transaction.objects.get()
     assert (row.status_code, row.credits, row.error_code) == (503, 0, "stream_failed")
 
@@ -566,7 +547,7 @@ def test_responses_stream_error_event_from_the_upstream(client, auth, catalog):
         "param": None,
         "sequence_number": 5,
     }
-    _wait_for_rows(1)
+    wait_for_ledger(1)
     assert Transaction.objects.get().status_code == 503
 
 

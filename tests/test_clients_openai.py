@@ -32,11 +32,6 @@ WEATHER_TOOL = {
 }
 
 
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(api_key=api_key, base_url=gateway.url + "/v1", max_retries=0)
-
-
 class Answer(BaseModel):
     city: str
     temperature_c: int

@@ -14,7 +14,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 from importlib import import_module, util
 from pathlib import Path
@@ -30,6 +29,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from licensing.consumers import PATH as LIVE_FEED
+from tests.kit import wait_for_health
 from tests.live_helpers import session_cookie
 from tests.processes import database_url, free_port
 
@@ -385,6 +385,7 @@ def test_server_side_cursors_can_be_turned_off_for_pgbouncer():
 # --- the Dockerfile's command, run here ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_dockerfile_command_serves_the_gateway(transactional_db, tmp_path):
     """gunicorn with gateway_site.gunicorn_conf, as the image runs it (on a free port, with the
     test database): health, the live feed's websocket, the proxy's headers, JSON lines."""
@@ -404,16 +405,7 @@ def test_the_dockerfile_command_serves_the_gateway(transactional_db, tmp_path):
         )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{base}/v1/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_for_health(base, proc, log)
         # Loopback may scrape; FORWARDED_ALLOW_IPS unset, no proxy is trusted, so a claimed
         # client changes nothing (tests/test_trusted_proxies.py: the other way round).
         assert httpx.get(f"{base}/metrics").status_code == 200

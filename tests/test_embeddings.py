@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from datetime import timedelta
 
 import openai
 import pytest
 
 from catalog.models import Connection, ProviderModel
 from licensing.models import Transaction, Wallet
+from tests.kit import error
 from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -19,16 +21,6 @@ SMALL = "text-embedding-3-small"
 
 def embed(client, auth, body, **headers):
     return client.post("/v1/embeddings", json=body, headers={**auth, **headers})
-
-
-def error(response, status):
-    assert response.status_code == status, response.text
-    return response.json()["error"]["message"]
-
-
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(api_key=api_key, base_url=gateway.url + "/v1", max_retries=0)
 
 
 # --- the happy path ----------------------------------------------------------------------------
@@ -419,12 +411,18 @@ def test_per_user_wallets(client, catalog, make_license, make_key):
 
 
 def test_daily_window(client, catalog, make_license, make_key):
-    from django.utils import timezone
+    from core import clock
 
     _, auth = limited(make_license, make_key, limit=100, period="daily")
-    embed(client, auth, {"model": SMALL, "input": "x"})
-    wallet = Wallet.objects.get()
-    assert wallet.window_start == timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    with clock.frozen() as frozen:  # the gateway's clock: the test cannot straddle midnight
+        embed(client, auth, {"model": SMALL, "input": "x"})
+        wallet = Wallet.objects.get()
+        today = clock.utcnow().replace(hour=0, minute=0, second=0, microsecond=0)
+        assert wallet.window_start == today
+        frozen.advance(24 * 3600)  # the next day spends from a wallet of its own
+        embed(client, auth, {"model": SMALL, "input": "x"})
+    starts = list(Wallet.objects.order_by("window_start").values_list("window_start", flat=True))
+    assert starts == [today, today + timedelta(days=1)]
 
 
 # --- policy and guardrails -------------------------------------------------------------------

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel
 
-from fake_upstreams import OpenAIFake, OpenRouterFake, serve
+from fake_upstreams import OpenRouterFake, serve
 from fake_upstreams.synth import count_tokens
+from tests.kit import FAKE_OPENAI_KEY
 
 from .test_fake_upstreams import sse_events
 
-KEY = "sk-upstream-test-key"
+KEY = FAKE_OPENAI_KEY
 WEATHER = {
     "type": "object",
     "properties": {
@@ -64,29 +64,16 @@ class Event(BaseModel):
     participants: list[str]
 
 
-@pytest.fixture(scope="module")
-def openai_server():
-    with serve(OpenAIFake(api_key=KEY)) as fake:
-        yield fake
+# `oai` (the fake OpenAI, reset), `oai_http` and `oai_sdk` come from the kit (tests/kit.py).
+@pytest.fixture
+def http(oai_http):
+    return oai_http
 
 
 @pytest.fixture
-def oai(openai_server):
-    openai_server.reset()
-    return openai_server
-
-
-@pytest.fixture
-def http(oai):
-    with httpx.Client(
-        base_url=oai.base_url, headers={"Authorization": f"Bearer {KEY}"}, timeout=5
-    ) as client:
-        yield client
-
-
-@pytest.fixture
-def sdk(oai):
-    return openai.OpenAI(api_key=KEY, base_url=oai.base_url, max_retries=0, timeout=5)
+def sdk(oai_sdk):
+    """The openai SDK against the fake itself (not the gateway's `sdk` of the kit)."""
+    return oai_sdk
 
 
 def chat(http, **body) -> dict:

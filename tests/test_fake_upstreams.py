@@ -36,8 +36,9 @@ from fake_upstreams import (
     serve,
 )
 from fake_upstreams.png import make_png, read_png
+from tests.kit import FAKE_OPENAI_KEY
 
-OPENAI_KEY = "sk-upstream-test-key"
+OPENAI_KEY = FAKE_OPENAI_KEY
 OPENROUTER_KEY = "sk-or-v1-test"
 GEMINI_KEY = "AIza-test-key"
 AWS_ACCESS = "AKIAFAKEFAKEFAKE"
@@ -47,12 +48,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def openai_server():
-    with serve(OpenAIFake(api_key=OPENAI_KEY)) as fake:
-        yield fake
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +70,8 @@ def gemini_server():
         yield fake
 
 
-# Each test gets the module's server with knobs, state and recordings reset.
-@pytest.fixture
-def oai(openai_server):
-    openai_server.reset()
-    return openai_server
-
-
+# Each test gets the module's server with knobs, state and recordings reset (`oai`, the fake
+# OpenAI, with `oai_http` and `oai_sdk`, comes from the kit, tests/kit.py).
 @pytest.fixture
 def orouter(openrouter_server):
     openrouter_server.reset()
@@ -101,16 +91,9 @@ def gemini(gemini_server):
 
 
 @pytest.fixture
-def oai_http(oai):
-    with httpx.Client(
-        base_url=oai.base_url, headers={"Authorization": f"Bearer {OPENAI_KEY}"}, timeout=5
-    ) as client:
-        yield client
-
-
-@pytest.fixture
-def sdk(oai):
-    return openai.OpenAI(api_key=OPENAI_KEY, base_url=oai.base_url, max_retries=0, timeout=5)
+def sdk(oai_sdk):
+    """The openai SDK against the fake itself (not the gateway's `sdk` of the kit)."""
+    return oai_sdk
 
 
 def sse_events(text: str) -> list[dict]:

@@ -9,6 +9,7 @@ import pytest
 
 from catalog.models import Connection
 from licensing.models import Transaction, Wallet
+from tests.kit import error
 from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,11 +22,6 @@ COUNT = f"/v1beta/models/{MODEL}:countTokens"
 
 def embed(client, auth, body, **headers):
     return client.post("/v1/gemini/embeddings", json=body, headers={**auth, **headers})
-
-
-def error(response, status):
-    assert response.status_code == status, response.text
-    return response.json()["error"]["message"]
 
 
 def sent(fake, path):

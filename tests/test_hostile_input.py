@@ -19,6 +19,7 @@ import pytest
 from core.jsonio import MAX_DEPTH, dumps
 from gateway_site.bodylimit import BodyLimit
 from licensing.models import Institution, JwtIssuer, Transaction, Wallet
+from tests.kit import wait_for_ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,9 +73,7 @@ def detail(response, status=422) -> list[dict]:
 
 
 def wait_for_rows(count: int, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while Transaction.objects.count() < count and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for_ledger(count, timeout)
     assert Transaction.objects.count() == count
 
 

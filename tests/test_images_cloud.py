@@ -10,6 +10,7 @@ import pytest
 from fake_upstreams import BedrockFake, png, serve
 from licensing.models import Transaction
 from tests.conftest import AWS_ACCESS_KEY, AWS_SECRET_KEY
+from tests.kit import error
 from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,11 +34,6 @@ FOREIGN = {
 
 def generate(client, auth, body, **headers):
     return client.post("/v1/images/generations", json=body, headers={**auth, **headers})
-
-
-def error(response, status):
-    assert response.status_code == status, response.text
-    return response.json()["error"]["message"]
 
 
 def decoded_png(b64: str) -> dict:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import base64
 from decimal import Decimal
 
-import openai
 import pytest
 
 from fake_upstreams import png
 from licensing.models import Transaction, Wallet
+from tests.kit import error
 from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -20,18 +20,8 @@ def generate(client, auth, body, **headers):
     return client.post("/v1/images/generations", json=body, headers={**auth, **headers})
 
 
-def error(response, status):
-    assert response.status_code == status, response.text
-    return response.json()["error"]["message"]
-
-
 def decoded_png(b64: str) -> dict:
     return png.read_png(base64.b64decode(b64))
-
-
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(api_key=api_key, base_url=gateway.url + "/v1", max_retries=0)
 
 
 @pytest.fixture

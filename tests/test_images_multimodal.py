@@ -10,6 +10,7 @@ import pytest
 
 from catalog.models import Connection
 from licensing.models import Transaction, Wallet
+from tests.kit import error
 from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,11 +24,6 @@ UNAVAILABLE = "Service temporarily unavailable"
 
 def generate(client, auth, body, **headers):
     return client.post("/v1/images/generations", json=body, headers={**auth, **headers})
-
-
-def error(response, status):
-    assert response.status_code == status, response.text
-    return response.json()["error"]["message"]
 
 
 def is_png(b64: str) -> bool:

@@ -35,6 +35,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_health_503_when_database_is_unreachable(tmp_path):
     """A real gateway process whose database does not answer (nothing listens on the port)."""
     dead_port, port = _free_port(), _free_port()
@@ -350,13 +351,6 @@ def test_a_policy_that_cannot_be_evaluated_lists_nothing(client, catalog, make_l
 
 
 # --- GET /v1/models/{id} ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def sdk(gateway, api_key):
-    import openai
-
-    return openai.OpenAI(api_key=api_key, base_url=gateway.url + "/v1", max_retries=0)
 
 
 def test_retrieve_is_the_list_entry(client, auth, catalog, sdk):

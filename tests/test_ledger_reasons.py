@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 
-import openai
 import pytest
 
 from gateway_site.logs import JsonFormatter
 from licensing.ledger import LedgerEntry, transaction_record_once
 from licensing.models import Transaction, Wallet
 from licensing.spool import _decode, _encode
+from tests.kit import wait_for_ledger, wait_until
 from tests.ledger_helpers import refusal_codes
 
 MINI = "gpt-4o-mini"
@@ -23,23 +22,16 @@ SMALL = "text-embedding-3-small"
 HELLO = [{"role": "user", "content": "hello"}]
 
 
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=api_key, max_retries=0)
-
-
 def row_of(response) -> Transaction:
     return Transaction.objects.get(request_id=response.headers["X-Request-Id"])
 
 
 def wait_for_row(request_id: str, timeout: float = 5.0) -> Transaction:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        row = Transaction.objects.filter(request_id=request_id).first()
-        if row is not None:
-            return row
-        time.sleep(0.02)
-    raise AssertionError(f"no ledger row for {request_id}")
+    return wait_until(
+        lambda: Transaction.objects.filter(request_id=request_id).first(),
+        timeout=timeout,
+        what=f"no ledger row for {request_id}",
+    )
 
 
 def limited_key(make_license, make_key, *, limit, policy=None, guardrails=None):
@@ -182,9 +174,7 @@ def test_streamed_chat_answer_id_is_stored(sdk, catalog):
     ids = {chunk.id for chunk in stream}
     [answer_id] = ids
     rows = Transaction.objects.all()
-    deadline = time.monotonic() + 5
-    while not rows.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for_ledger(1, timeout=5)
     assert rows.get().upstream_id == answer_id and answer_id.startswith("chatcmpl-")
 
 
@@ -194,9 +184,7 @@ def test_responses_answer_ids_are_stored(sdk, catalog):
     with sdk.responses.stream(model=MINI, input="hi") as stream:
         final = stream.get_final_response()
     assert final.id.startswith("resp_") and final.id != answer.id
-    deadline = time.monotonic() + 5
-    while Transaction.objects.count() < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for_ledger(2, timeout=5)
     assert Transaction.objects.filter(upstream_id=final.id).count() == 1
 
 

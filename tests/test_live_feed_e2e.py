@@ -20,6 +20,7 @@ from websockets.sync.client import connect
 from licensing import live
 from licensing.consumers import PATH
 from licensing.models import Transaction
+from tests.kit import wait_until
 from tests.live_helpers import feed_entry, session_cookie, staff_user
 from tests.processes import redis_server_or_skip, running_workers
 
@@ -44,17 +45,12 @@ def viewer(base_url: str, cookie: str, **options):
 
 
 def wait_for_viewers(count: int, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while live.viewers != count:
-        assert time.monotonic() < deadline, f"{live.viewers} viewers, expected {count}"
-        time.sleep(0.01)
-
-
-def until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+    wait_until(
+        lambda: live.viewers == count,
+        timeout=timeout,
+        every=0.01,
+        what=lambda: f"{live.viewers} viewers, expected {count}",
+    )
 
 
 def event_for(ws, request_id: str, timeout: float = 10.0) -> dict:
@@ -167,10 +163,10 @@ def test_a_hanging_layer_does_not_slow_a_request(
                 client.embeddings.create(model=SMALL, input="x", encoding_format="float")
                 took.append(time.perf_counter() - started)
             assert max(took) < 1.5, took  # a request that waited for the layer would take 3 s
-            until(lambda: live.stats.failed == 1)  # the first send timed out, in its own task
+            wait_until(lambda: live.stats.failed == 1)  # the first send timed out, in its own task
         finally:
             del layer.group_send  # the layer answers again: the rows queued behind it go out
-        until(lambda: live.stats.failed + live.stats.sent == 6)
+        wait_until(lambda: live.stats.failed + live.stats.sent == 6)
         assert len(json.loads(ws.recv(timeout=5))["rows"]) == 2
     assert Transaction.objects.count() == 3
     print(f"requests with a hanging layer: {[round(t * 1000) for t in took]} ms")
@@ -244,6 +240,7 @@ def two_workers(catalog, redis_url, tmp_path):
         yield workers
 
 
+@pytest.mark.slow
 def test_a_row_served_by_one_worker_reaches_a_viewer_on_another(
     two_workers, license, api_key, root_cookie
 ):

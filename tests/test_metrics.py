@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway_site.metrics import address_allowed, allowed, parse_networks
 from licensing.models import Transaction
+from tests.kit import wait_for_ledger
 from tests.processes import running_workers
 
 SMALL = "text-embedding-3-small"
@@ -44,9 +45,7 @@ def delta(before: dict, after: dict, name: str, **labels) -> float:
 
 
 def wait_for_rows(count: int, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while Transaction.objects.count() < count and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for_ledger(count, timeout)
     assert Transaction.objects.count() == count
 
 
@@ -57,11 +56,6 @@ def in_flight_settles(base_url: str, timeout: float = 5.0) -> float:
         if value == 0 or time.monotonic() > deadline:
             return value
         time.sleep(0.05)
-
-
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=api_key, max_retries=0)
 
 
 def test_known_requests_are_counted(gateway, sdk, catalog, license, auth):
@@ -253,6 +247,7 @@ def two_workers(transactional_db, catalog, tmp_path):
         yield workers
 
 
+@pytest.mark.slow
 def test_workers_are_summed(two_workers, license, make_key, tmp_path):
     key = make_key(license)
     for worker, count in zip(two_workers, (1, 2), strict=True):

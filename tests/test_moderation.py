@@ -12,17 +12,13 @@ from django.core.exceptions import ValidationError
 
 from catalog.models import Connection
 from licensing.models import LicenseType, Transaction, Wallet
+from tests.kit import error
 from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MINI = "gpt-4o-mini"
 BLOCKED = "Request blocked by guardrail"
 UNAVAILABLE = "Service temporarily unavailable"
-
-
-def error(response, status):
-    assert response.status_code == status, response.text
-    return response.json()["error"]["message"]
 
 
 def moderated(make_license, make_key, *, input=False, output=False, limit=1_000_000, **extra):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gc
 
-from tests.conftest import _wait_for_background_ledger_writes
+from tests.kit import drain_background_writes
 
 # Server-side types only: the test's own httpx client has cycles of its own.
 SERVER_TYPES = {
@@ -24,7 +24,7 @@ def cyclic_garbage(make_requests) -> dict[str, int]:
     gc.disable()
     try:
         make_requests()
-        _wait_for_background_ledger_writes()
+        drain_background_writes()
         gc.set_debug(gc.DEBUG_SAVEALL)
         gc.collect()
         found: dict[str, int] = {}

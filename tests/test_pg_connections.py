@@ -19,7 +19,8 @@ from licensing.consumers import PATH
 from tests.live_helpers import session_cookie
 from tests.processes import running_workers
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# slow: worker processes and PostgreSQL connection counts
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 HOT_POOL, ORM_POOL = 8, 6  # the defaults the README and docs/deployment.md state
 CLIENTS = 32  # concurrent clients, far more than the ORM pool has connections

@@ -296,11 +296,6 @@ def sdk_answer(output: list[dict]) -> dict:
     }
 
 
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(api_key=api_key, base_url=gateway.url + "/v1", max_retries=0)
-
-
 def send_back(sdk, fake, output) -> None:
     """`output` (the SDK's objects) back as input in every form a program may hold it, each
     received upstream as the API's own items."""

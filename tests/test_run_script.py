@@ -21,6 +21,8 @@ from licensing.models import License
 from .ports import run_script_ports
 from .processes import database_url, free_port
 
+pytestmark = pytest.mark.slow  # run.sh and the README server
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -5,7 +5,6 @@ before the provider call; /v1/health says so; the spool's counts leave rejected 
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import pytest
@@ -18,6 +17,7 @@ from gateway_site.metrics import ScrapeTimeCollector
 from licensing import spool
 from licensing.models import Transaction
 from licensing.spool import SpoolProbe, spool_append, spool_depth, spool_rejected, spool_replay
+from tests.kit import wait_until
 from tests.ledger_helpers import budget_for, entry_for, refusal_codes
 from tests.processes import running_workers
 
@@ -166,6 +166,7 @@ def test_waiting_count_leaves_rejected_lines_apart(settings, tmp_path, make_lice
 # --- a real outage: two worker processes on PostgreSQL behind a proxy the test cuts ------------
 
 
+@pytest.mark.slow
 def test_outage_with_an_unwritable_or_full_spool(catalog, make_license, make_key, tmp_path):
     """Worker 0's spool is a file (cannot be written, whoever runs it), worker 1's disk is
     "full" (its free-space floor is above any disk's size). Once the database is cut and a
@@ -260,14 +261,20 @@ def test_outage_with_an_unwritable_or_full_spool(catalog, make_license, make_key
 
 
 def _wait_for_database(worker, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while worker.http.get("/v1/health", timeout=30).json()["database"] != "ok":
-        assert time.monotonic() < deadline, "the worker did not reach the database again"
-        time.sleep(0.1)
+    wait_until(
+        lambda: worker.http.get("/v1/health", timeout=30).json()["database"] == "ok",
+        timeout=timeout,
+        every=0.1,
+        what="the worker did not reach the database again",
+    )
 
 
 def _wait_for_replay(directory, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while any(p.suffix == ".jsonl" or ".replaying-" in p.name for p in directory.glob("*")):
-        assert time.monotonic() < deadline, "the spool was not replayed"
-        time.sleep(0.1)
+    wait_until(
+        lambda: (
+            not any(p.suffix == ".jsonl" or ".replaying-" in p.name for p in directory.glob("*"))
+        ),
+        timeout=timeout,
+        every=0.1,
+        what="the spool was not replayed",
+    )

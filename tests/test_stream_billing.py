@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import time
 
 import httpx
 import pytest
@@ -19,6 +18,7 @@ from inference import tokens
 from inference.billing import Usage, credits_for
 from inference.streaming import SSEDecoder, parse_event
 from licensing.models import Transaction, Wallet
+from tests.kit import wait_until
 
 from .conftest import UPSTREAM_KEY
 
@@ -43,13 +43,6 @@ def funded(make_license, make_key):
 
 def price(model_id: str, usage: Usage) -> int:
     return credits_for(Model.objects.get(model_id=model_id).cost, usage)
-
-
-def wait_until(predicate, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert predicate()
 
 
 def leave_after(gateway, path, body, headers, events: int) -> str:
@@ -109,8 +102,8 @@ def test_clients_leaving_at_random_points_pay_for_what_was_produced(
         body = {"model": MINI, "messages": HELLO, "stream": True}
         request_id = leave_after(gateway, "/v1/chat/completions", body, auth, leave)
         streams[f"Reply {index}:"] = (request_id, mode)
-    wait_until(lambda: len(fake.streams_sent) == 40)
-    wait_until(lambda: Transaction.objects.count() == 40)
+    wait_until(lambda: len(fake.streams_sent) == 40, timeout=15)
+    wait_until(lambda: Transaction.objects.count() == 40, timeout=15)
 
     expected_total = 0
     modes_billed = {"exact": 0, "estimate": 0, "nothing": 0}
@@ -182,7 +175,7 @@ def test_usage_arriving_within_the_grace_period_is_billed_exactly(gateway, catal
     body = {"model": MINI, "messages": HELLO, "stream": True}
     # Left after the role chunk and one content piece: the rest, and the usage, came later.
     request_id = leave_after(gateway, "/v1/chat/completions", body, funded[1], 2)
-    wait_until(lambda: Transaction.objects.filter(request_id=request_id).exists())
+    wait_until(lambda: Transaction.objects.filter(request_id=request_id).exists(), timeout=15)
     row = Transaction.objects.get(request_id=request_id)
     assert (row.status_code, row.prompt_tokens, row.completion_tokens) == (499, 3, 8)
     assert row.credits == price(MINI, Usage(prompt_tokens=3, completion_tokens=8))
@@ -194,7 +187,7 @@ def test_a_client_leaving_before_any_text_pays_nothing(gateway, catalog, funded,
     fake.stream_stall_seconds = 1.5
     body = {"model": MINI, "messages": HELLO, "stream": True}
     request_id = leave_after(gateway, "/v1/chat/completions", body, funded[1], 1)
-    wait_until(lambda: Transaction.objects.filter(request_id=request_id).exists())
+    wait_until(lambda: Transaction.objects.filter(request_id=request_id).exists(), timeout=15)
     row = Transaction.objects.get(request_id=request_id)
     assert (row.status_code, row.credits, row.completion_tokens) == (499, 0, None)
 
@@ -210,8 +203,8 @@ def test_a_model_outside_the_openai_family_is_estimated_on_characters(
     body = {"model": model, "messages": HELLO, "stream": True}
     headers = {**funded[1], "X-Service-Provider": "aggregator"}
     request_id = leave_after(gateway, "/v1/chat/completions", body, headers, 3)
-    wait_until(lambda: len(fake.streams_sent) == 1)
-    wait_until(lambda: Transaction.objects.filter(request_id=request_id).exists())
+    wait_until(lambda: len(fake.streams_sent) == 1, timeout=15)
+    wait_until(lambda: Transaction.objects.filter(request_id=request_id).exists(), timeout=15)
     text = "".join(
         c["choices"][0]["delta"].get("content") or ""
         for c in sent_data(fake.streams_sent[0])
@@ -239,7 +232,7 @@ def test_streams_that_end_normally_are_billed_from_the_provider_usage(
         headers=funded[1],
     )
     assert response.status_code == 200 and response.text.endswith("data: [DONE]\n\n")
-    wait_until(lambda: Transaction.objects.exists())
+    wait_until(lambda: Transaction.objects.exists(), timeout=15)
     row = Transaction.objects.get()
     assert (row.status_code, row.prompt_tokens, row.completion_tokens) == (200, 3, 4)
 
@@ -259,7 +252,7 @@ def test_responses_stream_left_early(gateway, catalog, funded, grace):
     # Usage too late: the gateway's count of the prompt and of the deltas relayed.
     fake.usage_delay = 1.5
     estimated = leave_after(gateway, "/v1/responses", body, funded[1], 6)
-    wait_until(lambda: Transaction.objects.count() == 2)
+    wait_until(lambda: Transaction.objects.count() == 2, timeout=15)
     row = Transaction.objects.get(request_id=exact)
     assert (row.status_code, row.prompt_tokens, row.completion_tokens) == (499, 3 + 2, 8)
     assert row.credits == price(MINI, Usage(prompt_tokens=5, completion_tokens=8))
@@ -337,7 +330,7 @@ def test_chat_events_in_any_framing_are_relayed_and_billed(client, raw_upstream,
         b'"total_tokens":13}}',
         b"[DONE]",
     ]
-    wait_until(lambda: Transaction.objects.exists())
+    wait_until(lambda: Transaction.objects.exists(), timeout=15)
     row = Transaction.objects.get()
     assert (row.status_code, row.prompt_tokens, row.completion_tokens) == (200, 11, 2)
     assert row.credits == price(MINI, Usage(prompt_tokens=11, completion_tokens=2))
@@ -370,7 +363,7 @@ def test_responses_completed_event_with_id_first_is_billed(client, raw_upstream,
         "/v1/responses", json={"model": MINI, "input": "hi", "stream": True}, headers=funded[1]
     )
     assert response.status_code == 200 and b"error" not in response.content
-    wait_until(lambda: Transaction.objects.exists())
+    wait_until(lambda: Transaction.objects.exists(), timeout=15)
     row = Transaction.objects.get()
     assert (row.status_code, row.prompt_tokens, row.completion_tokens) == (200, 20, 5)
 
@@ -382,7 +375,7 @@ def test_responses_events_named_only_in_their_data(client, raw_upstream, funded)
         "/v1/responses", json={"model": MINI, "input": "hi", "stream": True}, headers=funded[1]
     )
     assert response.status_code == 200
-    wait_until(lambda: Transaction.objects.exists())
+    wait_until(lambda: Transaction.objects.exists(), timeout=15)
     assert Transaction.objects.get().prompt_tokens == 4
 
 
@@ -444,7 +437,7 @@ def test_responses_error_event(client, raw_upstream, funded, chunks, error):
         "param": error.get("param"),
         "sequence_number": error["seq"],
     }
-    wait_until(lambda: Transaction.objects.exists())
+    wait_until(lambda: Transaction.objects.exists(), timeout=15)
     row = Transaction.objects.get()
     assert (row.status_code, row.credits, row.error_message) == (503, 0, error["message"])
 
@@ -574,7 +567,7 @@ def test_a_client_hanging_up_at_the_end_marker_got_a_complete_stream(gateway, ra
                 if b"[DONE]" in received:
                     break
             request_id = r.headers["X-Request-Id"]
-    wait_until(lambda: Transaction.objects.filter(request_id=request_id).exists())
+    wait_until(lambda: Transaction.objects.filter(request_id=request_id).exists(), timeout=15)
     row = Transaction.objects.get(request_id=request_id)
     assert (row.status_code, row.prompt_tokens, row.completion_tokens) == (200, 3, 1)
     assert row.credits == price(MINI, Usage(prompt_tokens=3, completion_tokens=1))

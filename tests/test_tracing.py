@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -23,7 +22,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from tests.conftest import LiveGateway, _wait_for_background_ledger_writes
+from tests.conftest import LiveGateway
+from tests.kit import drain_background_writes, wait_until
 from tests.processes import ROOT, database_url, free_port, running_workers
 
 MINI = "gpt-4o-mini"
@@ -75,7 +75,7 @@ def spans(traced, catalog):
     live, exporter = traced
     exporter.clear()
     yield exporter
-    _wait_for_background_ledger_writes()  # a stream's row lands after its last byte
+    drain_background_writes()  # a stream's row lands after its last byte
 
 
 @pytest.fixture
@@ -86,14 +86,17 @@ def sdk(traced, api_key):
 
 def provider_span(exporter, timeout: float = 5.0):
     """The one provider-call span (a stream's ends just after its last event)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        finished = exporter.get_finished_spans()
-        found = [s for s in finished if "gen_ai.operation.name" in s.attributes]
-        if found or time.monotonic() > deadline:
-            assert len(found) == 1, [s.name for s in exporter.get_finished_spans()]
-            return found[0]
-        time.sleep(0.02)
+
+    def provider_spans():
+        return [s for s in exporter.get_finished_spans() if "gen_ai.operation.name" in s.attributes]
+
+    found = wait_until(
+        provider_spans,
+        timeout=timeout,
+        what=lambda: [s.name for s in exporter.get_finished_spans()],
+    )
+    assert len(found) == 1, [s.name for s in exporter.get_finished_spans()]
+    return found[0]
 
 
 def same_trace(exporter, span):
@@ -332,6 +335,7 @@ def exported_span_names(received) -> set[str]:
     return names
 
 
+@pytest.mark.slow
 def test_worker_exports_over_otlp_and_a_dead_collector_costs_nothing(
     collector, catalog, api_key, tmp_path
 ):
@@ -348,9 +352,10 @@ def test_worker_exports_over_otlp_and_a_dead_collector_costs_nothing(
             for _ in range(2):
                 response = worker.http.post("/v1/chat/completions", json=body, headers=headers)
                 assert response.status_code == 200, response.text
-        deadline = time.monotonic() + 10
-        while f"chat {MINI}" not in exported_span_names(Collector.received):
-            assert time.monotonic() < deadline, exported_span_names(Collector.received)
-            time.sleep(0.1)
+        wait_until(
+            lambda: f"chat {MINI}" in exported_span_names(Collector.received),
+            every=0.1,
+            what=lambda: exported_span_names(Collector.received),
+        )
     names = exported_span_names(Collector.received)
     assert "POST v1/chat/completions" in names

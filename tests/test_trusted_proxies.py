@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,7 +19,10 @@ import pytest
 from axes.models import AccessAttempt
 from django.contrib.auth import get_user_model
 
+from tests.kit import wait_for_health
 from tests.processes import database_url, free_port
+
+pytestmark = pytest.mark.slow  # gateway processes behind proxy settings
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGIN = "/admin/login/?next=/admin/"
@@ -56,16 +58,7 @@ def server(kind: str, tmp_path: Path, trusted: str | None):
         )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{base}/v1/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_for_health(base, proc, log)
         yield base
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

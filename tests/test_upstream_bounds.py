@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -19,6 +18,7 @@ from core.errors import SERVICE_UNAVAILABLE
 from licensing.models import Transaction, Wallet
 from tests.client_helpers import ledger_rows
 from tests.conftest import UPSTREAM_KEY
+from tests.kit import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SMALL = "text-embedding-3-small"
@@ -32,14 +32,6 @@ def embed(client, auth, texts):
 def key_of(make_license, make_key, name, limit=1_000_000):
     license = make_license(name=name, limit=limit)
     return license, {"Authorization": f"Bearer {make_key(license)}"}
-
-
-def until(condition, timeout=20.0):
-    """Wait for something the gateway or the fake does (not for time to pass)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -242,7 +234,9 @@ def test_a_slow_license_cannot_starve_another(
     if slow_calls == "streams":
         slow_job = (slow_auth, "/v1/chat/completions", SLOW_STREAM)
     held = _post_all(gateway.url, [slow_job] * 4)
-    until(lambda: fake.holding == 2 and _share_waiters(fake, slow.id) == 2)
+    wait_until(
+        lambda: fake.holding == 2 and _share_waiters(fake, slow.id) == 2, timeout=20, every=0.01
+    )
     # The other license gets a connection at once, while the slow one's calls are still held.
     response = embed(client, other_auth, ["quick"])
     assert response.status_code == 200, response.text
@@ -286,7 +280,7 @@ def test_no_connection_within_the_wait_is_503(
     _, first_auth = key_of(make_license, make_key, "first")
     _, second_auth = (None, first_auth) if same_license else key_of(make_license, make_key, "2nd")
     (held,) = _post_all(gateway.url, [(first_auth, ["first"])])
-    until(lambda: fake.holding == 1)
+    wait_until(lambda: fake.holding == 1, timeout=20, every=0.01)
     response = embed(client, second_auth, ["second"])
     assert response.status_code == 503, response.text
     assert response.json() == {"error": {"message": SERVICE_UNAVAILABLE}}

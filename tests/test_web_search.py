@@ -8,6 +8,7 @@ import pytest
 
 from catalog.models import Model
 from licensing.models import Transaction, Wallet
+from tests.kit import error
 from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -17,19 +18,9 @@ def search(client, auth, body, **headers):
     return client.post("/v1/web-search", json=body, headers={**auth, **headers})
 
 
-def error(response, status):
-    assert response.status_code == status, response.text
-    return response.json()["error"]["message"]
-
-
 def licensed(make_license, make_key, policy=None, **kwargs):
     license = make_license(name=kwargs.pop("name", "search-license"), policy=policy, **kwargs)
     return license, {"Authorization": f"Bearer {make_key(license)}"}
-
-
-@pytest.fixture
-def sdk(gateway, api_key):
-    return openai.OpenAI(api_key=api_key, base_url=gateway.url + "/v1", max_retries=0)
 
 
 # --- web (Brave) -------------------------------------------------------------------------------
