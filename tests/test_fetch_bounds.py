@@ -294,11 +294,9 @@ def test_pdf_within_the_page_cap_is_read(client, auth, site, settings):
     assert paper["content"] == "Mitochondria are the powerhouse of the cell"
 
 
-def test_an_abandoned_extraction_stops_at_the_next_page(
-    client, auth, site, settings, monkeypatch, extractions
-):
-    """Pages that cost 20 ms of CPU each (1,000 of them: 20 s) and a URL deadline of 1 s: the
-    URL times out and its extractor stops at the next page instead of running on for nobody."""
+def costly_pages(settings, monkeypatch) -> list[int]:
+    """Every PDF page costs 20 ms of CPU to extract and a URL has 1 s; returns the list that
+    grows by one per page read."""
     settings.GATEWAY = {**settings.GATEWAY, "FETCH_TIMEOUT": 1.0}
     read: list[int] = []
     real = pypdf.PageObject.extract_text
@@ -311,6 +309,15 @@ def test_an_abandoned_extraction_stops_at_the_next_page(
         return real(page, *args, **kwargs)
 
     monkeypatch.setattr(pypdf.PageObject, "extract_text", costly)
+    return read
+
+
+def test_an_abandoned_extraction_stops_at_the_next_page(
+    client, auth, site, settings, monkeypatch, extractions
+):
+    """Pages that cost 20 ms of CPU each (1,000 of them: 20 s) and a URL deadline of 1 s: the
+    URL times out and its extractor stops at the next page instead of running on for nobody."""
+    read = costly_pages(settings, monkeypatch)
     started = time.perf_counter()
     (page,) = fetch(client, auth, {"urls": [f"{site.origin}/pages.pdf?pages=1000"]})
     answered = time.perf_counter()
@@ -331,18 +338,7 @@ def test_one_request_cannot_take_both_extractor_threads(
 ):
     """A request of two costly PDFs (20 ms of CPU a page, 1,000 pages each, until its 1 s
     deadline) uses one extractor thread: another request's PDF is read on the other at once."""
-    settings.GATEWAY = {**settings.GATEWAY, "FETCH_TIMEOUT": 1.0}
-    read: list[int] = []
-    real = pypdf.PageObject.extract_text
-
-    def costly(page, *args, **kwargs):
-        read.append(1)
-        spent = time.thread_time()
-        while time.thread_time() - spent < 0.02:  # CPU work, not a sleep
-            pass
-        return real(page, *args, **kwargs)
-
-    monkeypatch.setattr(pypdf.PageObject, "extract_text", costly)
+    read = costly_pages(settings, monkeypatch)
     hostile = [f"{site.origin}/pages.pdf?pages=1000&url={i}" for i in range(2)]
 
     def attack():
