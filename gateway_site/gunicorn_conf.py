@@ -25,6 +25,11 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import types
+
+import gunicorn
+from gunicorn.config import KNOWN_SETTINGS
 
 from core.config import exit_on_bad_environment
 from gateway_site import metrics_setup
@@ -88,3 +93,28 @@ def post_worker_init(worker) -> None:
 def child_exit(server, worker) -> None:
     """In the master: a worker has exited (crashed, restarted); its in-flight gauge stops."""
     metrics_setup.mark_dead(worker.pid)
+
+
+def _unknown_settings(names: dict) -> list[str]:
+    """The settings this module sets that gunicorn does not know. gunicorn skips such a name in
+    a config module without a word, so a setting renamed upstream (`reuse_port`, a hook) would
+    quietly stop applying (docs/performance.md, "The workarounds")."""
+    known = {setting.name for setting in KNOWN_SETTINGS}
+    ours = {
+        name
+        for name, value in names.items()
+        if name.islower()
+        and not name.startswith("_")
+        and not isinstance(value, types.ModuleType)
+        and getattr(value, "__module__", __name__) == __name__  # not an imported function
+        and name != "annotations"  # from __future__
+    }
+    return sorted(ours - known)
+
+
+if _unknown := _unknown_settings(globals()):
+    sys.exit(
+        f"gunicorn: gateway_site/gunicorn_conf.py sets {', '.join(_unknown)}, unknown to "
+        f"gunicorn {gunicorn.__version__}, which would skip them silently "
+        '(docs/performance.md, "The workarounds")'
+    )
