@@ -118,7 +118,8 @@ class GatewayASGIHandler(ASGIHandler):
 def _close(response) -> None:
     """`response.close()` without its request_finished signal: the receivers (closing this
     context's database connections and caches, resetting the URL conf) have nothing to do on
-    /v1, which opens neither here, and asking cost ~25 µs a request (bench/README)."""
+    /v1, which opens neither here, and asking cost ~25 µs a request (docs/performance.md,
+    "The workarounds")."""
     for closer in response._resource_closers:
         try:
             closer()
@@ -133,7 +134,7 @@ async def _until_disconnect(receive) -> None:
     RequestAborted instead, on every request (the server reports a disconnect once the answer
     is sent), and that exception's traceback ties the request's objects into a reference cycle
     that only the cyclic garbage collector frees: ~80 objects per request, at 32 connections a
-    30 ms collection every second (bench/README)."""
+    30 ms collection every second (docs/performance.md, "The workarounds")."""
     while (await receive())["type"] != "http.disconnect":
         pass
 
