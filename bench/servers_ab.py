@@ -31,7 +31,7 @@ from prometheus_client.mmap_dict import MmapedDict
 
 def command(server: str, port: int, workers: int) -> list[str]:
     if server == "gunicorn":
-        return bench.server_cmd("gunicorn", bench.GATEWAY_APP, port, workers, False)
+        return bench.server_cmd("gunicorn", bench.GATEWAY_APP, port, workers)
     module = "uvicorn" if server == "uvicorn" else server
     opts = ["--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
     opts += ["--no-access-log", "--log-level", "warning"]

@@ -11,7 +11,7 @@ configure_connection's named variables) and the OpenTelemetry SDK's own OTEL_* v
 
 A bad value stops the process at start with one line per bad variable, all of them together
 (`GATEWAY_UPSTREAM_POOL_WAIT: not a number: 'abc'`): `exit_on_bad_environment()` in the entry
-points (gateway_site.asgi, gunicorn_conf, serve), manage.py for its commands.
+points (gateway_site.asgi, gunicorn_conf), manage.py for its commands.
 
 The settings module turns this object into Django's settings once; the request path reads those
 (`settings.GATEWAY["X"]`, a plain dict typed by `GatewaySettings`), never this parsing.
