@@ -153,7 +153,7 @@ def _report(args, rows: dict[str, list[dict]]) -> None:
 
 
 def _child(args) -> None:
-    import uvloop  # the loop gateway_site.serve runs on
+    import uvloop  # the loop the gunicorn workers run on (uvicorn's `auto`)
 
     target, case = args.serve, args.case
     app = _application(target, args.root)

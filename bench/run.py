@@ -319,29 +319,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def uvicorn_cmd(app: str, port: int, workers: int, nodelay: bool = False) -> list[str]:
-    """The gateway's server settings; `nodelay` goes through gateway_site/serve.py (see there)."""
-    server = ["--workers", str(workers), "--no-access-log", "--log-level", "warning"]
-    module = "gateway_site.serve" if nodelay else "uvicorn"
-    return [PY, "-m", module, app, "--host", "127.0.0.1", "--port", str(port), *server]
+def profiled_cmd(app: str, port: int) -> list[str]:
+    """One uvicorn process for cProfile (which sees only the process it starts, not gunicorn's
+    workers): the worker's own server, uvicorn with the workers' settings, without a master."""
+    opts = ["--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"]
+    return ["-m", "uvicorn", app, *opts]
 
 
-SERVERS = ("uvicorn", "gunicorn", "granian")
+SERVERS = ("gunicorn", "granian")
 
 
-def server_cmd(server: str, app: str, port: int, workers: int, nodelay: bool) -> list[str]:
-    """`app` served by `server` as docs/deployment.md serves it, on 127.0.0.1:`port`."""
-    if server == "gunicorn":
-        conf = ["-c", "python:gateway_site.gunicorn_conf", "--log-level", "warning"]
-        bind = ["--bind", f"127.0.0.1:{port}", "--workers", str(workers)]
-        return [PY, "-m", "gunicorn", *conf, *bind, app]
+def server_cmd(server: str, app: str, port: int, workers: int) -> list[str]:
+    """`app` served by `server` on 127.0.0.1:`port`: gunicorn as docs/deployment.md serves the
+    gateway, or granian (measured beside it: bench/results/servers.md)."""
     if server == "granian":
         # Its HTTP and sockets are Rust (TCP_NODELAY set there); the event loop is uvloop, like
-        # the others' (uvicorn's `auto` takes it).
+        # the uvicorn workers' (uvicorn's `auto` takes it).
         opts = ["--interface", "asgi", "--workers", str(workers), "--loop", "uvloop"]
         opts += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
         return [PY, "-m", "granian", *opts, app]
-    return uvicorn_cmd(app, port, workers, nodelay)
+    conf = ["-c", "python:gateway_site.gunicorn_conf", "--log-level", "warning"]
+    bind = ["--bind", f"127.0.0.1:{port}", "--workers", str(workers)]
+    return [PY, "-m", "gunicorn", *conf, *bind, app]
 
 
 class Processes:
@@ -560,7 +559,7 @@ def start_litellm(run: Run, exe: Path, port: int) -> None:
 def profile_gateway(procs: Processes, env: dict, key: str, load, seconds: float) -> str:
     """A 1-worker gateway under cProfile (event-loop thread only), loaded for `seconds`."""
     port, out = free_port(), procs.logdir / "gateway.prof"
-    cmd = [PY, "-m", "cProfile", "-o", str(out), *uvicorn_cmd(GATEWAY_APP, port, 1)[1:]]
+    cmd = [PY, "-m", "cProfile", "-o", str(out), *profiled_cmd(GATEWAY_APP, port)]
     procs.start("profiled", cmd, env)
     target = Target("profiled", "", f"http://127.0.0.1:{port}/v1/embeddings", key)
     procs.wait_ready(target)
@@ -656,16 +655,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--server",
         choices=SERVERS,
-        default="uvicorn",
-        help="what serves gateway and floor: uvicorn (gateway_site.serve), gunicorn with "
-        "uvicorn workers (gateway_site.gunicorn_conf) or granian (docs/deployment.md)",
-    )
-    parser.add_argument(
-        "--tcp-nodelay",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="serve gateway and floor through gateway_site/serve.py (uvicorn#3149 fixed); "
-        "--no-tcp-nodelay: stock uvicorn",
+        default="gunicorn",
+        help="what serves gateway and floor: gunicorn with uvicorn workers "
+        "(gateway_site.gunicorn_conf, the way the gateway is served: docs/deployment.md) or "
+        "granian, for comparison",
     )
     parser.add_argument(
         "--access-log", action="store_true", help="gateway with GATEWAY_ACCESS_LOG_LEVEL=INFO"
@@ -725,7 +718,7 @@ class Run:
 
     def server(self, name: str, app: str, port: int, app_dir: str = "", env=None) -> None:
         args = self.args
-        cmd = server_cmd(args.server, app, port, args.workers, args.tcp_nodelay)
+        cmd = server_cmd(args.server, app, port, args.workers)
         env = env or self.env
         if app_dir:  # the floor's package (every server imports from sys.path)
             env = {
@@ -1001,10 +994,8 @@ def main() -> int:
 
     server = {
         "gunicorn": "gunicorn + uvicorn-worker (gateway_site.gunicorn_conf)",
-        "granian": "granian (asgi, asyncio loop)",
-    }.get(args.server) or (
-        "gateway_site.serve (TCP_NODELAY)" if args.tcp_nodelay else "stock uvicorn"
-    )
+        "granian": "granian (asgi, uvloop)",
+    }[args.server]
     litellm = (
         f"{LITELLM_SPEC.split('[')[0]} {LITELLM_SPEC.split('==')[1]}, {args.workers} workers, "
         "offline, no DB"

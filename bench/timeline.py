@@ -1,8 +1,8 @@
 """Where the wall time of one /v1 request goes: the gateway's ASGI application with timestamps
 at each step, for the closing notes of issue 12 (bench/README, "Timeline").
 
-    GATEWAY_TIMELINE_OUT=/tmp/timeline python -m gateway_site.serve timeline:application \\
-        --app-dir bench --workers 1 --no-access-log
+    GATEWAY_TIMELINE_OUT=/tmp/timeline PYTHONPATH=bench .venv/bin/gunicorn \\
+        -c python:gateway_site.gunicorn_conf --workers 1 --bind 127.0.0.1:8000 timeline:application
     # then load it (wrk at one connection, or one stream after the other)
 
 Each worker writes `<out>-<pid>.txt` every few seconds once it has served enough requests: the

@@ -3,14 +3,15 @@
 `get_config()` reads the process environment on its first call (gateway_site.settings makes it,
 before anything else) and keeps the result; nothing else in the apps reads `os.environ` for a
 setting. A field's name is its variable's name and its description the one-line meaning; the
-configuration docs (README, docs/) are checked against these fields by tests/test_config_docs.py.
+configuration docs (docs/configuration.md) are checked against these fields by
+tests/test_config_docs.py.
 Not settings, and so not here: PROMETHEUS_MULTIPROC_DIR (gateway_site.metrics_setup hands it to
 prometheus-client and the workers), the inputs of two commands (DJANGO_SUPERUSER_PASSWORD,
 configure_connection's named variables) and the OpenTelemetry SDK's own OTEL_* variables.
 
 A bad value stops the process at start with one line per bad variable, all of them together
 (`GATEWAY_UPSTREAM_POOL_WAIT: not a number: 'abc'`): `exit_on_bad_environment()` in the entry
-points (gateway_site.asgi, gunicorn_conf, serve), manage.py for its commands.
+points (gateway_site.asgi, gunicorn_conf), manage.py for its commands.
 
 The settings module turns this object into Django's settings once; the request path reads those
 (`settings.GATEWAY["X"]`, a plain dict typed by `GatewaySettings`), never this parsing.
@@ -85,7 +86,7 @@ Count = Annotated[int, Field(ge=1)]
 
 
 class Config(BaseSettings):
-    """One field per environment variable (README, "Configuration")."""
+    """One field per environment variable (docs/configuration.md)."""
 
     model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", frozen=True)
 

@@ -1,4 +1,4 @@
-"""The gateway's Prometheus metrics and the cheap calls that record them (README, "Metrics").
+"""The gateway's Prometheus metrics and the cheap calls that record them (docs/metrics.md).
 
 Served at /metrics by gateway_site.metrics. Under a server (gateway_site.asgi) prometheus-client
 runs in multiprocess mode: every worker writes its values to files in PROMETHEUS_MULTIPROC_DIR

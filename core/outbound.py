@@ -235,11 +235,25 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context(trust_env=False)
 
 
+def _check_private_pool(transport, pool_class: type) -> None:
+    """The guarded transports replace httpx's private `_pool` (the pool its requests go
+    through). Were it renamed, the replacement would be an unused attribute and requests would
+    connect anywhere: refuse to build the transport instead (docs/performance.md, "The
+    workarounds"; tests/test_upgrade_guards.py)."""
+    if not isinstance(getattr(transport, "_pool", None), pool_class):
+        raise RuntimeError(
+            f"httpx {httpx.__version__}: {type(transport).__name__} keeps no "
+            f"{pool_class.__name__} in `_pool`; core/outbound.py's address guard would not "
+            'apply (docs/performance.md, "The workarounds")'
+        )
+
+
 class GuardedTransport(httpx.AsyncHTTPTransport):
     """httpx's transport over a pool whose every connection goes through GuardedBackend."""
 
     def __init__(self, backend: httpcore.AsyncNetworkBackend):
         super().__init__(verify=_ssl_context(), trust_env=False, retries=0)
+        _check_private_pool(self, httpcore.AsyncConnectionPool)
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=_ssl_context(),
             max_connections=100,
@@ -409,6 +423,7 @@ class _SyncGuardedBackend(httpcore.NetworkBackend):
 class _SyncGuardedTransport(httpx.HTTPTransport):
     def __init__(self, backend: _SyncGuardedBackend):
         super().__init__(verify=_ssl_context(), trust_env=False, retries=0)
+        _check_private_pool(self, httpcore.ConnectionPool)
         self._pool = httpcore.ConnectionPool(
             ssl_context=_ssl_context(),
             max_connections=1,

@@ -1,4 +1,4 @@
-"""Whether this process traces, and the HTTP client instrumentation (README, "Tracing").
+"""Whether this process traces, and the HTTP client instrumentation (docs/tracing.md).
 
 gateway_site.tracing_setup turns tracing on once per process when OTEL_EXPORTER_OTLP_ENDPOINT is
 set. Until then `ENABLED` is False and nothing here imports opentelemetry: the hot path checks

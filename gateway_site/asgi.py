@@ -1,7 +1,10 @@
-"""ASGI entry point: `uvicorn gateway_site.asgi:application`."""
+"""ASGI entry point: `gateway_site.asgi:application`, served by gunicorn with uvicorn workers
+(`gateway_site/gunicorn_conf.py`, docs/deployment.md)."""
 
 import gc
+import logging
 import os
+import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
 
@@ -52,6 +55,11 @@ application = ProtocolTypeRouter(
     }
 )
 
+# The collectors the thresholds were measured for: generational, three generations, a young
+# collection that does not scan the old heap (3.12 and 3.13 collect as 3.11 does). Python 3.14's
+# incremental collector reads the thresholds differently.
+GC_MEASURED_ON = frozenset({(3, 11), (3, 12), (3, 13)})
+
 
 def _tune_gc() -> None:
     """The cyclic collector, for a long-lived server with a large heap: the objects built at
@@ -59,10 +67,19 @@ def _tune_gc() -> None:
     and a young generation of 700 objects (Python's default) is raised to
     GATEWAY_GC_THRESHOLD's first number. Requests free nearly everything by reference counting,
     but 32 requests in flight keep enough alive to trigger a collection every few requests,
-    each scanning them all: 0.3 ms of CPU per request at 32 connections (bench/README)."""
+    each scanning them all: 0.3 ms of CPU per request at 32 connections (docs/performance.md,
+    "The workarounds")."""
     thresholds = CONFIG.gc_thresholds  # checked at start (core.config)
     if thresholds is None:
         return
+    if sys.version_info[:2] not in GC_MEASURED_ON:
+        # Still applied (harmless at worst: collections come later), but worth re-measuring.
+        logging.getLogger("gateway").warning(
+            "GATEWAY_GC_THRESHOLD was measured on Python %s's collector, not this one's (%s): "
+            're-measure it (docs/performance.md, "The workarounds")',
+            " / ".join(f"{major}.{minor}" for major, minor in sorted(GC_MEASURED_ON)),
+            sys.version.split()[0],
+        )
     gc.collect()
     gc.freeze()
     gc.set_threshold(*thresholds)

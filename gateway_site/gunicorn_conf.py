@@ -1,30 +1,38 @@
-"""gunicorn settings for the gateway with uvicorn workers (docs/deployment.md).
+"""gunicorn settings for the gateway with uvicorn workers: the one way it is served
+(docs/deployment.md; scripts/run.sh, the Dockerfile and bench/run.py all use it).
 
     gunicorn -c python:gateway_site.gunicorn_conf --bind 0.0.0.0:8000 gateway_site.asgi:application
 
 Workers come from GATEWAY_WORKERS (default: one per core), proxy trust from gunicorn's own
 FORWARDED_ALLOW_IPS (or --forwarded-allow-ips), which here defaults to no proxy at all (gunicorn's
 own default trusts 127.0.0.1 and ::1: any local process could pose as any client); anything else
-on the command line or in GUNICORN_CMD_ARGS overrides this module. What the gateway needs from
-gunicorn (the same two problems gateway_site.serve fixes for uvicorn, measured in
-bench/README.md, "Servers"):
+on the command line or in GUNICORN_CMD_ARGS overrides this module. Two things a multi-worker
+server must get right, and how they are got here (measured: bench/results/servers.md):
 
-1. Nagle. gunicorn makes its listeners with proto 0, so asyncio does not turn TCP_NODELAY on for
-   accepted connections; but gunicorn sets TCP_NODELAY on the listener and Linux copies it to
-   every accepted socket, so there is no delayed-ACK stall. Nothing to fix.
-2. Balance. Workers accepting from one shared listener are unbalanced under load (measured: 28
-   of 32 kept-alive connections on one of two workers). With `reuse_port` gunicorn 27
-   binds no listener in the master; each worker binds a socket of its own with SO_REUSEPORT and
-   the kernel spreads connections across them (measured: 13 and 19).
+1. Nagle (uvicorn#3149: a ~40 ms delayed-ACK stall per answer on a kept-alive connection when
+   TCP_NODELAY is off). gunicorn sets TCP_NODELAY on its listener and Linux copies it to every
+   accepted socket; the workers' loop, uvloop, sets it on each connection as well. Nothing to fix.
+2. Balance. Workers accepting from one shared listener are unbalanced under load (measured with
+   plain `uvicorn --workers 2`: up to 27 of 32 kept-alive connections on one worker). With
+   `reuse_port` gunicorn (27 and up) binds no listener in the master; each worker binds a socket
+   of its own with SO_REUSEPORT and the kernel spreads connections across them (measured: the
+   busier of two workers held 17 or 18 of 32 at the median, 22 at worst).
 
 It also owns the workers' metrics directory (gateway_site.metrics_setup): emptied at start,
 inherited by the workers, and a worker that exits is marked dead for prometheus-client.
+gunicorn skips a setting it does not know without a word: the module checks its own names at
+import (tests/test_upgrade_guards.py checks them and the behaviour above on each upgrade).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
+import types
+
+import gunicorn
+from gunicorn.config import KNOWN_SETTINGS
 
 from core.config import exit_on_bad_environment
 from gateway_site import metrics_setup
@@ -88,3 +96,28 @@ def post_worker_init(worker) -> None:
 def child_exit(server, worker) -> None:
     """In the master: a worker has exited (crashed, restarted); its in-flight gauge stops."""
     metrics_setup.mark_dead(worker.pid)
+
+
+def _unknown_settings(names: dict) -> list[str]:
+    """The settings this module sets that gunicorn does not know. gunicorn skips such a name in
+    a config module without a word, so a setting renamed upstream (`reuse_port`, a hook) would
+    quietly stop applying (docs/performance.md, "The workarounds")."""
+    known = {setting.name for setting in KNOWN_SETTINGS}
+    ours = {
+        name
+        for name, value in names.items()
+        if name.islower()
+        and not name.startswith("_")
+        and not isinstance(value, types.ModuleType)
+        and getattr(value, "__module__", __name__) == __name__  # not an imported function
+        and name != "annotations"  # from __future__
+    }
+    return sorted(ours - known)
+
+
+if _unknown := _unknown_settings(globals()):
+    sys.exit(
+        f"gunicorn: gateway_site/gunicorn_conf.py sets {', '.join(_unknown)}, unknown to "
+        f"gunicorn {gunicorn.__version__}, which would skip them silently "
+        '(docs/performance.md, "The workarounds")'
+    )

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import asyncio
 
+import django
 from django.conf import settings
-from django.core.exceptions import RequestAborted
+from django.core.exceptions import ImproperlyConfigured, RequestAborted
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.asgi import get_script_prefix as _script_prefix
+from django.http import HttpResponse
 from django.urls import set_script_prefix, set_urlconf
 from django.utils.log import log_response
 
@@ -29,6 +31,10 @@ from .middleware import API_PREFIX
 
 
 class GatewayASGIHandler(ASGIHandler):
+    def __init__(self):
+        super().__init__()
+        check_django(self)
+
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope.get("path", "").startswith(API_PREFIX):
             await self.handle_api(scope, receive, send)
@@ -112,7 +118,8 @@ class GatewayASGIHandler(ASGIHandler):
 def _close(response) -> None:
     """`response.close()` without its request_finished signal: the receivers (closing this
     context's database connections and caches, resetting the URL conf) have nothing to do on
-    /v1, which opens neither here, and asking cost ~25 µs a request (bench/README)."""
+    /v1, which opens neither here, and asking cost ~25 µs a request (docs/performance.md,
+    "The workarounds")."""
     for closer in response._resource_closers:
         try:
             closer()
@@ -127,6 +134,29 @@ async def _until_disconnect(receive) -> None:
     RequestAborted instead, on every request (the server reports a disconnect once the answer
     is sent), and that exception's traceback ties the request's objects into a reference cycle
     that only the cyclic garbage collector frees: ~80 objects per request, at 32 connections a
-    30 ms collection every second (bench/README)."""
+    30 ms collection every second (docs/performance.md, "The workarounds")."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+def check_django(handler: ASGIHandler) -> None:
+    """At start: the parts of Django this handler reuses are there, or the server does not
+    start (a renamed one would otherwise fail on every /v1 request, or, for the response's
+    closers, leak silently). tests/test_upgrade_guards.py checks their signatures as well."""
+    missing = [
+        f"ASGIHandler.{name}"
+        for name in ("read_body", "create_request", "send_response")
+        if not callable(getattr(ASGIHandler, name, None))
+    ]
+    if not callable(getattr(handler, "_middleware_chain", None)):
+        missing.append("BaseHandler._middleware_chain (built by load_middleware)")
+    probe = HttpResponse()
+    if not isinstance(getattr(probe, "_resource_closers", None), list):
+        missing.append("HttpResponseBase._resource_closers")
+    if not hasattr(probe, "_handler_class"):
+        missing.append("HttpResponseBase._handler_class")
+    if missing:
+        raise ImproperlyConfigured(
+            f"Django {django.get_version()} has no {', '.join(missing)}: gateway_site/handler.py "
+            'relies on them (docs/performance.md, "The workarounds")'
+        )

@@ -1,5 +1,5 @@
 """Log lines: JSON (one object per line, for log shipping) or readable text, every line with the
-request id of the request it was written for (LOG_FORMAT; README, Configuration).
+request id of the request it was written for (LOG_FORMAT; docs/configuration.md).
 
 The request id travels in a context variable set by gateway_site.middleware: a line written
 anywhere below a request (a provider warning, a ledger error) carries it, and so do tasks the

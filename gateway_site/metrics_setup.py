@@ -1,12 +1,13 @@
 """PROMETHEUS_MULTIPROC_DIR: where the worker processes of one server write their metrics.
 
 prometheus-client chooses its multiprocess mode once, when it is first imported, from this
-variable; so the server's entry points (gateway_site.asgi, gateway_site.serve) call in here
-before anything imports it. Management commands never do: they count in memory, unscraped.
+variable; so the server's entry points (gateway_site.asgi, gateway_site.gunicorn_conf) call in
+here before anything imports it. Management commands never do: they count in memory, unscraped.
 
 Who owns (creates and empties) the directory:
-- `gateway_site.serve` (the supervisor of `--workers N`): it empties the directory at start,
-  before its workers, which inherit the variable, and marks each worker that ends as dead.
+- gunicorn with `gateway_site.gunicorn_conf` (the master): it empties the directory at start
+  (`on_starting`), before its workers, which inherit the variable, and marks each worker that
+  ends as dead (`child_exit`).
 - otherwise, with the variable set by the operator: the operator (empty it before start).
 - otherwise: a default directory `var/prometheus-multiproc/<pid>`, keyed by the process that
   started the server (a worker's multiprocessing parent, or the process itself), so a new run

@@ -1,5 +1,5 @@
 """Django's settings, from the environment read once into `core.config.Config` (every variable,
-its type, default and meaning are there; README, "Configuration")."""
+its type, default and meaning are there; docs/configuration.md)."""
 
 import os
 from typing import Any, cast
@@ -234,7 +234,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
-# --- Secrets at rest, cache invalidation, admin hardening (README: "Production") -----------
+# --- Secrets at rest, cache invalidation, admin hardening (docs/deployment.md, "Production") ---
 # This block is kept apart on purpose: it only appends to the lists above.
 
 

@@ -8,6 +8,7 @@ straight on, so admin pages pay nothing for it.
 """
 
 from asgiref.sync import markcoroutinefunction, sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpResponse
 from whitenoise.middleware import WhiteNoiseMiddleware
 
@@ -30,6 +31,18 @@ class StaticFilesMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
         self.whitenoise = WhiteNoiseMiddleware(get_response=lambda request: None)
+        # WhiteNoise's lookup, used without its middleware's __call__: at start, not on the
+        # first static request (docs/performance.md, "The workarounds").
+        missing = [
+            name
+            for name in ("static_prefix", "autorefresh", "files", "find_file")
+            if not hasattr(self.whitenoise, name)
+        ]
+        if missing:
+            raise ImproperlyConfigured(
+                f"WhiteNoiseMiddleware has no {', '.join(missing)}: gateway_site/staticfiles.py "
+                'relies on them (docs/performance.md, "The workarounds")'
+            )
         self.prefix = self.whitenoise.static_prefix
         markcoroutinefunction(self)
 

@@ -1,5 +1,5 @@
 """Which catalog models a caller can use: what GET /v1/models lists and GET /v1/models/{id}
-answers (README, Decisions).
+answers (docs/decisions/README.md, "Which models `GET /v1/models` lists").
 
 A listed catalog entry is usable when, for at least one service its `supported_features` map
 to, a request for it would pass the caller's policy and the provider selection:

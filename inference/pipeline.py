@@ -165,7 +165,8 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         catalog, guardrails = await _admit(call, operation, pin)  # 5-8
     except GatewayError as exc:
         # The caller is known: the refusal is a ledger row (0 credits, no wallet), so that a
-        # reviewer can answer "why was I refused" (README, Decisions).
+        # reviewer can answer "why was I refused" (docs/decisions/README.md, "Refusals are
+        # ledger rows too").
         await _record(call, operation, status=exc.status, error=(call.stage, exc))
         raise
     # 9
@@ -297,7 +298,7 @@ async def _timed_call(call: Call, operation: Operation):
 
 
 async def _traced_call(call: Call, operation: Operation):
-    """The call inside its span (README, "Tracing"); a stream's span ends with the stream."""
+    """The call inside its span (docs/tracing.md); a stream's span ends with the stream."""
     assert call.route is not None
     try:
         span, token = provider_span.start(call, operation)
@@ -338,7 +339,7 @@ def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
         if call.span is not None:
             _end_stream_span(call, outcome)
         result = None
-        # 499: a client that left pays for what the provider produced (README, Decisions).
+        # 499: a client that left pays for what the provider produced (docs/decisions/README.md).
         if outcome.status in (200, 499) and outcome.usage is not None:
             result = operation.stream_result(route, call.body, outcome.usage)
         elif outcome.status == 200:
@@ -453,7 +454,7 @@ async def _record(
 
 
 def _observe(call: Call, entry: LedgerEntry, remaining: int | None) -> None:
-    """The request's metrics, once its ledger row is written (README, "Metrics")."""
+    """The request's metrics, once its ledger row is written (docs/metrics.md)."""
     metrics.request_recorded(
         entry.service,
         _model_label(call.route, entry.requested_model),

@@ -56,7 +56,7 @@ class SSEDecoder:
     complete. Lines may end in CRLF, LF or CR (the standard allows all three, mixed); they are
     relayed as LF. A CR at the end of a chunk waits for the next one (it may be half a CRLF).
     An event still incomplete past `max_event` bytes is EventTooLarge: what is held of one
-    event is bounded (README, Decisions: "Upstream bounds")."""
+    event is bounded (docs/decisions/README.md, "Upstream bounds")."""
 
     def __init__(self, max_event: int | None = None):
         self.buffer = b""

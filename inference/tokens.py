@@ -5,7 +5,8 @@ usage). OpenAI-family models are counted with their real BPE encodings (`bpe_ope
 ships o200k_base and cl100k_base in its wheel: nothing is downloaded at run time); the prompt
 follows OpenAI's published chat formula. Other models get ceil(characters / 4).
 
-The prompt estimate (README, Decisions): every message costs its text's tokens plus 3 (plus 1
+The prompt estimate (docs/decisions/README.md, "A client that leaves a stream pays for
+what the provider produced"): every message costs its text's tokens plus 3 (plus 1
 when it carries a `name`), and the reply is primed with 3 more. Text parts count as text; an
 image part counts 85 tokens (a low-detail image: the detail and size that decide the real
 figure are the provider's to know); audio, video and file parts count 0; tool definitions

@@ -1,5 +1,5 @@
-"""One span per provider call, with the OpenTelemetry GenAI semantic conventions (README,
-"Tracing"). Called by the pipeline only when core.tracing.ENABLED; opentelemetry is imported
+"""One span per provider call, with the OpenTelemetry GenAI semantic conventions
+(docs/tracing.md). Called by the pipeline only when core.tracing.ENABLED; opentelemetry is imported
 here lazily, so that a process without tracing never loads it.
 
 The span is current during the call, so the HTTP client span of the call is its child. A stream's

@@ -122,8 +122,13 @@ A tool call (the answer's tool_calls), then a structured output (a JSON document
   curl -s http://$HOST:$PORT/v1/chat/completions -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Alice and Bob go to the science fair on Friday."}], "response_format": {"type": "json_schema", "json_schema": {"name": "event", "strict": true, "schema": {"type": "object", "properties": {"name": {"type": "string"}, "day": {"type": "string"}, "participants": {"type": "array", "items": {"type": "string"}}}, "required": ["name", "day", "participants"], "additionalProperties": false}}}}'
 
 EOT
-# No proxy is trusted unless FORWARDED_ALLOW_IPS names it (uvicorn's own default trusts loopback's
-# X-Forwarded-For, so any local process could pose as any client).
+# No proxy is trusted unless FORWARDED_ALLOW_IPS names it (gunicorn's own default trusts
+# loopback's X-Forwarded-For, so any local process could pose as any client).
 export FORWARDED_ALLOW_IPS="${FORWARDED_ALLOW_IPS-}"
-python -m uvicorn gateway_site.asgi:application --host "$HOST" --port "$PORT" --no-access-log \
-    --lifespan off
+# The one way the gateway is served, as in production (docs/deployment.md): gunicorn with uvicorn
+# workers and gateway_site/gunicorn_conf.py. One worker unless GATEWAY_WORKERS says more: without
+# REDIS_URL the live feed and the caches are shared only inside one process.
+export GATEWAY_WORKERS="${GATEWAY_WORKERS:-1}"
+BIND="$HOST:$PORT"
+if [[ "$HOST" == *:* ]]; then BIND="[$HOST]:$PORT"; fi  # an IPv6 address
+gunicorn -c python:gateway_site.gunicorn_conf --bind "$BIND" gateway_site.asgi:application

@@ -1,5 +1,5 @@
 """The live feed in a real browser (Debian's chromium driven by Playwright), on a server started
-the way the README starts it (`bash scripts/run.sh`: one uvicorn process, the in-memory channel
+the way the README starts it (`bash scripts/run.sh`: one gunicorn worker, the in-memory channel
 layer): the superuser and a reviewer open the live page, API requests made with the official
 openai SDK appear without a reload (a refused one marked with its reason, a model name that
 looks like HTML shown as text), pause holds rows back, and every column fits at 1440 px.

@@ -213,8 +213,8 @@ def test_install_locked_picks_exactly_pips_entry_first(lock):
 
 
 def test_uvicorn_serves_with_httptools_and_uvloop():
-    """Both are pinned dependencies, so uvicorn's `auto` (gateway_site.serve, uvicorn-worker's
-    defaults) serves with its C HTTP parser and libuv's loop (bench/README: 0.3 ms less per
+    """Both are pinned dependencies, so uvicorn's `auto` (uvicorn-worker's defaults, under
+    gunicorn) serves with its C HTTP parser and libuv's loop (bench/README: 0.3 ms less per
     request at one connection than h11 on asyncio's loop)."""
     import uvicorn
     import uvloop

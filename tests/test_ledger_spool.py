@@ -144,9 +144,8 @@ def test_database_outage_under_load(catalog, make_license, make_key, tmp_path):
     }
     log = open(tmp_path / "gateway.log", "wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "gateway_site.serve", "gateway_site.asgi:application",
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "2", "--no-access-log",
-         "--lifespan", "off"],
+        [sys.executable, "-m", "gunicorn", "-c", "python:gateway_site.gunicorn_conf",
+         "--bind", f"127.0.0.1:{port}", "--workers", "2", "gateway_site.asgi:application"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"

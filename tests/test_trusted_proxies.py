@@ -1,8 +1,8 @@
-"""Trusted proxies are explicit: the shipped server commands (`gateway_site.serve`, gunicorn
-with `gateway_site.gunicorn_conf`, the Dockerfile's) believe `X-Forwarded-For` from nobody unless
-FORWARDED_ALLOW_IPS names the proxy. The admin's login throttling (django-axes, one username from
-one address) keys on the address the server reports: a local process sending a new
-`X-Forwarded-For` with each wrong password must still be locked out."""
+"""Trusted proxies are explicit: the shipped server command (gunicorn with
+`gateway_site.gunicorn_conf`: the Dockerfile's and scripts/run.sh's) believes `X-Forwarded-For`
+from nobody unless FORWARDED_ALLOW_IPS names the proxy. The admin's login throttling
+(django-axes, one username from one address) keys on the address the server reports: a local
+process sending a new `X-Forwarded-For` with each wrong password must still be locked out."""
 
 from __future__ import annotations
 
@@ -30,10 +30,6 @@ ATTEMPTS = 30
 
 
 def command(server: str, port: int) -> list[str]:
-    if server == "serve":
-        return [sys.executable, "-m", "gateway_site.serve", "gateway_site.asgi:application",
-                "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-                "--lifespan", "off", "--no-access-log"]  # fmt: skip
     gunicorn = str(Path(sys.executable).parent / "gunicorn")
     return [gunicorn, "-c", "python:gateway_site.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
             "gateway_site.asgi:application"]  # fmt: skip
@@ -81,7 +77,7 @@ def wrong_passwords(base: str) -> list[int]:
     return statuses
 
 
-@pytest.mark.parametrize("kind", ["serve", "gunicorn"])
+@pytest.mark.parametrize("kind", ["gunicorn"])
 def test_forwarded_for_is_believed_only_from_a_named_proxy(kind, transactional_db, tmp_path):
     get_user_model().objects.create_superuser("root", "root@example.test", "right-password")
 
@@ -104,12 +100,12 @@ def test_forwarded_for_is_believed_only_from_a_named_proxy(kind, transactional_d
 
 
 def test_run_sh_trusts_no_proxy_unless_told():
-    """scripts/run.sh serves with plain uvicorn, whose own default trusts loopback: it exports
+    """scripts/run.sh serves with gunicorn, whose own default trusts loopback: it exports
     FORWARDED_ALLOW_IPS, empty when unset, before starting it."""
     script = (ROOT / "scripts" / "run.sh").read_text()
     export = 'export FORWARDED_ALLOW_IPS="${FORWARDED_ALLOW_IPS-}"'
     assert export in script
-    assert script.index(export) < script.index("python -m uvicorn gateway_site.asgi:application")
+    assert script.index(export) < script.index("gunicorn -c python:gateway_site.gunicorn_conf")
     for value, expected in ((None, ""), ("10.0.0.5", "10.0.0.5")):
         env = {k: v for k, v in os.environ.items() if k != "FORWARDED_ALLOW_IPS"}
         if value is not None:

@@ -1,4 +1,5 @@
-"""`uvicorn floor_site.asgi:application --app-dir bench`"""
+"""`PYTHONPATH=bench gunicorn -c python:gateway_site.gunicorn_conf floor_site.asgi:application`
+(what bench/run.py runs: the floor served as the gateway is)."""
 
 import os
 

@@ -2,7 +2,7 @@
 (gateway_site/handler.py: no per-request OS thread on /v1, the same disconnect race), so that
 the I/O floor differs from the gateway only by the gateway's own work (bench/README).
 
-    uvicorn floor_site.io_asgi:application --app-dir bench
+    PYTHONPATH=bench gunicorn -c python:gateway_site.gunicorn_conf floor_site.io_asgi:application
 """
 
 import os

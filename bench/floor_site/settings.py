@@ -1,5 +1,5 @@
 """The framework's floor: Django + django-ninja with nothing of the gateway (no DB, no
-middleware, no apps), served by uvicorn with the gateway's server settings."""
+middleware, no apps), served by gunicorn with the gateway's server settings."""
 
 SECRET_KEY = "bench-floor-not-secret"
 DEBUG = False

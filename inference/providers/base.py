@@ -137,7 +137,7 @@ class Transport:
 
     @staticmethod
     def answer_cap(kind: AnswerKind = "default", count: int = 1) -> int:
-        """The most bytes read of a provider's answer (README, Decisions: "Upstream bounds"):
+        """The most bytes read of a provider's answer (docs/decisions/README.md, "Upstream bounds"):
         `ANSWER_MAX_BYTES[kind]`, per input for embeddings and per image for images (`count`)."""
         return settings.GATEWAY["ANSWER_MAX_BYTES"][kind] * max(1, count)
 

@@ -9,11 +9,12 @@ handling were a fifth of the gateway's CPU per request), and so are SSE streams
 what needs httpx itself (downloads). A protocol that signs the exact %-encoded path (SigV4),
 which aiohttp would re-quote, uses httpcore instead (`aiohttp=False`).
 
-Bounds (README, Decisions: "Upstream bounds"): a call waits at most `UPSTREAM_POOL_WAIT` seconds
-for a connection (its license's share of the pool, then a free slot and the connect itself),
-else UpstreamTimeout (the spec's 503); one license holds at most `UPSTREAM_LICENSE_SHARE` of the
-pool's slots, so its slow streams cannot starve another license; an answer is read up to the
-byte cap its caller gives (UpstreamTooLarge past it), counted as it arrives, decompressed.
+Bounds (docs/decisions/README.md, "Upstream bounds"): a call waits at most
+`UPSTREAM_POOL_WAIT` seconds for a connection (its license's share of the pool, then a free slot
+and the connect itself), else UpstreamTimeout (the spec's 503); one license holds at most
+`UPSTREAM_LICENSE_SHARE` of the pool's slots, so its slow streams cannot starve another license;
+an answer is read up to the byte cap its caller gives (UpstreamTooLarge past it), counted as it
+arrives, decompressed.
 """
 
 from __future__ import annotations

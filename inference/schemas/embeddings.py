@@ -6,7 +6,7 @@ from pydantic_core import PydanticKnownError
 from .common import ModelId, PositiveInt64, StrictBody
 
 # OpenAI's own cap on `input` items; an aggregator or a self-hosted upstream may have none, and
-# each item is a vector parsed and re-serialised here (README, Decisions: "Upstream bounds").
+# each item is a vector parsed and re-serialised here (docs/decisions/README.md, "Upstream bounds").
 MAX_INPUT_ITEMS = 2048
 
 

@@ -6,7 +6,7 @@ messages (input parts, and an assistant's `output_text` with its `annotations` a
 and `refusal` parts), `reasoning` items, `function_call` and `function_call_output` (a string or
 a list of input parts), and `item_reference`. The built-in tools' call items (web search, file
 search, computer, code interpreter, MCP, shell, ...) are not accepted: the gateway takes only
-function tools, so no answer it relays carries them (README, Decisions).
+function tools, so no answer it relays carries them (docs/decisions/README.md, "Responses `input`").
 """
 
 from __future__ import annotations
