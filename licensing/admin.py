@@ -1,6 +1,6 @@
 """The licensing admin.
 
-- API keys are created through `licensing.credentials.api_key_create`; the full key is shown
+- API keys are created through `licensing.access.credentials.api_key_create`; the full key is shown
   once (a success message after saving). Prefix and digest are never editable.
 - JWT issuers' HS256 secrets are write-only (see `catalog.forms.AdminModelFormMixin`).
 - Keys, end users and issuers the ledger points at cannot be deleted (deactivate instead);
@@ -28,9 +28,13 @@ from catalog.admin import register_catalog_viewer
 from catalog.forms import FORMFIELD_OVERRIDES
 from gateway_site.localcache import clear_all
 
-from . import review_admin
-from .credentials import api_key_create
-from .forms import ApiKeyForm, JwtIssuerForm, LicenseForm, LicenseTypeForm
+from .access.credentials import api_key_create
+from .access.scoping import institution_id_of, owns, scope_of, scoped
+from .console import review_admin
+from .console.forms import ApiKeyForm, JwtIssuerForm, LicenseForm, LicenseTypeForm
+from .console.policy_try import try_request
+from .console.review import csv_response, export_filename, iso_utc, scoped_ledger
+from .console.usage import holder_names, licenses_usage
 from .models import (
     AdminProfile,
     ApiKey,
@@ -43,11 +47,7 @@ from .models import (
     Transaction,
     Wallet,
 )
-from .policy import SERVICES
-from .policy_try import try_request
-from .review import csv_response, export_filename, iso_utc, scoped_ledger
-from .scoping import institution_id_of, owns, scope_of, scoped
-from .usage import holder_names, licenses_usage
+from .rules.policy import SERVICES
 
 register_catalog_viewer(lambda user: scope_of(user).is_institution_admin)
 POLICY_DOCS = settings.BASE_DIR / "docs" / "policy.md"
@@ -81,7 +81,7 @@ else:
 
 
 class ScopedAdminMixin(_ModelAdmin):
-    """Institution scoping (see licensing.scoping) for every licensing admin: the rows, the
+    """Institution scoping (see licensing.access.scoping) for every licensing admin: the rows, the
     foreign-key choices, the relation filters, the permissions by role; an object outside
     the scope is a 404 on every object URL (change, delete, history)."""
 
@@ -661,7 +661,7 @@ class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
 @admin.register(Transaction)
 class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     """The ledger: rows are never added, changed or deleted here. The list is the review page:
-    the filter bar, totals and CSV export of licensing.review_admin."""
+    the filter bar, totals and CSV export of licensing.console.review_admin."""
 
     list_display = (
         "time",
@@ -721,7 +721,7 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
         return scoped_ledger(admin.ModelAdmin.get_queryset(self, request), scope_of(request.user))
 
     def get_urls(self):
-        from . import live, usage_views
+        from .console import live, usage_views
 
         view = self.admin_site.admin_view
         own = [

@@ -9,7 +9,7 @@ from core.outbound import Refused, validate_outbound_url
 
 
 def default_policy():
-    from .policy import open_policy_document
+    from .rules.policy import open_policy_document
 
     return open_policy_document()
 
@@ -52,8 +52,8 @@ class LicenseType(models.Model):
         return self.name
 
     def clean(self):
-        from .guardrails import GuardrailConfigError, compile_guardrails
-        from .policy import PolicyDocumentError, validate_policy_document
+        from .rules.guardrails import GuardrailConfigError, compile_guardrails
+        from .rules.policy import PolicyDocumentError, validate_policy_document
 
         errors = {}
         try:
@@ -168,7 +168,7 @@ class JwtIssuer(models.Model):
         return self.issuer
 
     def clean(self):
-        from .credentials import ALLOWED_JWT_ALGORITHMS
+        from .access.credentials import ALLOWED_JWT_ALGORITHMS
 
         algs = self.algorithms
         if not isinstance(algs, list) or not algs or not all(isinstance(a, str) for a in algs):
@@ -293,7 +293,7 @@ class Transaction(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        # For the review filters and totals (licensing.review), measured in bench/review.py;
+        # For the review filters and totals (licensing.console.review), measured in bench/review.py;
         # on PostgreSQL also a GIN index on `metadata` (migration 0008: SQLite has none).
         indexes = [
             # A license's (an institution's: its few licenses) rows in a time range; the

@@ -28,7 +28,7 @@ from django.urls import resolve
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from licensing.consumers import PATH as LIVE_FEED
+from licensing.console.consumers import PATH as LIVE_FEED
 from tests.kit import wait_for_health
 from tests.live_helpers import session_cookie
 from tests.processes import database_url, free_port

@@ -1,5 +1,5 @@
 """The live feed of ledger rows: publishing them to the channel layer, and the admin page that
-shows them (the websocket consumer is licensing.consumers).
+shows them (the websocket consumer is licensing.console.consumers).
 
 `publish` is called by the group commit, on the event loop, once a batch of rows is committed.
 It never blocks, never awaits delivery and never raises: it turns each row into a compact event
@@ -240,8 +240,8 @@ def admin_urls(model_admin) -> list:
 def live_page(request, model_admin):
     """The latest rows of the user's scope, then (licensing/static/licensing/live.js) the new
     ones as the websocket brings them."""
+    from ..access.scoping import scope_of
     from .consumers import PATH
-    from .scoping import scope_of
 
     if not model_admin.has_view_permission(request):
         raise PermissionDenied

@@ -6,7 +6,7 @@ A document looks like
                                  "params": {"dimensions": {"max": 1024}}}}}
 A service that is not listed is not enabled. Rules apply to the fields a request carries;
 a field the request leaves out is not checked (the endpoint's default applies). An optional
-top-level `limits` sets fair-use limits (licensing.fairuse):
+top-level `limits` sets fair-use limits (licensing.rules.fairuse):
     "limits": {"holder": {"requests_per_minute": 20, "tokens_per_minute": 20000},
                "license": {"requests_per_minute": 600}}
 """
