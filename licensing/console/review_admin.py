@@ -1,7 +1,7 @@
-"""The transactions admin's review page (licensing.admin.TransactionAdmin uses these): the filter
-bar built from licensing.console.review's FilterSet (autocompletes for licenses, keys, end users and
-institutions, fed by a scoped JSON endpoint of its own), the totals above the table, and the
-change list that applies both."""
+"""The transactions admin's review page (licensing.console.admin.transactions.TransactionAdmin
+uses these): the filter bar built from licensing.console.review's FilterSet (autocompletes for
+licenses, keys, end users and institutions, fed by a scoped JSON endpoint of its own), the totals
+above the table, and the change list that applies both."""
 
 from __future__ import annotations
 
