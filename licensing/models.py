@@ -144,6 +144,16 @@ class ApiKey(models.Model):
         return f"{self.prefix}… ({self.name or self.license.name})"
 
 
+# What an issuer may sign with: checked when an issuer is saved and when a token is verified.
+ALLOWED_JWT_ALGORITHMS = (
+    "HS256", "HS384", "HS512",
+    "RS256", "RS384", "RS512",
+    "PS256", "PS384", "PS512",
+    "ES256", "ES384", "ES512",
+    "EdDSA",
+)  # fmt: skip
+
+
 class JwtIssuer(models.Model):
     """An identity provider whose tokens are accepted; its users land on `license`."""
 
@@ -168,8 +178,6 @@ class JwtIssuer(models.Model):
         return self.issuer
 
     def clean(self):
-        from .access.credentials import ALLOWED_JWT_ALGORITHMS
-
         algs = self.algorithms
         if not isinstance(algs, list) or not algs or not all(isinstance(a, str) for a in algs):
             raise ValidationError({"algorithms": "A non-empty list of algorithm names."})

@@ -34,8 +34,8 @@ from django.urls import path
 from ..access.scoping import scope_of
 from ..models import Transaction
 from . import live
+from .live import PATH
 
-PATH = "/ws/admin/transactions/"
 REFUSED = 4403
 HEARTBEAT = 30.0  # seconds
 

@@ -35,6 +35,7 @@ from gateway_site.pgpool import per_loop
 
 logger = logging.getLogger("gateway")
 
+PATH = "/ws/admin/transactions/"  # the page's websocket, served by consumers.TransactionFeed
 ALL_GROUP = "ledger.all"  # superusers: every institution's rows
 QUEUE_MAX = 2000  # events waiting per event loop; more are dropped (and counted)
 ROWS_PER_MESSAGE = 50  # rows in one channel-layer message
@@ -241,7 +242,6 @@ def live_page(request, model_admin):
     """The latest rows of the user's scope, then (licensing/static/licensing/live.js) the new
     ones as the websocket brings them."""
     from ..access.scoping import scope_of
-    from .consumers import PATH
 
     if not model_admin.has_view_permission(request):
         raise PermissionDenied

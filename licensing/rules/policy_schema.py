@@ -1,18 +1,16 @@
 """The request parameters each policy service knows, registered by the layer that owns the
 request schemas (inference, at startup) so that licensing never imports it.
 
-Policy documents are checked against these names when they are saved (a rule on
-`max_tokenz` would never match a request, so it is refused with the list of known names); a
-service nobody registered is not checked. The "try a request" panel parses a body with the
-registered parser, exactly as the API would, before the policy looks at it.
+Policy documents are checked against these names when they are saved
+(policy.check_param_names: a rule on `max_tokenz` would never match a request, so it is refused
+with the list of known names); a service nobody registered is not checked. The "try a request"
+panel parses a body with the registered parser, exactly as the API would, before the policy looks
+at it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
-
-from .policy import ALIASES, PolicyDocumentError
 
 # service -> parameter names (dotted for nested fields, e.g. "reasoning.effort")
 _known: dict[str, frozenset[str]] = {}
@@ -41,26 +39,3 @@ def known_params(service: str) -> frozenset[str] | None:
 
 def parser_for(service: str) -> Callable[[str], dict] | None:
     return _parsers.get(service)
-
-
-def _is_known(name: str, known: frozenset[str]) -> bool:
-    return any(alias in known for alias in ALIASES.get(name, (name,)))
-
-
-def check_param_names(document: Any) -> None:
-    """Refuse rules on parameters the service's request schema does not have."""
-    if not isinstance(document, dict) or not isinstance(document.get("services"), dict):
-        return
-    for service, config in document["services"].items():
-        known = _known.get(service)
-        if known is None or not isinstance(config, dict):
-            continue
-        params = config.get("params")
-        if not isinstance(params, dict):
-            continue
-        unknown = [name for name in params if not _is_known(name, known)]
-        if unknown:
-            raise PolicyDocumentError(
-                f"services.{service}.params: unknown parameter(s) {unknown} for {service}; "
-                f"known parameters: {sorted(known)}"
-            )
