@@ -221,7 +221,8 @@ MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 # the ledger's covering index (INCLUDE) is a plain index on SQLite, knowingly.
 SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410", "models.W040"]
 
-# The management API (/manage/v1/, licensing.manage): DRF's own error shapes, not /v1's.
+# The management API (/manage/v1/, licensing.console.manage_api): DRF's own error shapes, not
+# /v1's.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
