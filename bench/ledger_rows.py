@@ -42,11 +42,11 @@ def measure(seconds: float, concurrency: int) -> dict:
     call_command("migrate", verbosity=0)
     from django.db import connection
 
+    from licensing.access.services import license_create
     from licensing.budget import BudgetConfig, budget_check
     from licensing.group_commit import ledger_write
     from licensing.ledger import LedgerEntry
     from licensing.models import Transaction, Wallet
-    from licensing.services import license_create
 
     license = license_create(name="bench", limit=10**15, period="daily")
     config = BudgetConfig(

@@ -1,4 +1,4 @@
-"""Micro-benchmark of `licensing.live.publish`, the call the group commit makes after each
+"""Micro-benchmark of `licensing.console.live.publish`, the call the group commit makes after each
 committed batch: what it costs the event loop per call, with nobody watching and with a viewer.
 
     .venv/bin/python bench/live_publish.py [--calls 200000]
@@ -34,7 +34,7 @@ django.setup()
 from channels.layers import get_channel_layer  # noqa: E402
 from django.test import override_settings  # noqa: E402
 
-from licensing import live  # noqa: E402
+from licensing.console import live  # noqa: E402
 from licensing.ledger import LedgerEntry  # noqa: E402
 
 

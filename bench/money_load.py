@@ -127,9 +127,9 @@ def run(args, name: str) -> int:
 
     from catalog.services import catalog_load_defaults, connection_configure
     from fake_upstreams import OpenAIFake, serve
-    from licensing.credentials import api_key_create
+    from licensing.access.credentials import api_key_create
+    from licensing.access.services import license_create
     from licensing.models import Transaction, Wallet
-    from licensing.services import license_create
     from tests.processes import running_workers
 
     call_command("migrate", verbosity=0)

@@ -63,9 +63,9 @@ def migrate(target: str) -> float:
 
 def make_world():
     """Institutions, licenses, keys and end users; returns the arrays the fill draws from."""
-    from licensing.credentials import api_key_create
+    from licensing.access.credentials import api_key_create
+    from licensing.access.services import license_create
     from licensing.models import EndUser, JwtIssuer
-    from licensing.services import license_create
 
     keys, key_license, users = [], [], []
     for i in range(1, INSTITUTIONS + 1):
@@ -200,8 +200,8 @@ def fill_small(end: datetime, rows: int = 500) -> None:
     """A small school among the big ones: its newest rows are far apart in time."""
     from django.db import connection
 
-    from licensing.credentials import api_key_create
-    from licensing.services import license_create
+    from licensing.access.credentials import api_key_create
+    from licensing.access.services import license_create
 
     lic = license_create(name="bench-small", institution="Bench small school", limit=None)
     key, _ = api_key_create(license=lic, name="small")

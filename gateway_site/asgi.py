@@ -32,7 +32,7 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
-from licensing.consumers import websocket_application  # noqa: E402
+from licensing.console.consumers import websocket_application  # noqa: E402
 
 from .bodylimit import BodyLimit  # noqa: E402
 from .handler import GatewayASGIHandler  # noqa: E402
@@ -45,7 +45,7 @@ get_resolver().resolve("/v1/health")
 
 # /v1 bodies over the limit are refused before they are read (gateway_site.bodylimit).
 # /metrics is answered before Django (gateway_site.metrics).
-# Websockets: the admin's live feed of ledger rows (licensing.consumers).
+# Websockets: the admin's live feed of ledger rows (licensing.console.consumers).
 application = ProtocolTypeRouter(
     {
         "http": MetricsEndpoint(

@@ -13,6 +13,6 @@ urlpatterns = [
     path("v1/", api.urls),
     re_path(r"^v1/", api_not_found_view),
     path("admin/", admin.site.urls),
-    path("manage/v1/", include("licensing.manage_api")),
+    path("manage/v1/", include("licensing.console.manage_api")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

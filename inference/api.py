@@ -26,7 +26,7 @@ from ninja.security.http import HttpAuthBase
 from core.errors import GatewayError, ServiceUnavailable, validation_error_body
 from core.jsonio import dumps, json_invalid_item, json_response, parse_json
 from gateway_site.middleware import internal_server_error
-from licensing.credentials import authenticate
+from licensing.access.credentials import authenticate
 
 from .providers.pool import current_license
 

@@ -36,11 +36,12 @@ from catalog.routing import (
 from core import metrics, tracing
 from core.errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
 from gateway_site.db import run_db
-from licensing import fairuse, ledger
+from licensing import ledger
+from licensing.access.credentials import Principal
 from licensing.budget import BudgetState, budget_check_async
-from licensing.credentials import Principal
 from licensing.group_commit import ledger_write
 from licensing.ledger import LedgerEntry
+from licensing.rules import fairuse
 from licensing.spool import spool_refuses
 
 from . import moderation

@@ -13,7 +13,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from catalog.registry import SERVICES
 from core.jsonio import json_invalid_item, parse_json
-from licensing.policy_schema import BodyInvalid, register_service
+from licensing.rules.policy_schema import BodyInvalid, register_service
 
 from .endpoints import operation_class
 

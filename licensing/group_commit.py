@@ -35,9 +35,9 @@ from core import jsonio, metrics
 from gateway_site import pgpool
 from gateway_site.db import run_db
 
-from . import live
 from .alerts import follow_up, follow_ups_write
 from .budget import BudgetState, known_wallet_id, wallet_open
+from .console import live
 from .ledger import COLUMNS, FIELDS, WALLET_ADD_SQL, LedgerEntry, insert_statement, row_values
 from .models import Transaction
 from .spool import (

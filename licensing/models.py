@@ -9,7 +9,7 @@ from core.outbound import Refused, validate_outbound_url
 
 
 def default_policy():
-    from .policy import open_policy_document
+    from .rules.policy import open_policy_document
 
     return open_policy_document()
 
@@ -52,8 +52,8 @@ class LicenseType(models.Model):
         return self.name
 
     def clean(self):
-        from .guardrails import GuardrailConfigError, compile_guardrails
-        from .policy import PolicyDocumentError, validate_policy_document
+        from .rules.guardrails import GuardrailConfigError, compile_guardrails
+        from .rules.policy import PolicyDocumentError, validate_policy_document
 
         errors = {}
         try:
@@ -144,6 +144,16 @@ class ApiKey(models.Model):
         return f"{self.prefix}… ({self.name or self.license.name})"
 
 
+# What an issuer may sign with: checked when an issuer is saved and when a token is verified.
+ALLOWED_JWT_ALGORITHMS = (
+    "HS256", "HS384", "HS512",
+    "RS256", "RS384", "RS512",
+    "PS256", "PS384", "PS512",
+    "ES256", "ES384", "ES512",
+    "EdDSA",
+)  # fmt: skip
+
+
 class JwtIssuer(models.Model):
     """An identity provider whose tokens are accepted; its users land on `license`."""
 
@@ -168,8 +178,6 @@ class JwtIssuer(models.Model):
         return self.issuer
 
     def clean(self):
-        from .credentials import ALLOWED_JWT_ALGORITHMS
-
         algs = self.algorithms
         if not isinstance(algs, list) or not algs or not all(isinstance(a, str) for a in algs):
             raise ValidationError({"algorithms": "A non-empty list of algorithm names."})
@@ -293,7 +301,7 @@ class Transaction(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        # For the review filters and totals (licensing.review), measured in bench/review.py;
+        # For the review filters and totals (licensing.console.review), measured in bench/review.py;
         # on PostgreSQL also a GIN index on `metadata` (migration 0008: SQLite has none).
         indexes = [
             # A license's (an institution's: its few licenses) rows in a time range; the

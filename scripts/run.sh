@@ -54,7 +54,7 @@ django.setup()
 from django.contrib.auth import get_user_model
 
 from licensing.models import License
-from licensing.services import license_create
+from licensing.access.services import license_create
 
 if not License.objects.filter(name="demo").exists():
     license_create(name="demo", institution="Demo school")

@@ -130,7 +130,7 @@ def catalog(transactional_db, upstreams):
 
 @pytest.fixture
 def make_license(transactional_db):
-    from licensing.services import license_create
+    from licensing.access.services import license_create
 
     def make(name="test-license", **kwargs):
         return license_create(name=name, **kwargs)
@@ -140,7 +140,7 @@ def make_license(transactional_db):
 
 @pytest.fixture
 def make_key():
-    from licensing.credentials import api_key_create
+    from licensing.access.credentials import api_key_create
 
     def make(license, **kwargs):
         return api_key_create(license=license, **kwargs)[1]

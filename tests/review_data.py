@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from licensing.credentials import api_key_create
+from licensing.access.credentials import api_key_create
 from licensing.models import EndUser, License, Transaction
 
 from .test_admin import make_licensing

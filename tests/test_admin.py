@@ -122,8 +122,8 @@ def form_data(response) -> dict:
 
 def make_licensing(suffix: str) -> dict:
     """One of each licensing row."""
-    from licensing.credentials import api_key_create
-    from licensing.services import license_create
+    from licensing.access.credentials import api_key_create
+    from licensing.access.services import license_create
 
     lic = license_create(
         name=f"license-{suffix}",
@@ -429,7 +429,7 @@ def test_provider_row_actions(admin_client, objects):
 
 
 def test_api_key_add_shows_the_key_once_and_it_authenticates(admin_client, objects):
-    from licensing.credentials import resolve_credential
+    from licensing.access.credentials import resolve_credential
 
     lic = objects["license"]
     add = url(ApiKey, "add")
@@ -667,7 +667,7 @@ def test_rows_the_ledger_points_at_cannot_be_deleted(admin_client, objects, name
 
 
 def test_unused_keys_and_end_users_can_be_deleted(admin_client, objects):
-    from licensing.credentials import api_key_create
+    from licensing.access.credentials import api_key_create
 
     key_row, _ = api_key_create(license=objects["license"], name="unused")
     user = EndUser.objects.create(

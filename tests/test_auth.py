@@ -69,7 +69,7 @@ def test_valid_key(client, api_key):
 
 
 def test_key_format_and_storage(license, make_key):
-    from licensing.credentials import key_digest
+    from licensing.access.credentials import key_digest
     from licensing.models import ApiKey
 
     key = make_key(license)
@@ -272,7 +272,7 @@ def test_jwt_from_jwks_url(client, license, rsa_keys, settings):
 
 
 def test_per_user_budget_holder_is_the_end_user(issuer):
-    from licensing.credentials import resolve_credential
+    from licensing.access.credentials import resolve_credential
 
     token = jwt.encode(claims(), HS_SECRET, algorithm="HS256")
     principal = resolve_credential(token)

@@ -23,7 +23,7 @@ HISTORY = """
 from datetime import timedelta
 from django.utils import timezone
 from licensing.models import License, Transaction
-from licensing.services import license_create
+from licensing.access.services import license_create
 demo = License.objects.get(name="demo")
 other = license_create(name="second-class", institution="Second school")
 now = timezone.now()

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 from catalog.models import Connection, Model, Provider, ProviderModel
 from core.crypto import reveal
-from licensing.credentials import resolve_credential
+from licensing.access.credentials import resolve_credential
 from licensing.models import ApiKey, License
 
 pytestmark = pytest.mark.django_db

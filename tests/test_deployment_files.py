@@ -28,7 +28,7 @@ from django.urls import resolve
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from licensing.consumers import PATH as LIVE_FEED
+from licensing.console.consumers import PATH as LIVE_FEED
 from tests.kit import wait_for_health
 from tests.live_helpers import session_cookie
 from tests.processes import database_url, free_port
@@ -266,7 +266,7 @@ def test_the_dockerignore_keeps_secrets_and_state_out_and_what_runs_in():
             for p in patterns
         )
 
-    from licensing.admin import POLICY_DOCS  # served by the admin at run time
+    from licensing.console.admin.licenses import POLICY_DOCS  # served by the admin at run time
 
     kept = ["manage.py", "pyproject.toml", "constraints.txt", str(POLICY_DOCS.relative_to(ROOT))]
     kept += ["gateway_site/gunicorn_conf.py", "licensing/models.py", "catalog/defaults.py"]

@@ -13,9 +13,9 @@ from django.core.exceptions import ValidationError
 from django.test import override_settings
 
 from core import clock
-from licensing import fairuse
 from licensing.models import LicenseType, Transaction, Wallet
-from licensing.policy import PolicyDocumentError, compile_policy, open_policy_document
+from licensing.rules import fairuse
+from licensing.rules.policy import PolicyDocumentError, compile_policy, open_policy_document
 from tests.ledger_helpers import refusal_codes
 from tests.processes import redis_server_or_skip, running_workers
 

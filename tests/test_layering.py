@@ -66,20 +66,7 @@ def import_graph():
     return grimp.build_graph(*APPS, cache_dir=None)
 
 
-@pytest.mark.parametrize(
-    "app",
-    [
-        pytest.param(
-            app,
-            marks=pytest.mark.xfail(
-                reason="its circles go with the move into wings (issue 23, item 1)", strict=False
-            ),
-        )
-        if app == "licensing"
-        else app
-        for app in APPS
-    ],
-)
+@pytest.mark.parametrize("app", APPS)
 def test_no_import_circle_within_an_app(import_graph, app):
     """Imports inside an app form no circle (a module-level or a function-level import alike:
     grimp sees both). catalog.registry's dotted paths to inference are strings, not imports."""

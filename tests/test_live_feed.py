@@ -16,8 +16,8 @@ from django.db import connection
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 
-from licensing import consumers, live
-from licensing.consumers import PATH, websocket_application
+from licensing.console import consumers, live
+from licensing.console.consumers import PATH, websocket_application
 from licensing.models import Transaction
 from tests.live_helpers import WebsocketCommunicator, feed_entry, session_cookie, staff_user
 

@@ -17,8 +17,8 @@ from openai import OpenAI, PermissionDeniedError
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from licensing import live
-from licensing.consumers import PATH
+from licensing.console import live
+from licensing.console.consumers import PATH
 from licensing.models import Transaction
 from tests.kit import wait_until
 from tests.live_helpers import feed_entry, session_cookie, staff_user

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from licensing.credentials import resolve_credential
+from licensing.access.credentials import resolve_credential
 from licensing.models import AdminProfile, ApiKey, EndUser, License, Wallet
 
 from .test_admin import make_licensing

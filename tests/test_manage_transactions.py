@@ -11,7 +11,7 @@ import io
 import pytest
 from django.test import Client
 
-from licensing.review import CSV_COLUMNS
+from licensing.console.review import CSV_COLUMNS
 
 from .review_data import FILTER_CASES, SEARCH_CASES, all_rows, make_ledger, named, totals_of
 from .test_manage_api import token_client, user_with

@@ -14,7 +14,7 @@ from django.db import connection
 from django.db.models import Sum
 
 from licensing.models import Transaction, Wallet
-from licensing.policy import open_policy_document
+from licensing.rules.policy import open_policy_document
 from tests.processes import redis_server_or_skip, running_workers
 
 pytestmark = pytest.mark.slow  # Gateway worker processes against PostgreSQL and Redis

@@ -21,7 +21,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from core import outbound
-from licensing import jwks
+from licensing.access import jwks
 from licensing.models import Institution, JwtIssuer
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,7 +15,7 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 from websockets.sync.client import connect
 
-from licensing.consumers import PATH
+from licensing.console.consumers import PATH
 from tests.live_helpers import session_cookie
 from tests.processes import running_workers
 

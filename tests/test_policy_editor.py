@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from licensing.models import LicenseType
-from licensing.policy import PolicyDocumentError, validate_policy_document
+from licensing.rules.policy import PolicyDocumentError, validate_policy_document
 
 from .test_admin import form_data, make_licensing, url
 from .test_scoping import login_as

@@ -141,7 +141,7 @@ def test_every_declared_operation_resolves_to_its_service():
 def test_the_public_names_are_those_of_the_spec_and_the_policy_documents():
     """The internal endpoint names (the spec's 400 messages), the policy/ledger service names
     and the one place they differ: endpoint `web_fetch`, service `fetch`."""
-    from licensing.policy import SERVICES as policy_services
+    from licensing.rules.policy import SERVICES as policy_services
 
     assert [s.endpoint for s in SERVICES] == [
         "chat_completions",

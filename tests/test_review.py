@@ -1,4 +1,4 @@
-"""The transactions review page (licensing.review through the admin): every filter finds the
+"""The transactions review page (licensing.console.review through the admin): every filter finds the
 right rows and leaves the others out, the totals match sums made here from the rows, search by
 request-id and answer-id prefix and by metadata, the CSV export (parsed), the detail page,
 scoping of the page, its totals, autocompletes and export, bad input (4xx, never a 500), and
@@ -16,8 +16,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from licensing.console.review import CSV_COLUMNS, safe_cell
 from licensing.models import AdminProfile, Transaction
-from licensing.review import CSV_COLUMNS, safe_cell
 
 from .review_data import FILTER_CASES, SEARCH_CASES, T0, all_rows, make_ledger, named, totals_of
 from .test_admin import url

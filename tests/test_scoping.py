@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from catalog.models import Connection, Model, Provider, ProviderModel
+from licensing.access.scoping import ROLE_PERMISSIONS
 from licensing.models import (
     AdminProfile,
     ApiKey,
@@ -22,7 +23,6 @@ from licensing.models import (
     Transaction,
     Wallet,
 )
-from licensing.scoping import ROLE_PERMISSIONS
 
 from .test_admin import form_data, make_licensing, url
 

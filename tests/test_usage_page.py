@@ -16,8 +16,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from licensing.console.usage_report import OUTCOMES, today_utc
 from licensing.models import License, Transaction
-from licensing.usage_report import OUTCOMES, today_utc
 
 from .test_manage_api import token_client, user_with
 from .test_usage_report import SINCE, UNTIL, in_range, make_holders, make_ledger, per_day

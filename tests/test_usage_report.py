@@ -1,7 +1,7 @@
-"""The usage report (licensing.usage_report) against sums computed here in Python from the rows
-the test made (several days, services, models, licenses, keys, end users and institutions,
+"""The usage report (licensing.console.usage_report) against sums computed here in Python from the
+rows the test made (several days, services, models, licenses, keys, end users and institutions,
 refusals and failures included), its scoping and range rules, and its query count; and the SVG
-charts (licensing.charts): well-formed XML, one bar per day and series, escaped labels,
+charts (licensing.console.charts): well-formed XML, one bar per day and series, escaped labels,
 deterministic output."""
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from licensing import charts
-from licensing.credentials import api_key_create
-from licensing.models import EndUser, Institution, JwtIssuer, Transaction
-from licensing.scoping import Scope, scoped
-from licensing.services import license_create
-from licensing.usage_report import (
+from licensing.access.credentials import api_key_create
+from licensing.access.scoping import Scope, scoped
+from licensing.access.services import license_create
+from licensing.console import charts
+from licensing.console.usage_report import (
     OTHER_MODELS,
     OUTCOMES,
     RangeError,
     resolve_range,
     usage_report,
 )
+from licensing.models import EndUser, Institution, JwtIssuer, Transaction
 
 SINCE, UNTIL = date(2025, 1, 10), date(2025, 1, 20)
 MODELS = {

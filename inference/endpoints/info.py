@@ -9,7 +9,7 @@ from core.errors import NotFound
 from core.jsonio import json_response
 from gateway_site.db import run_db
 from licensing.budget import budget_usage
-from licensing.policy import SERVICES
+from licensing.rules.policy import SERVICES
 from licensing.spool import note_database_down, note_database_up
 from licensing.spool import probe as spool_probe
 

@@ -1,4 +1,4 @@
-"""Indexes for reviewing the ledger (licensing.review; measured in bench/review.py).
+"""Indexes for reviewing the ledger (licensing.console.review; measured in bench/review.py).
 
 On PostgreSQL they are built with CREATE INDEX CONCURRENTLY: every API request waits for its
 ledger row's commit, and a plain CREATE INDEX would hold those inserts for the whole build. The

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from licensing.credentials import api_key_create_for_days
+from licensing.access.credentials import api_key_create_for_days
 from licensing.models import License
 
 

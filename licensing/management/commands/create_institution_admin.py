@@ -4,8 +4,8 @@ import os
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from licensing.access.services import institution_admin_create
 from licensing.models import AdminProfile
-from licensing.services import institution_admin_create
 
 
 class Command(BaseCommand):

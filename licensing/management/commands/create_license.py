@@ -3,7 +3,7 @@ import json
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from licensing.services import DEFAULT_INSTITUTION, license_create
+from licensing.access.services import DEFAULT_INSTITUTION, license_create
 
 
 class Command(BaseCommand):

@@ -2,7 +2,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from rest_framework.authtoken.models import Token
 
-from licensing.scoping import NOBODY, scope_of
+from licensing.access.scoping import NOBODY, scope_of
 
 
 class Command(BaseCommand):

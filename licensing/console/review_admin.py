@@ -1,7 +1,7 @@
-"""The transactions admin's review page (licensing.admin.TransactionAdmin uses these): the filter
-bar built from licensing.review's FilterSet (autocompletes for licenses, keys, end users and
-institutions, fed by a scoped JSON endpoint of its own), the totals above the table, and the
-change list that applies both."""
+"""The transactions admin's review page (licensing.console.admin.transactions.TransactionAdmin
+uses these): the filter bar built from licensing.console.review's FilterSet (autocompletes for
+licenses, keys, end users and institutions, fed by a scoped JSON endpoint of its own), the totals
+above the table, and the change list that applies both."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from django.http import HttpResponseBadRequest, JsonResponse
 from django.urls import reverse
 from django.utils import formats
 
-from .models import ApiKey, EndUser, Institution, License, Transaction
+from ..access.scoping import scope_of, scoped
+from ..models import ApiKey, EndUser, Institution, License, Transaction
 from .review import InstantField, TransactionFilter, transaction_totals
-from .scoping import scope_of, scoped
 
 CHOICES_PER_PAGE = 20
 TERM_MAX_CHARS = 100

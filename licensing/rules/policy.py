@@ -6,7 +6,7 @@ A document looks like
                                  "params": {"dimensions": {"max": 1024}}}}}
 A service that is not listed is not enabled. Rules apply to the fields a request carries;
 a field the request leaves out is not checked (the endpoint's default applies). An optional
-top-level `limits` sets fair-use limits (licensing.fairuse):
+top-level `limits` sets fair-use limits (licensing.rules.fairuse):
     "limits": {"holder": {"requests_per_minute": 20, "tokens_per_minute": 20000},
                "license": {"requests_per_minute": 600}}
 """
@@ -21,6 +21,7 @@ from catalog.registry import POLICY_SERVICES
 from core.errors import PolicyDenied, ServiceUnavailable
 
 from .fairuse import Limits
+from .policy_schema import known_params
 
 SUPPORTED_VERSIONS = {1}
 # The policy service names, in the documents' order: declared in catalog.registry.
@@ -288,10 +289,32 @@ def _compile_limits(spec: Any) -> Limits | None:
     return Limits(**values)
 
 
+def _is_known(name: str, known: frozenset[str]) -> bool:
+    return any(alias in known for alias in ALIASES.get(name, (name,)))
+
+
+def check_param_names(document: Any) -> None:
+    """Refuse rules on parameters the service's request schema does not have (a service nobody
+    registered in policy_schema is not checked)."""
+    if not isinstance(document, dict) or not isinstance(document.get("services"), dict):
+        return
+    for service, config in document["services"].items():
+        known = known_params(service)
+        if known is None or not isinstance(config, dict):
+            continue
+        params = config.get("params")
+        if not isinstance(params, dict):
+            continue
+        unknown = [name for name in params if not _is_known(name, known)]
+        if unknown:
+            raise PolicyDocumentError(
+                f"services.{service}.params: unknown parameter(s) {unknown} for {service}; "
+                f"known parameters: {sorted(known)}"
+            )
+
+
 def validate_policy_document(document: Any) -> None:
     """The save-time check: compiles, and every rule names a parameter of its service."""
-    from .policy_schema import check_param_names
-
     compile_policy(document)
     check_param_names(document)
 

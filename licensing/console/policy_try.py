@@ -10,8 +10,8 @@ from typing import Any
 from catalog.models import Provider
 from core.errors import PolicyDenied, validation_error_body
 
-from .policy import ALIASES, PolicyDocumentError, _lookup, compile_policy
-from .policy_schema import BodyInvalid, parser_for
+from ..rules.policy import ALIASES, PolicyDocumentError, _lookup, compile_policy
+from ..rules.policy_schema import BodyInvalid, parser_for
 
 
 def _active_providers() -> list[str]:

@@ -29,9 +29,9 @@ from django.http import StreamingHttpResponse
 
 from catalog.models import Provider
 
-from .models import ApiKey, EndUser, Institution, License, Outcome, Transaction
-from .policy import SERVICES
-from .scoping import scope_of, scoped
+from ..access.scoping import scope_of, scoped
+from ..models import ApiKey, EndUser, Institution, License, Outcome, Transaction
+from ..rules.policy import SERVICES
 
 SEARCH_MAX_CHARS = 500
 SEARCH_MAX_TERMS = 8
@@ -56,8 +56,8 @@ def licenses_of(institution_id: int) -> list[int]:
 
 
 def scoped_ledger(queryset, scope):
-    """`licensing.scoping.scoped` for ledger rows, by the institution's license ids rather than
-    a join: PostgreSQL then knows how many rows those licenses have, and a small institution's
+    """`licensing.access.scoping.scoped` for ledger rows, by the institution's license ids rather
+    than a join: PostgreSQL then knows how many rows those licenses have, and a small institution's
     newest page is read from `tx_license_time` (0.3 ms) instead of by walking every
     institution's newest rows until 50 match (107 ms on a million; bench/review.py)."""
     if scope.superuser:

@@ -1,8 +1,9 @@
 """The usage page (/admin/licensing/transaction/usage/): credits and requests per day by service,
 by model and by status class, and the top licenses, API keys and end users by spend, over a
-range of UTC days, as server-side SVG charts (licensing.charts). Whoever may view transactions
-may open it, scoped like the ledger: an institution's staff see their institution, superusers
-every institution or the one they pick. Bad parameters are a message on the page (400)."""
+range of UTC days, as server-side SVG charts (licensing.console.charts). Whoever may view
+transactions may open it, scoped like the ledger: an institution's staff see their institution,
+superusers every institution or the one they pick. Bad parameters are a message on the page
+(400)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.safestring import mark_safe
 
+from ..access.scoping import scope_of, scoped
+from ..models import Institution, License, Outcome, Transaction
 from . import charts
-from .models import Institution, License, Outcome, Transaction
-from .scoping import scope_of, scoped
 from .usage_report import (
     PRESETS,
     RangeError,
@@ -230,7 +231,7 @@ def _charts(report: UsageReport) -> list[dict]:
         bands = _bands(series, values, outcomes=series is report.by_outcome)
         unit = UNIT if values == "credits" else "requests"
         svg = charts.stacked_bars(report.days, bands, title=title, unit=unit)
-        # Safe: licensing.charts escapes every label it writes.
+        # Safe: licensing.console.charts escapes every label it writes.
         result.append({"id": key, "title": title, "unit": unit, "svg": mark_safe(svg)})
     return result
 

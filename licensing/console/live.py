@@ -1,5 +1,5 @@
 """The live feed of ledger rows: publishing them to the channel layer, and the admin page that
-shows them (the websocket consumer is licensing.consumers).
+shows them (the websocket consumer is licensing.console.consumers).
 
 `publish` is called by the group commit, on the event loop, once a batch of rows is committed.
 It never blocks, never awaits delivery and never raises: it turns each row into a compact event
@@ -35,6 +35,7 @@ from gateway_site.pgpool import per_loop
 
 logger = logging.getLogger("gateway")
 
+PATH = "/ws/admin/transactions/"  # the page's websocket, served by consumers.TransactionFeed
 ALL_GROUP = "ledger.all"  # superusers: every institution's rows
 QUEUE_MAX = 2000  # events waiting per event loop; more are dropped (and counted)
 ROWS_PER_MESSAGE = 50  # rows in one channel-layer message
@@ -240,8 +241,7 @@ def admin_urls(model_admin) -> list:
 def live_page(request, model_admin):
     """The latest rows of the user's scope, then (licensing/static/licensing/live.js) the new
     ones as the websocket brings them."""
-    from .consumers import PATH
-    from .scoping import scope_of
+    from ..access.scoping import scope_of
 
     if not model_admin.has_view_permission(request):
         raise PermissionDenied

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from .models import Institution, License, LicenseType
-from .policy import PolicyDocumentError, open_policy_document, validate_policy_document
+from ..models import Institution, License, LicenseType
+from ..rules.policy import PolicyDocumentError, open_policy_document, validate_policy_document
 
 DEFAULT_INSTITUTION = "Default institution"
 OPEN_TYPE = "Open access"
@@ -59,10 +59,10 @@ def license_create(
 def institution_admin_create(
     *, institution: str, username: str, role: str, password: str, email: str = ""
 ):
-    """A staff user tied to one institution with a role (see licensing.scoping)."""
+    """A staff user tied to one institution with a role (see licensing.access.scoping)."""
     from django.contrib.auth import get_user_model
 
-    from .models import AdminProfile
+    from ..models import AdminProfile
 
     if role not in AdminProfile.Role.values:
         raise ValidationError(f"Unknown role {role!r}; use one of {AdminProfile.Role.values}")
@@ -82,7 +82,7 @@ def institution_admin_create(
 
 @transaction.atomic
 def api_key_revoke(*, key_id: int) -> None:
-    from .models import ApiKey
+    from ..models import ApiKey
 
     row = ApiKey.objects.select_for_update().get(pk=key_id)
     if row.active:
@@ -94,8 +94,8 @@ def api_key_revoke(*, key_id: int) -> None:
 def api_key_rotate(*, key_id: int):
     """A new key on the same license, with the same name and expiry; the old one is revoked.
     Returns (new row, full new key)."""
+    from ..models import ApiKey
     from .credentials import api_key_create
-    from .models import ApiKey
 
     old = ApiKey.objects.select_for_update().select_related("license").get(pk=key_id)
     row, key = api_key_create(license=old.license, name=old.name, expires_at=old.expires_at)

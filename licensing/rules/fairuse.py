@@ -8,8 +8,8 @@ tokens at or over the limit is refused. A refusal is 429 `Rate limit exceeded` w
 (seconds to the next window), checked before the budget and never charged.
 
 With `REDIS_URL` the counters are shared by every worker and host; without it they are per process
-(README: fair use). If Redis cannot be reached the request is admitted (a limiter outage must not
-take the service down) and a warning is logged at most once a minute.
+(docs/policy.md, "Fair-use limits"). If Redis cannot be reached the request is admitted (a
+limiter outage must not take the service down) and a warning is logged at most once a minute.
 """
 
 from __future__ import annotations

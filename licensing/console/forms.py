@@ -10,7 +10,7 @@ from django import forms
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
 
-from .models import ApiKey, JwtIssuer, License, LicenseType
+from ..models import ApiKey, JwtIssuer, License, LicenseType
 
 SUPPORTED_BUDGET_UNITS = ("micro_credits",)
 
@@ -63,7 +63,7 @@ class LicenseForm(AdminModelFormMixin, forms.ModelForm):
 
 class ApiKeyForm(forms.ModelForm):
     """Prefix and digest are not model-editable: the add view creates them through
-    `licensing.credentials.api_key_create`."""
+    `licensing.access.credentials.api_key_create`."""
 
     class Meta:
         model = ApiKey

@@ -1,5 +1,5 @@
-"""GET /manage/v1/usage: the usage page's aggregates as JSON (licensing.usage_report), scoped
-like the admin: an institution's admins and reviewers get their institution (another
+"""GET /manage/v1/usage: the usage page's aggregates as JSON (licensing.console.usage_report),
+scoped like the admin: an institution's admins and reviewers get their institution (another
 institution's id is 400), superusers every institution or the one they name. Errors are DRF's
 shapes (`{"since": ["..."]}`)."""
 
@@ -15,8 +15,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .models import Institution, License, Transaction
-from .scoping import scope_of, scoped
+from ..access.scoping import scope_of, scoped
+from ..models import Institution, License, Transaction
 from .usage_report import MAX_DAYS, OUTCOMES, RangeError, resolve_range, usage_report
 
 DATE_FORMATS = ["%Y-%m-%d"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from django.db.models import Model, Q, QuerySet
 
-from .models import (
+from ..models import (
     AdminProfile,
     ApiKey,
     BudgetAlert,

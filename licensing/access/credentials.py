@@ -25,11 +25,11 @@ from core.errors import AUTH_BAD_SCHEME, AUTH_INVALID, AuthenticationFailed, Ser
 from gateway_site.db import run_db
 from gateway_site.localcache import TTLCache
 
-from .budget import BudgetConfig
-from .guardrails import GuardrailConfigError, Guardrails, compile_guardrails
+from ..budget import BudgetConfig
+from ..models import ALLOWED_JWT_ALGORITHMS, ApiKey, EndUser, JwtIssuer, License
+from ..rules.guardrails import GuardrailConfigError, Guardrails, compile_guardrails
+from ..rules.policy import Policy, PolicyDocumentError, compile_policy
 from .jwks import jwks_cache
-from .models import ApiKey, EndUser, JwtIssuer, License
-from .policy import Policy, PolicyDocumentError, compile_policy
 
 logger = logging.getLogger("gateway")
 
@@ -37,13 +37,6 @@ KEY_PREFIX = "sk-svc-"
 KEY_RANDOM_CHARS = 43
 LOOKUP_CHARS = 8  # random characters kept in clear, for lookup and display
 MAX_CREDENTIAL_LENGTH = 8192
-ALLOWED_JWT_ALGORITHMS = (
-    "HS256", "HS384", "HS512",
-    "RS256", "RS384", "RS512",
-    "PS256", "PS384", "PS512",
-    "ES256", "ES384", "ES512",
-    "EdDSA",
-)  # fmt: skip
 
 _key_cache = TTLCache("api-keys")
 _license_cache = TTLCache("licenses")

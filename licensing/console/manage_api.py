@@ -1,7 +1,7 @@
 """The management API, /manage/v1/ (djangorestframework): licenses with their budget usage,
 API keys (create, revoke, rotate; the key is shown once), end users, and the ledger
-(transactions, with licensing.review's filters and CSV export). For institution admins'
-scripts and LMS integrations; scoped exactly like the admin (licensing.scoping): a row of
+(transactions, with licensing.console.review's filters and CSV export). For institution admins'
+scripts and LMS integrations; scoped exactly like the admin (licensing.access.scoping): a row of
 another institution is a 404. Errors are DRF's own shapes (this is not the /v1 contract).
 Authentication: `Authorization: Token <token>` (DRF tokens) or the admin's session."""
 
@@ -22,8 +22,10 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
-from .credentials import api_key_create
-from .models import ApiKey, EndUser, JwtIssuer, License, LicenseType, Transaction
+from ..access.credentials import api_key_create
+from ..access.scoping import scope_of, scoped
+from ..access.services import api_key_revoke, api_key_rotate
+from ..models import ApiKey, EndUser, JwtIssuer, License, LicenseType, Transaction
 from .review import (
     CSV_COLUMNS,
     TransactionFilter,
@@ -31,11 +33,9 @@ from .review import (
     export_filename,
     scoped_ledger,
 )
-from .scoping import scope_of, scoped
-from .services import api_key_revoke, api_key_rotate
 from .usage import licenses_usage
 
-# What each view action needs of the role (licensing.scoping.ROLE_PERMISSIONS).
+# What each view action needs of the role (licensing.access.scoping.ROLE_PERMISSIONS).
 ACTION_NEEDS = {
     "list": ("view",),
     "retrieve": ("view",),
@@ -320,8 +320,9 @@ class TransactionSerializer(serializers.ModelSerializer):
 
 
 class CsvRenderer(BaseRenderer):
-    """`?format=csv`: the views stream the CSV themselves (licensing.review.csv_response); an
-    error answer is rendered as JSON instead (see TransactionViewSet.finalize_response)."""
+    """`?format=csv`: the views stream the CSV themselves
+    (licensing.console.review.csv_response); an error answer is rendered as JSON instead (see
+    TransactionViewSet.finalize_response)."""
 
     media_type = "text/csv"
     format = "csv"
@@ -360,7 +361,7 @@ class TransactionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Scope
     renderer_classes = [*viewsets.GenericViewSet.renderer_classes, CsvRenderer]
 
     def get_queryset(self):
-        # Scoped by license ids rather than a join (see licensing.review.scoped_ledger).
+        # Scoped by license ids rather than a join (see licensing.console.review.scoped_ledger).
         return scoped_ledger(self.queryset.all(), scope_of(self.request.user))
 
     @extend_schema(
@@ -405,6 +406,6 @@ router.register("transactions", TransactionViewSet, basename="manage-transaction
 
 urlpatterns = [
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="manage-openapi"),
-    path("usage", include("licensing.usage_api")),
+    path("usage", include("licensing.console.usage_api")),
     path("", include(router.urls)),
 ]

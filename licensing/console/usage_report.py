@@ -3,8 +3,8 @@ requests per day in total, by service, by model (the top models, the rest as one
 series) and by status class, and the top licenses, API keys and end users by credits.
 
 Everything comes from four GROUP BY queries over a Transaction queryset the caller has already
-scoped (licensing.scoping.scoped), plus a lookup of the top rows' names; no ledger row is loaded
-into Python. Refusals (0 credits, outcome "denied") count as requests like every other row.
+scoped (licensing.access.scoping.scoped), plus a lookup of the top rows' names; no ledger row is
+loaded into Python. Refusals (0 credits, outcome "denied") count as requests like every other row.
 Credits are micro-credits.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 from django.db.models import Case, Count, F, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, NullIf, TruncDate
 
-from .models import ApiKey, EndUser, License, Outcome
+from ..models import ApiKey, EndUser, License, Outcome
 
 MAX_DAYS = 366
 DEFAULT_DAYS = 30

@@ -11,8 +11,8 @@ from django.db.models import Count, Max, Sum
 
 from core import clock
 
-from .budget import window_start
-from .models import ApiKey, EndUser, License, Wallet
+from ..budget import window_start
+from ..models import ApiKey, EndUser, License, Wallet
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,2 @@
+"""The staff console: admin pages, review, usage, charts, the live feed's views, the management
+API."""

@@ -1,0 +1,152 @@
+"""What every licensing admin page shares: institution scoping (rows, choices, filters,
+permissions by role), the read-only and keep-the-ledger-intact mixins, and the cell formats."""
+
+from collections.abc import Sequence
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin
+from django.http import Http404
+from django.utils.html import format_html
+
+from ...access.scoping import institution_id_of, owns, scope_of, scoped
+from ...models import Institution
+
+
+def _credits(value) -> str:
+    return "unlimited" if value is None else f"{value:,}"
+
+
+def _short_time(value):
+    """A compact UTC time that keeps list columns narrow (the admin's own format wraps)."""
+    if value is None:
+        return "-"
+    text = value.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    return format_html('<span style="white-space: nowrap">{} UTC</span>', text)
+
+
+class ScopedRelatedFilter(admin.RelatedFieldListFilter):
+    """A relation filter that offers only the related rows the user may see."""
+
+    def field_choices(self, field, request, model_admin):
+        related = field.related_model
+        queryset = scoped(related._default_manager.all(), scope_of(request.user))
+        return [(obj.pk, str(obj)) for obj in queryset]
+
+
+if TYPE_CHECKING:  # what the mixin is mixed into, for mypy; a plain mixin at run time
+    _ModelAdmin = admin.ModelAdmin
+else:
+    _ModelAdmin = object
+
+
+class ScopedAdminMixin(_ModelAdmin):
+    """Institution scoping (see licensing.access.scoping) for every licensing admin: the rows, the
+    foreign-key choices, the relation filters, the permissions by role; an object outside
+    the scope is a 404 on every object URL (change, delete, history)."""
+
+    def get_queryset(self, request):
+        return scoped(super().get_queryset(request), scope_of(request.user))
+
+    def _may(self, request, action, obj=None) -> bool:
+        scope = scope_of(request.user)
+        if not scope.allows(self.model, action):
+            return False
+        if obj is None or scope.superuser:
+            return True
+        if action == "view":
+            return institution_id_of(obj) in (scope.institution_id, None)
+        return owns(scope, obj)
+
+    def has_module_permission(self, request):
+        return self._may(request, "view")
+
+    def has_view_permission(self, request, obj=None):
+        return self._may(request, "view", obj)
+
+    def has_add_permission(self, request, *args):
+        return self._may(request, "add")
+
+    def has_change_permission(self, request, obj=None):
+        return self._may(request, "change", obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return self._may(request, "delete", obj)
+
+    def _get_obj_does_not_exist_redirect(self, request, opts, object_id):
+        raise Http404(f"No {opts.verbose_name} with this id")
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        scope = scope_of(request.user)
+        related = db_field.related_model
+        if not scope.superuser and "queryset" not in kwargs:
+            kwargs["queryset"] = scoped(related._default_manager.all(), scope)
+            if related is Institution:
+                kwargs["required"] = True  # never a shared row from an institution admin
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def get_changeform_initial_data(self, request):
+        initial: dict[str, Any] = super().get_changeform_initial_data(request)
+        scope = scope_of(request.user)
+        field_names = {f.name for f in self.model._meta.get_fields()}
+        if scope.institution_id is not None and "institution" in field_names:
+            initial.setdefault("institution", scope.institution_id)
+        return initial
+
+    def get_list_filter(self, request):
+        filters = []
+        superuser = scope_of(request.user).superuser
+        specs: Sequence[Any] = super().get_list_filter(request)
+        for spec in specs:
+            name = spec if isinstance(spec, str) else spec[0]
+            if not superuser and name.split("__")[-1] == "institution":
+                continue  # one institution: nothing to filter
+            field = _relation(self.model, name)
+            filters.append((name, ScopedRelatedFilter) if field is not None else spec)
+        return filters
+
+
+def _relation(model, lookup: str):
+    """The relation field a list_filter path ends on, else None."""
+    field = None
+    for part in lookup.split("__"):
+        try:
+            field = model._meta.get_field(part)
+        except Exception:
+            return None
+        if not field.is_relation:
+            return None
+        model = field.related_model
+    return field
+
+
+class ReadOnlyAdminMixin(_ModelAdmin):
+    """View only: no add, no change (fields shown read-only), no delete."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class KeepLedgerIntactMixin(_ModelAdmin):
+    """Deleting a key, an end user or an issuer would null the ledger's references to it
+    (SET_NULL): refuse once ledger rows point at it (deactivate instead). No bulk delete, so
+    every delete goes through this per-object check."""
+
+    def ledger_rows(self, obj):
+        raise NotImplementedError
+
+    def has_delete_permission(self, request, obj=None):
+        if obj is not None and self.ledger_rows(obj).exists():
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions

@@ -1,0 +1,179 @@
+"""Who calls: API keys (created through `licensing.access.credentials.api_key_create`; the full
+key is shown once, as a success message after saving; prefix and digest are never editable),
+JWT issuers (HS256 secrets write-only, see `catalog.forms.AdminModelFormMixin`) and end users
+(view-only). Keys, end users and issuers the ledger points at cannot be deleted (deactivate
+instead)."""
+
+from django.contrib import admin, messages
+
+from catalog.forms import FORMFIELD_OVERRIDES
+from gateway_site.localcache import clear_all
+
+from ...access.credentials import api_key_create
+from ...models import ApiKey, EndUser, JwtIssuer, Transaction
+from ..forms import ApiKeyForm, JwtIssuerForm
+from .base import KeepLedgerIntactMixin, ScopedAdminMixin, _short_time
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
+    form = ApiKeyForm
+    list_display = (
+        "key_prefix",
+        "license",
+        "name",
+        "active",
+        "expires",
+        "last_used",
+        "created",
+    )
+    list_filter = ("active", "license__institution", "license")
+    list_select_related = ("license",)
+    search_fields = ("prefix", "name", "license__name")
+    autocomplete_fields = ("license",)
+    date_hierarchy = "created_at"
+    actions = ("activate", "deactivate")
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ("license", "name", "active", "expires_at")
+        return (
+            "key_prefix",
+            "license",
+            "name",
+            "active",
+            "expires_at",
+            "last_used_at",
+            "created_at",
+            "updated_at",
+        )
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ()
+        return ("key_prefix", "license", "last_used_at", "created_at", "updated_at")
+
+    def ledger_rows(self, obj):
+        return Transaction.objects.filter(api_key=obj)
+
+    @admin.display(description="key", ordering="prefix")
+    def key_prefix(self, obj):
+        return f"{obj.prefix}…" if obj.prefix else "-"
+
+    @admin.display(description="expires", ordering="expires_at")
+    def expires(self, obj):
+        return _short_time(obj.expires_at)
+
+    @admin.display(description="last used", ordering="last_used_at")
+    def last_used(self, obj):
+        return _short_time(obj.last_used_at)
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj):
+        return _short_time(obj.created_at)
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        row, key = api_key_create(license=obj.license, name=obj.name, expires_at=obj.expires_at)
+        if not obj.active:
+            row.active = False
+            row.save(update_fields=["active", "updated_at"])
+        # The admin goes on with `obj` (log entry, redirect): make it the created row.
+        for field in ApiKey._meta.concrete_fields:
+            setattr(obj, field.attname, getattr(row, field.attname))
+        obj._state.adding = False
+        obj._state.db = row._state.db
+        messages.success(
+            request,
+            f"The new API key is {key} — copy it now: it is not stored and will not be "
+            "shown again.",
+        )
+
+    def _set_active(self, request, queryset, active: bool):
+        updated = queryset.update(active=active)
+        clear_all()  # update() sends no post_save: drop the API's cached keys here
+        state = "activated" if active else "deactivated"
+        self.message_user(request, f"{updated} API key(s) {state}.", messages.SUCCESS)
+
+    @admin.action(description="Activate selected API keys", permissions=["change"])
+    def activate(self, request, queryset):
+        self._set_active(request, queryset, True)
+
+    @admin.action(description="Deactivate selected API keys", permissions=["change"])
+    def deactivate(self, request, queryset):
+        self._set_active(request, queryset, False)
+
+
+@admin.register(JwtIssuer)
+class JwtIssuerAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
+    form = JwtIssuerForm
+    formfield_overrides = FORMFIELD_OVERRIDES
+    list_display = (
+        "issuer",
+        "institution",
+        "license",
+        "audience",
+        "algorithm_list",
+        "key_source",
+        "active",
+        "updated_at",
+    )
+    list_filter = ("active", "institution")
+    list_select_related = ("institution", "license")
+    search_fields = ("issuer", "audience", "institution__name", "license__name")
+    autocomplete_fields = ("institution", "license")
+    readonly_fields = ("updated_at",)
+
+    def get_fieldsets(self, request, obj=None):
+        secret = ["hs256_secret"] + (["clear_hs256_secret"] if obj else [])
+        return [
+            (
+                None,
+                {
+                    "fields": ["issuer", "audience", "institution", "license", "active"]
+                    + (["updated_at"] if obj else [])
+                },
+            ),
+            ("Verification", {"fields": ["algorithms", "jwks_url", "public_keys", *secret]}),
+        ]
+
+    def ledger_rows(self, obj):
+        return Transaction.objects.filter(end_user__issuer=obj)
+
+    @admin.display(description="algorithms")
+    def algorithm_list(self, obj):
+        algs = obj.algorithms
+        return ", ".join(str(a) for a in algs) if isinstance(algs, list) else str(algs)
+
+    @admin.display(description="keys from")
+    def key_source(self, obj):
+        sources = []
+        if obj.jwks_url:
+            sources.append("JWKS")
+        if obj.public_keys:
+            sources.append("PEM")
+        if obj.hs256_secret:
+            sources.append("HS256 secret")
+        return ", ".join(sources) or "-"
+
+
+@admin.register(EndUser)
+class EndUserAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
+    """Created by a user's first valid token: view only (delete while it has no ledger rows)."""
+
+    list_display = ("subject", "issuer", "license", "created_at")
+    list_filter = ("issuer", "license")
+    list_select_related = ("issuer", "license")
+    search_fields = ("subject", "issuer__issuer", "license__name")
+    date_hierarchy = "created_at"
+
+    def ledger_rows(self, obj):
+        return Transaction.objects.filter(end_user=obj)
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

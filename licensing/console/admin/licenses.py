@@ -1,0 +1,278 @@
+"""Institutions, license types (the policy editor: its docs and its try-a-request view) and
+licenses (their budget and usage at a glance, their keys inline)."""
+
+from datetime import UTC
+
+from django.conf import settings
+from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import Count
+from django.http import Http404, HttpResponse, JsonResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_POST
+
+from catalog.forms import FORMFIELD_OVERRIDES
+
+from ...access.scoping import scope_of
+from ...models import ApiKey, Institution, License, LicenseType
+from ...rules.policy import SERVICES
+from ..forms import LicenseForm, LicenseTypeForm
+from ..policy_try import try_request
+from ..usage import licenses_usage
+from .base import ScopedAdminMixin, _credits
+
+POLICY_DOCS = settings.BASE_DIR / "docs" / "policy.md"
+
+
+@admin.register(Institution)
+class InstitutionAdmin(ScopedAdminMixin, admin.ModelAdmin):
+    list_display = ("name", "license_count", "license_type_count", "issuer_count", "created_at")
+    search_fields = ("name",)
+    date_hierarchy = "created_at"
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                _licenses=Count("licenses", distinct=True),
+                _types=Count("license_types", distinct=True),
+                _issuers=Count("jwt_issuers", distinct=True),
+            )
+            .order_by("name")  # GROUP BY drops Meta.ordering
+        )
+
+    @admin.display(description="licenses", ordering="_licenses")
+    def license_count(self, obj):
+        return obj._licenses
+
+    @admin.display(description="license types", ordering="_types")
+    def license_type_count(self, obj):
+        return obj._types
+
+    @admin.display(description="JWT issuers", ordering="_issuers")
+    def issuer_count(self, obj):
+        return obj._issuers
+
+
+@admin.register(LicenseType)
+class LicenseTypeAdmin(ScopedAdminMixin, admin.ModelAdmin):
+    form = LicenseTypeForm
+    formfield_overrides = FORMFIELD_OVERRIDES
+    list_display = ("name", "institution", "active", "services", "license_count", "updated_at")
+    list_filter = ("active", "institution")
+    list_select_related = ("institution",)
+    search_fields = ("name", "institution__name")
+    autocomplete_fields = ("institution",)
+    readonly_fields = ("updated_at",)
+    fields = ("name", "institution", "active", "policy", "guardrails", "updated_at")
+    change_form_template = "admin/licensing/licensetype/change_form.html"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(_licenses=Count("licenses")).order_by("name")
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(require_POST(self.try_request_view))
+        docs = self.admin_site.admin_view(self.policy_docs_view)
+        return [
+            path("policy-docs/", docs, name="licensing_policy_docs"),
+            path("<path:object_id>/try/", view, name="licensing_licensetype_try"),
+            *super().get_urls(),
+        ]
+
+    def policy_docs_view(self, request):
+        """docs/policy.md, for the link in the policy field's help."""
+        if not self.has_view_permission(request):
+            raise Http404("Not found")
+        return HttpResponse(
+            POLICY_DOCS.read_text(encoding="utf-8"), content_type="text/plain; charset=utf-8"
+        )
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name == "policy" and field is not None:
+            field.help_text = format_html(
+                "The policy document: which services, providers and parameter values are "
+                "allowed. Format, rule keys, the exact 403 messages and examples: "
+                '<a href="{}" target="_blank">docs/policy.md</a>. Rules must name parameters '
+                "of the service's request (unknown names are refused).",
+                reverse("admin:licensing_policy_docs"),
+            )
+        return field
+
+    def try_request_view(self, request, object_id):
+        """The "try a request" panel: the policy as saved, a service and a body."""
+        obj = self.get_object(request, object_id)
+        if obj is None or not self.has_view_permission(request, obj):
+            raise Http404("No license type with this id")
+        service = request.POST.get("service", "")
+        if service not in SERVICES:
+            return JsonResponse({"outcome": "invalid", "message": "Choose a service"}, status=400)
+        return JsonResponse(try_request(obj.policy, service, request.POST.get("body", "")))
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:
+            context["try_services"] = SERVICES
+            context["try_url"] = reverse("admin:licensing_licensetype_try", args=[obj.pk])
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    @admin.display(description="enabled services")
+    def services(self, obj):
+        policy = obj.policy
+        if not isinstance(policy, dict) or not isinstance(policy.get("services"), dict):
+            return "(invalid document)"
+        return ", ".join(sorted(policy["services"])) or "(none)"
+
+    @admin.display(description="licenses", ordering="_licenses")
+    def license_count(self, obj):
+        return obj._licenses
+
+
+class ApiKeyInline(admin.TabularInline):
+    """The license's keys, listed read-only; keys are created from the API key admin."""
+
+    model = ApiKey
+    fields = ("prefix", "name", "active", "expires_at", "last_used_at", "created_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("license")
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_view_permission(self, request, obj=None):
+        return scope_of(request.user).allows(ApiKey, "view")
+
+
+class UsageChangeList(ChangeList):
+    """Reads the current window's usage of a page of licenses in one query."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        usage = licenses_usage(list(self.result_list))
+        for obj in self.result_list:
+            obj._usage = usage[obj.pk]
+
+
+@admin.register(License)
+class LicenseAdmin(ScopedAdminMixin, admin.ModelAdmin):
+    form = LicenseForm
+    list_display = (
+        "name",
+        "institution",
+        "license_type",
+        "active",
+        "budget_limit_display",
+        "spent_display",
+        "remaining_display",
+        "resets_display",
+    )
+    list_filter = ("active", "budget_period", "budget_strategy", "institution", "license_type")
+    list_select_related = ("institution", "license_type")
+    search_fields = ("name", "institution__name", "license_type__name")
+    autocomplete_fields = ("institution", "license_type")
+    readonly_fields = (
+        "created_at",
+        "updated_at",
+        "spent_display",
+        "remaining_display",
+        "window_display",
+        "resets_display",
+        "transactions_link",
+    )
+    inlines = (ApiKeyInline,)
+
+    def get_fieldsets(self, request, obj=None):
+        budget = [
+            "budget_unit",
+            "budget_strategy",
+            "budget_period",
+            "budget_limit",
+            "alert_threshold_percent",
+        ]
+        fieldsets = [
+            (None, {"fields": ["name", "institution", "license_type", "active"]}),
+            ("Budget", {"fields": budget}),
+        ]
+        if obj is not None:
+            usage = [
+                "spent_display",
+                "remaining_display",
+                "window_display",
+                "resets_display",
+                "transactions_link",
+            ]
+            fieldsets.append(("Usage in the current window", {"fields": usage}))
+            fieldsets.append(("Dates", {"fields": ["created_at", "updated_at"]}))
+        return fieldsets
+
+    def get_changelist(self, request, **kwargs):
+        return UsageChangeList
+
+    def _usage(self, obj):
+        usage = getattr(obj, "_usage", None)
+        if usage is None:
+            usage = obj._usage = licenses_usage([obj])[obj.pk]
+        return usage
+
+    @admin.display(description="limit", ordering="budget_limit")
+    def budget_limit_display(self, obj):
+        limit = _credits(obj.budget_limit)
+        if obj.budget_limit is not None:
+            limit = f"{limit} {obj.get_budget_period_display().lower()}"
+            if obj.budget_strategy == License.Strategy.PER_USER:
+                limit += " per holder"
+        return limit
+
+    @admin.display(description="spent")
+    def spent_display(self, obj):
+        usage = self._usage(obj)
+        if not usage.pooled and usage.holders:
+            return f"{usage.spent:,} ({usage.holders} holders, highest {usage.highest:,})"
+        return f"{usage.spent:,}"
+
+    @admin.display(description="remaining")
+    def remaining_display(self, obj):
+        usage = self._usage(obj)
+        text = _credits(usage.remaining)
+        if usage.remaining is not None and not usage.pooled:
+            return f"{text} (least-left holder)"
+        return text
+
+    @admin.display(description="window")
+    def window_display(self, obj):
+        usage = self._usage(obj)
+        if usage.window_start is None:
+            return "lifetime (never resets)"
+        return f"{usage.period} from {usage.window_start:%Y-%m-%d %H:%M} UTC"
+
+    @admin.display(description="resets")
+    def resets_display(self, obj):
+        usage = self._usage(obj)
+        if usage.resets_at is None:
+            return "never"
+        return format_html(
+            '<span style="white-space: nowrap">{}</span>',
+            usage.resets_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        )
+
+    @admin.display(description="ledger")
+    def transactions_link(self, obj):
+        transactions = reverse("admin:licensing_transaction_changelist")
+        wallets = reverse("admin:licensing_wallet_changelist")
+        return format_html(
+            '<a href="{}?license={}">transactions</a> · '
+            '<a href="{}?license__id__exact={}">wallets</a>',
+            transactions,
+            obj.pk,
+            wallets,
+            obj.pk,
+        )

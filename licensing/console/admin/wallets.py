@@ -1,0 +1,68 @@
+"""Wallets and budget alerts: read-only views of what the money path wrote."""
+
+from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+
+from ...models import BudgetAlert, Wallet
+from ..usage import holder_names
+from .base import ReadOnlyAdminMixin, ScopedAdminMixin
+
+
+class HolderNameChangeList(ChangeList):
+    """Names the holders of a page of wallets in two queries."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        names = holder_names([obj.holder for obj in self.result_list])
+        for obj in self.result_list:
+            obj._holder_name = names.get(obj.holder, obj.holder)
+
+
+@admin.register(Wallet)
+class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
+    list_display = (
+        "license",
+        "holder_name",
+        "period",
+        "window_start",
+        "unit",
+        "spent_display",
+        "limit_display",
+        "updated_at",
+    )
+    list_filter = ("period", "unit", "license")
+    list_select_related = ("license",)
+    search_fields = ("holder", "license__name")
+    date_hierarchy = "window_start"
+
+    readonly_fields = ("holder_name",)
+
+    def get_changelist(self, request, **kwargs):
+        return HolderNameChangeList
+
+    @admin.display(description="holder", ordering="holder")
+    def holder_name(self, obj):
+        name = getattr(obj, "_holder_name", None)
+        if name is None:
+            name = holder_names([obj.holder]).get(obj.holder, obj.holder)
+        return name
+
+    @admin.display(description="spent", ordering="spent")
+    def spent_display(self, obj):
+        return f"{obj.spent:,}"
+
+    @admin.display(description="license limit")
+    def limit_display(self, obj):
+        limit = obj.license.budget_limit
+        return "unlimited" if limit is None else f"{limit:,}"
+
+
+@admin.register(BudgetAlert)
+class BudgetAlertAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
+    """One row per license and window whose alert threshold was crossed."""
+
+    list_display = ("license", "window_start", "holder", "spent", "threshold", "limit", "sent_at")
+    list_filter = ("license",)
+    list_select_related = ("license",)
+    search_fields = ("license__name",)
+    date_hierarchy = "created_at"

@@ -1,0 +1,1 @@
+"""Pure rules, no ORM models: the policy document, its schema checks, guardrails, fair use."""
