@@ -5,12 +5,12 @@
 
 Each measurement runs in a process of its own on a throwaway PostgreSQL database: `concurrency`
 coroutines on one event loop each write ledger entries (a charge to a limited pooled wallet, the
-way the pipeline writes a 200) through `licensing.group_commit.ledger_write` for `seconds`, after a
-warm-up. It prints rows per second and checks the ledger (rows written = rows counted, wallet =
-sum of credits). With `--compare REF` the tree at REF (e.g. the commit before the ledger gained its
-review columns and the live feed) is extracted to a temporary folder and measured the same way,
-in interleaved rounds; medians and ranges are shown. Needs PostgreSQL on 127.0.0.1:5432.
-"""
+way the pipeline writes a 200) through `licensing.ledger.group_commit.ledger_write` for
+`seconds`, after a warm-up. It prints rows per second and checks the ledger (rows written = rows
+counted, wallet = sum of credits). With `--compare REF` the tree at REF (e.g. the commit before
+the ledger gained its review columns and the live feed) is extracted to a temporary folder and
+measured the same way, in interleaved rounds; medians and ranges are shown. Needs PostgreSQL on
+127.0.0.1:5432."""
 
 from __future__ import annotations
 
@@ -42,9 +42,9 @@ def measure(seconds: float, concurrency: int) -> dict:
     call_command("migrate", verbosity=0)
     from django.db import connection
 
-    from licensing.budget import BudgetConfig, budget_check
-    from licensing.group_commit import ledger_write
-    from licensing.ledger import LedgerEntry
+    from licensing.ledger.budget import BudgetConfig, budget_check
+    from licensing.ledger.group_commit import ledger_write
+    from licensing.ledger.record import LedgerEntry
     from licensing.models import Transaction, Wallet
     from licensing.services import license_create
 

@@ -1,5 +1,5 @@
 """The websocket of the live feed (/ws/admin/transactions/): staff who may view transactions
-receive the ledger rows of their scope as licensing.live publishes them.
+receive the ledger rows of their scope as licensing.ledger.feed publishes them.
 
 Authentication is the admin's session cookie (channels' AuthMiddlewareStack). A connection is
 refused (closed with 4403 before it is accepted) unless the user is active staff whose role may
@@ -31,7 +31,7 @@ from django.contrib import auth
 from django.http.request import split_domain_port, validate_host
 from django.urls import path
 
-from . import live
+from .ledger import feed as live
 from .models import Transaction
 from .scoping import scope_of
 

@@ -25,9 +25,9 @@ from core.errors import AUTH_BAD_SCHEME, AUTH_INVALID, AuthenticationFailed, Ser
 from gateway_site.db import run_db
 from gateway_site.localcache import TTLCache
 
-from .budget import BudgetConfig
 from .guardrails import GuardrailConfigError, Guardrails, compile_guardrails
 from .jwks import jwks_cache
+from .ledger.budget import BudgetConfig
 from .models import ApiKey, EndUser, JwtIssuer, License
 from .policy import Policy, PolicyDocumentError, compile_policy
 

@@ -12,9 +12,9 @@ from django.contrib.auth import get_user_model
 from django.core import mail
 from django.utils import timezone
 
-from licensing.alerts import wait_for_alerts
-from licensing.budget import BudgetConfig, BudgetState, wallet_key
-from licensing.ledger import LedgerEntry, transaction_record
+from licensing.ledger.alerts import wait_for_alerts
+from licensing.ledger.budget import BudgetConfig, BudgetState, wallet_key
+from licensing.ledger.record import LedgerEntry, transaction_record
 from licensing.models import AdminProfile, ApiKey, BudgetAlert, Wallet
 
 SMALL = "text-embedding-3-small"
@@ -169,7 +169,7 @@ def test_an_institution_without_admin_email_still_records_the_alert(transactiona
 def test_last_use_of_a_key_is_recorded_at_most_once_a_minute(
     client, catalog, make_license, make_key
 ):
-    from licensing import alerts
+    from licensing.ledger import alerts
 
     lic = make_license(name="used")
     key = make_key(lic)

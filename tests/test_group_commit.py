@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 from gateway_site import pgpool
-from licensing.budget import BudgetConfig, BudgetState
-from licensing.group_commit import Pending, _remaining, commit_batch_async, ledger_write
+from licensing.ledger.budget import BudgetConfig, BudgetState
+from licensing.ledger.group_commit import Pending, _remaining, commit_batch_async, ledger_write
 from licensing.models import Transaction, Wallet
 from tests.ledger_helpers import budget_for, entry_for
 
@@ -103,7 +103,7 @@ def _row(request_id: str) -> dict:
 
 @needs_pool
 def test_a_batch_of_one_writes_the_row_a_larger_batch_writes(make_license):
-    """A batch of one goes by its own plain statement (licensing.group_commit._single_sql):
+    """A batch of one goes by its own plain statement (licensing.ledger.group_commit._single_sql):
     the row, the wallet and the returned total are those of the JSON batch statement."""
     lic = make_license(name="capped", limit=1_000)
     state = budget_for(lic, "license")

@@ -20,7 +20,7 @@ from gateway_site import pgpool
 from gateway_site.db import run_db
 from gateway_site.localcache import TTLCache
 
-from .models import Wallet
+from ..models import Wallet
 
 UNITS = ("micro_credits",)
 STRATEGIES = ("pooled", "per_user")
@@ -38,7 +38,7 @@ class BudgetConfig:
     strategy: str
     period: str
     limit: int | None
-    alert_at: int | None = None  # spend that triggers the budget alert (licensing.alerts)
+    alert_at: int | None = None  # spend that triggers the budget alert (licensing.ledger.alerts)
 
     def validate(self) -> None:
         if (

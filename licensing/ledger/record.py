@@ -2,7 +2,7 @@
 one row (0 credits, no wallet) per refusal after the caller was identified.
 
 The wallet charge and the ledger row commit together. When the database cannot take them, the
-entry goes to the durable spool (licensing.spool) and is written when the database is back:
+entry goes to the durable spool (licensing.ledger.spool) and is written when the database is back:
 a provider call is never left unrecorded or unpaid.
 """
 
@@ -16,9 +16,9 @@ from decimal import Decimal
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
+from ..models import Outcome, Transaction
 from .alerts import after_charge
 from .budget import BudgetState, wallet_charge
-from .models import Outcome, Transaction
 from .spool import note_database_down, note_database_up, spool_append
 
 logger = logging.getLogger("gateway.ledger")
@@ -111,7 +111,7 @@ class LedgerEntry:
     outcome: str = ""  # "": from the status and the error code (outcome_for)
     error_code: str = ""
     error_message: str = ""
-    # Not columns: what the live feed shows and whom it tells (licensing.live).
+    # Not columns: what the live feed shows and whom it tells (licensing.ledger.feed).
     institution_id: int | None = None
     license_name: str = ""
 

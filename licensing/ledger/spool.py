@@ -74,7 +74,7 @@ def _encode(entry, budget: BudgetState | None) -> bytes:
 
 
 def _decode(line: bytes):
-    from .ledger import LedgerEntry
+    from .record import LedgerEntry
 
     record = orjson.loads(line)
     fields = record["entry"]
@@ -262,7 +262,7 @@ def _claim(path: Path) -> Path | None:
 def _replay_file(path: Path) -> tuple[int, int]:
     """Apply every entry of a claimed file; returns (written, skipped). The file is removed once
     all its entries are in; on a database outage it stays for the next round."""
-    from .ledger import transaction_record_once
+    from .record import transaction_record_once
 
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -11,7 +11,7 @@ ledger rows. On PostgreSQL it is sent from the event loop over the async pool as
 runs through the ORM on a worker thread. Each
 request's `credits_remaining` is exact: the wallet's total after the batch, less what the
 requests after it in the same batch added. If the batch cannot be written, every entry goes to
-the durable spool (licensing.spool) and is written when the database is back.
+the durable spool (licensing.ledger.spool) and is written when the database is back.
 
 If the spool cannot take them either (a race: the pre-call check `spool_refuses` found it
 writable, or the database had not failed yet), the requests still answer: their provider calls
@@ -35,11 +35,11 @@ from core import jsonio, metrics
 from gateway_site import pgpool
 from gateway_site.db import run_db
 
-from . import live
+from ..models import Transaction
+from . import feed
 from .alerts import follow_up, follow_ups_write
 from .budget import BudgetState, known_wallet_id, wallet_open
-from .ledger import COLUMNS, FIELDS, WALLET_ADD_SQL, LedgerEntry, insert_statement, row_values
-from .models import Transaction
+from .record import COLUMNS, FIELDS, WALLET_ADD_SQL, LedgerEntry, insert_statement, row_values
 from .spool import (
     encoded_line,
     note_database_down,
@@ -92,7 +92,7 @@ def _remaining(batch: list[Pending], spent_after: dict[int, int]) -> list[int | 
 
 
 async def _follow_up(batch: list[Pending], spent_after: dict[int, int]) -> None:
-    """A committed batch's keys' last use and budget alerts (licensing.alerts): decided in
+    """A committed batch's keys' last use and budget alerts (licensing.ledger.alerts): decided in
     memory, written (rarely: once a minute per key, or a threshold crossed) before the batch's
     requests answer, so an alert is in place when the request that crossed it returns."""
     items = []
@@ -254,7 +254,7 @@ class GroupCommit:
                 spent = await run_db(commit_batch_sync, batch)
             note_database_up()
             await _follow_up(batch, spent)
-            live.publish([item.entry for item in batch])
+            feed.publish([item.entry for item in batch])
         except Exception as exc:
             # An outage, or anything else: the provider calls happened all the same, keep them.
             outage = isinstance(exc, DatabaseError | psycopg.Error)

@@ -25,8 +25,8 @@ from django.core.mail import send_mail
 from django.db import close_old_connections, connection, connections, transaction
 from django.utils import timezone
 
+from ..models import AdminProfile, BudgetAlert
 from .budget import BudgetState
-from .models import AdminProfile, BudgetAlert
 
 logger = logging.getLogger("gateway")
 
