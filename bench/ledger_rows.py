@@ -5,7 +5,7 @@
 
 Each measurement runs in a process of its own on a throwaway PostgreSQL database: `concurrency`
 coroutines on one event loop each write ledger entries (a charge to a limited pooled wallet, the
-way the pipeline writes a 200) through `licensing.ledger.group_commit.ledger_write` for
+way the pipeline writes a 200) through `licensing.ledger.actions.transaction_record` for
 `seconds`, after a warm-up. It prints rows per second and checks the ledger (rows written = rows
 counted, wallet = sum of credits). With `--compare REF` the tree at REF (e.g. the commit before
 the ledger gained its review columns and the live feed) is extracted to a temporary folder and
@@ -42,8 +42,8 @@ def measure(seconds: float, concurrency: int) -> dict:
     call_command("migrate", verbosity=0)
     from django.db import connection
 
+    from licensing.ledger.actions import transaction_record
     from licensing.ledger.budget import BudgetConfig, budget_check
-    from licensing.ledger.group_commit import ledger_write
     from licensing.ledger.record import LedgerEntry
     from licensing.models import Transaction, Wallet
     from licensing.services import license_create
@@ -93,7 +93,7 @@ def measure(seconds: float, concurrency: int) -> dict:
         async def worker():
             nonlocal count
             while not stop:
-                await ledger_write(entry=entry(), budget=budget)
+                await transaction_record(entry=entry(), budget=budget)
                 count += 1
 
         tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]

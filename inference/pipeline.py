@@ -39,8 +39,8 @@ from gateway_site.db import run_db
 from licensing import fairuse
 from licensing.credentials import Principal
 from licensing.ledger import record
+from licensing.ledger.actions import transaction_record
 from licensing.ledger.budget import BudgetState, budget_check_async
-from licensing.ledger.group_commit import ledger_write
 from licensing.ledger.record import LedgerEntry
 from licensing.ledger.spool import spool_refuses
 
@@ -442,7 +442,7 @@ async def _record(
         institution_id=license.institution_id,
         license_name=license.name,
     )
-    remaining = await ledger_write(entry=entry, budget=None if refusal else call.budget)
+    remaining = await transaction_record(entry=entry, budget=None if refusal else call.budget)
     if metrics.ENABLED:
         try:
             _observe(call, entry, remaining)

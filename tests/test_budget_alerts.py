@@ -12,9 +12,10 @@ from django.contrib.auth import get_user_model
 from django.core import mail
 from django.utils import timezone
 
+from licensing.ledger.actions import transaction_record_once
 from licensing.ledger.alerts import wait_for_alerts
 from licensing.ledger.budget import BudgetConfig, BudgetState, wallet_key
-from licensing.ledger.record import LedgerEntry, transaction_record
+from licensing.ledger.record import LedgerEntry
 from licensing.models import AdminProfile, ApiKey, BudgetAlert, Wallet
 
 SMALL = "text-embedding-3-small"
@@ -120,7 +121,7 @@ def _charge(lic, holder, credits):
         status_code=200,
         credits=credits,
     )
-    transaction_record(entry=entry, budget=state)
+    transaction_record_once(entry=entry, budget=state)
 
 
 def test_concurrent_crossings_of_per_user_wallets_alert_once(

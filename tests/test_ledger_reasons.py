@@ -11,7 +11,8 @@ import logging
 import pytest
 
 from gateway_site.logs import JsonFormatter
-from licensing.ledger.record import LedgerEntry, transaction_record_once
+from licensing.ledger.actions import transaction_record_once
+from licensing.ledger.record import LedgerEntry
 from licensing.ledger.spool import _decode, _encode
 from licensing.models import Transaction, Wallet
 from tests.kit import wait_for_ledger, wait_until

@@ -15,12 +15,12 @@ from django.test import override_settings
 
 from gateway_site.metrics import ScrapeTimeCollector
 from licensing.ledger import spool
+from licensing.ledger.actions import spool_replay
 from licensing.ledger.spool import (
     SpoolProbe,
     spool_append,
     spool_depth,
     spool_rejected,
-    spool_replay,
 )
 from licensing.models import Transaction
 from tests.kit import wait_until

@@ -1,4 +1,5 @@
-"""Budgets: which wallet a request spends from, whether it may, and the atomic charge.
+"""Budgets: which wallet a request spends from, and whether it may (the charge itself is the
+ledger store's: licensing.ledger.store).
 
 A license's budget has a unit (`micro_credits`), a strategy (`pooled`: one wallet for the
 license; `per_user`: one per end user or API key), a period (`daily`, `weekly`, `monthly`,
@@ -12,7 +13,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, connection, transaction
-from django.utils import timezone
 
 from core import clock
 from core.errors import OUT_OF_BUDGET, BadRequest, BudgetConfigurationError
@@ -224,32 +224,6 @@ async def _read_wallets(ids: list[int]) -> dict[int, tuple[int, str]]:
 
 
 _wallet_reads = pgpool.per_loop(WalletReads)
-
-
-def wallet_charge(state: BudgetState, credits: int) -> tuple[int | None, int]:
-    """Add `credits` to the wallet in one conditional UPDATE; returns (wallet id, spent after).
-
-    Must run inside the caller's transaction (the ledger row goes in with it).
-    """
-    wallet_id = state.wallet_id or _wallet_ids.get(state.key)
-    if credits == 0:
-        return wallet_id, state.spent
-    for _ in range(2):
-        if wallet_id is None:
-            wallet_id, _spent = _wallet(state.key, state.config.unit)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE licensing_wallet SET spent = spent + %s, updated_at = %s "
-                "WHERE id = %s RETURNING spent, unit",
-                [credits, timezone.now(), wallet_id],
-            )
-            row = cursor.fetchone()
-        if row is not None:
-            if row[1] != state.config.unit:
-                raise BudgetConfigurationError()
-            return wallet_id, row[0]
-        wallet_id = None  # the cached wallet was deleted: open it again
-    raise BudgetConfigurationError()  # pragma: no cover
 
 
 def budget_usage(*, license_id: int, config: BudgetConfig, holder: str) -> dict:

@@ -1,27 +1,20 @@
 """The ledger: one row per request that reached the provider call, written with its charge, and
 one row (0 credits, no wallet) per refusal after the caller was identified.
 
-The wallet charge and the ledger row commit together. When the database cannot take them, the
-entry goes to the durable spool (licensing.ledger.spool) and is written when the database is back:
-a provider call is never left unrecorded or unpaid.
+An entry is written, with its wallet's charge, through the ledger's one door
+(licensing.ledger.actions); this module is what an entry is: its fields, its outcome and error
+codes.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ..models import Outcome, Transaction
-from .alerts import after_charge
-from .budget import BudgetState, wallet_charge
-from .spool import note_database_down, note_database_up, spool_append
-
-logger = logging.getLogger("gateway.ledger")
 
 # Why a request did not succeed (`Transaction.error_code`). The first group are refusals before
 # any provider call (0 credits, no wallet); the status class of a code is `outcome_for`'s.
@@ -120,68 +113,6 @@ FIELDS = [f for f in Transaction._meta.concrete_fields if not f.primary_key]
 COLUMNS = [str(f.column) for f in FIELDS]  # every concrete field has one (typed Optional)
 
 
-WALLET_ADD_SQL = (
-    "UPDATE licensing_wallet SET spent = spent + %s, updated_at = %s WHERE id = %s RETURNING spent"
-)
-
-
-def insert_statement(rows: list[dict]) -> tuple[str, list]:
-    """One multi-row INSERT of ledger rows, each value prepared by its model field as the ORM
-    would (a quarter of the CPU of Model.objects.create on this path)."""
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(column) for column in COLUMNS)
-    marks = "(" + ", ".join(["%s"] * len(FIELDS)) + ")"
-    sql = f"INSERT INTO {quote(Transaction._meta.db_table)} ({columns}) VALUES " + ", ".join(
-        [marks] * len(rows)
-    )
-    params = [f.get_db_prep_save(row.get(f.attname), connection) for row in rows for f in FIELDS]
-    return sql, params
-
-
 def row_values(entry: LedgerEntry, wallet_id: int | None) -> dict:
     outcome = entry.outcome or outcome_for(entry.status_code, entry.error_code)
     return {**entry.__dict__, "wallet_id": wallet_id, "outcome": outcome}
-
-
-def _commit(entry: LedgerEntry, budget: BudgetState | None) -> int:
-    """budget None: a refusal, which never touches a wallet."""
-    with transaction.atomic():
-        wallet_id, spent = wallet_charge(budget, entry.credits) if budget else (None, 0)
-        sql, params = insert_statement([row_values(entry, wallet_id)])
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-        if budget is not None:
-            after_charge(
-                api_key_id=entry.api_key_id, budget=budget, credits=entry.credits, spent=spent
-            )
-    return spent
-
-
-def transaction_record(*, entry: LedgerEntry, budget: BudgetState) -> int | None:
-    """Charge the wallet and write the ledger row atomically; returns credits remaining.
-
-    If the database fails, the entry is spooled durably instead (and replayed later); the
-    remaining credits are then estimated from the wallet as read before the call."""
-    try:
-        spent = _commit(entry, budget)
-        note_database_up()
-    except DatabaseError:
-        note_database_down()
-        logger.exception("ledger write of request %s failed; spooling it", entry.request_id)
-        spool_append(entry=entry, budget=budget)
-        spent = budget.spent + entry.credits
-    return budget.remaining_after(spent)
-
-
-def transaction_record_once(*, entry: LedgerEntry, budget: BudgetState | None) -> bool:
-    """The replay of a spooled entry: written unless a row with its request id exists (its
-    first write committed and only the acknowledgement was lost). True when written."""
-    if Transaction.objects.filter(request_id=entry.request_id).exists():
-        return False
-    try:
-        _commit(entry, budget)
-    except IntegrityError:
-        if Transaction.objects.filter(request_id=entry.request_id).exists():
-            return False
-        raise
-    return True
