@@ -31,6 +31,7 @@ from gateway_site.localcache import clear_all
 from . import review_admin
 from .credentials import api_key_create
 from .forms import ApiKeyForm, JwtIssuerForm, LicenseForm, LicenseTypeForm
+from .ledger.record import detail_fieldsets
 from .models import (
     AdminProfile,
     ApiKey,
@@ -684,33 +685,7 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     list_per_page = 50
     show_full_result_count = False  # the ledger grows large: skip the unfiltered COUNT(*)
     change_list_template = "admin/licensing/transaction/change_list.html"
-    fieldsets = (
-        (
-            None,
-            {"fields": ("created_at", "request_id", "upstream_id", "status_code", "latency_ms")},
-        ),
-        ("Outcome", {"fields": ("outcome", "error_code", "error_message")}),
-        ("Caller", {"fields": ("license", "api_key", "end_user", "wallet")}),
-        (
-            "Request",
-            {"fields": ("service", "requested_model", "billed_model", "provider", "connection")},
-        ),
-        (
-            "Usage and charge",
-            {
-                "fields": (
-                    "prompt_tokens",
-                    "completion_tokens",
-                    "total_tokens",
-                    "images",
-                    "megapixels",
-                    "units",
-                    "credits",
-                )
-            },
-        ),
-        ("Metadata", {"fields": ("metadata",)}),
-    )
+    fieldsets = detail_fieldsets()
 
     @property
     def media(self):

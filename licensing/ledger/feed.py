@@ -31,6 +31,9 @@ from django.dispatch import receiver
 from core import metrics
 from gateway_site.pgpool import per_loop
 
+from ..models import Transaction
+from .record import LEDGER_COLUMNS
+
 logger = logging.getLogger("gateway")
 
 ALL_GROUP = "ledger.all"  # superusers: every institution's rows
@@ -62,26 +65,19 @@ _warned_at = -LOG_EVERY
 
 
 def event_of(row, license_name: str) -> dict:
-    """The event of one ledger row (a `LedgerEntry` or a `Transaction`): what the page shows."""
-    return {
-        "created_at": row.created_at.astimezone(UTC).isoformat(timespec="milliseconds"),
-        "request_id": row.request_id,
-        "license": license_name,
-        "api_key_id": row.api_key_id,
-        "end_user_id": row.end_user_id,
-        "service": row.service,
-        "requested_model": row.requested_model,
-        "provider": row.provider,
-        "status_code": row.status_code,
-        "outcome": str(row.outcome),
-        "error_code": row.error_code,
-        "error_message": row.error_message,
-        "credits": row.credits,
-        "total_tokens": row.total_tokens,
-        "images": row.images,
-        "upstream_id": row.upstream_id,
-        "latency_ms": row.latency_ms,
-    }
+    """The event of one ledger row (a `LedgerEntry` or a `Transaction`): what the page shows,
+    the columns of LEDGER_COLUMNS marked for the feed."""
+    event = {key: getattr(row, attname) for key, attname in _FEED}
+    event["created_at"] = row.created_at.astimezone(UTC).isoformat(timespec="milliseconds")
+    event["license"] = license_name
+    event["outcome"] = str(row.outcome)
+    return event
+
+
+_ATTNAMES = {f.name: f.attname for f in Transaction._meta.concrete_fields}
+# (event key, attribute) of the feed's columns; the license goes by name (`event_of`'s
+# argument: a path through a relation, which an entry does not have).
+_FEED = [(c.feed, _ATTNAMES[c.path]) for c in LEDGER_COLUMNS if c.feed and c.path in _ATTNAMES]
 
 
 def publish(entries) -> None:

@@ -109,6 +109,90 @@ class LedgerEntry:
     license_name: str = ""
 
 
+@dataclass(frozen=True)
+class LedgerColumn:
+    """One column of the ledger as staff and tools see it, and where it shows. Its label is the
+    model field's verbose name (the admin's), so it is not repeated here."""
+
+    path: str  # a Transaction field, or a path through its relations (license__name)
+    csv: str = ""  # its header in the CSV export ("": not exported)
+    api: str = ""  # its field in /manage/v1/transactions ("": not served)
+    feed: str = ""  # its key in a live-feed event ("": not sent)
+    detail: str | None = None  # the admin change page's section it shows in (None: not shown)
+
+
+_MAIN, _OUTCOME, _CALLER, _REQUEST, _USAGE, _METADATA = (
+    "",
+    "Outcome",
+    "Caller",
+    "Request",
+    "Usage and charge",
+    "Metadata",
+)
+# Every reader takes these in this order: the CSV export (licensing.review.CSV_COLUMNS), the
+# management API (licensing.manage_api.TransactionSerializer), the admin's change page
+# (licensing.admin.TransactionAdmin.fieldsets) and the live feed (licensing.ledger.feed).
+LEDGER_COLUMNS = (
+    LedgerColumn("id", csv="id", api="id"),
+    LedgerColumn("created_at", csv="created_at", api="created_at", feed="created_at", detail=_MAIN),
+    LedgerColumn("request_id", csv="request_id", api="request_id", feed="request_id", detail=_MAIN),
+    LedgerColumn("upstream_id", csv="answer_id", api="answer_id", feed="upstream_id", detail=_MAIN),
+    LedgerColumn("license__institution__name", csv="institution", api="institution"),
+    LedgerColumn("license", api="license", detail=_CALLER),
+    LedgerColumn("license__name", csv="license", api="license_name", feed="license"),
+    LedgerColumn("api_key", api="api_key", feed="api_key_id", detail=_CALLER),
+    LedgerColumn("api_key__prefix", csv="api_key", api="api_key_prefix"),
+    LedgerColumn("end_user", api="end_user", feed="end_user_id", detail=_CALLER),
+    LedgerColumn("end_user__subject", csv="end_user", api="end_user_subject"),
+    LedgerColumn("wallet", detail=_CALLER),
+    LedgerColumn("service", csv="service", api="service", feed="service", detail=_REQUEST),
+    LedgerColumn(
+        "requested_model",
+        csv="requested_model",
+        api="requested_model",
+        feed="requested_model",
+        detail=_REQUEST,
+    ),
+    LedgerColumn("billed_model", csv="billed_model", api="billed_model", detail=_REQUEST),
+    LedgerColumn("provider", csv="provider", api="provider", feed="provider", detail=_REQUEST),
+    LedgerColumn("connection", csv="connection", api="connection", detail=_REQUEST),
+    LedgerColumn("status_code", csv="status", api="status", feed="status_code", detail=_MAIN),
+    LedgerColumn("outcome", csv="outcome", api="outcome", feed="outcome", detail=_OUTCOME),
+    LedgerColumn(
+        "error_code", csv="error_code", api="error_code", feed="error_code", detail=_OUTCOME
+    ),
+    LedgerColumn(
+        "error_message",
+        csv="error_message",
+        api="error_message",
+        feed="error_message",
+        detail=_OUTCOME,
+    ),
+    LedgerColumn("prompt_tokens", csv="prompt_tokens", api="prompt_tokens", detail=_USAGE),
+    LedgerColumn(
+        "completion_tokens", csv="completion_tokens", api="completion_tokens", detail=_USAGE
+    ),
+    LedgerColumn(
+        "total_tokens", csv="total_tokens", api="total_tokens", feed="total_tokens", detail=_USAGE
+    ),
+    LedgerColumn("images", csv="images", api="images", feed="images", detail=_USAGE),
+    LedgerColumn("megapixels", csv="megapixels", api="megapixels", detail=_USAGE),
+    LedgerColumn("units", csv="units", api="units", detail=_USAGE),
+    LedgerColumn("credits", csv="credits", api="credits", feed="credits", detail=_USAGE),
+    LedgerColumn("latency_ms", csv="latency_ms", api="latency_ms", feed="latency_ms", detail=_MAIN),
+    LedgerColumn("metadata", csv="metadata", api="metadata", detail=_METADATA),
+)
+DETAIL_SECTIONS = (_MAIN, _OUTCOME, _CALLER, _REQUEST, _USAGE, _METADATA)
+
+
+def detail_fieldsets() -> tuple:
+    """The admin change page's fieldsets: each section's columns, in LEDGER_COLUMNS' order."""
+    return tuple(
+        (section or None, {"fields": tuple(c.path for c in LEDGER_COLUMNS if c.detail == section)})
+        for section in DETAIL_SECTIONS
+    )
+
+
 FIELDS = [f for f in Transaction._meta.concrete_fields if not f.primary_key]
 COLUMNS = [str(f.column) for f in FIELDS]  # every concrete field has one (typed Optional)
 
