@@ -13,7 +13,7 @@ If the spool cannot take a batch either (a race: the pre-call check `spool_refus
 writable, or the database had not failed yet), the requests still answer: their provider calls
 are made and paid, a 503 would only make the clients call again, unrecorded again. Each such row
 is logged at CRITICAL with its spool line (an operator can append the line to a spool file and
-replay it) and counted in `gateway_ledger_rows_lost` (docs/architecture.md, "The money path").
+replay it) and counted in `gateway_ledger_rows_lost` (docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -94,12 +94,18 @@ def wallet_key(*, license_id: int, config: BudgetConfig, holder: str, now=None) 
     return WalletKey(license_id, name, config.period, start)
 
 
-def _wallet_rows(key: WalletKey):
-    return Wallet.objects.filter(
-        license_id=key.license_id,
-        holder=key.holder,
-        period=key.period,
-        window_start=key.window_start,
+def _wallet_by_key(key: WalletKey) -> tuple[int, int, str] | None:
+    """(id, spent, unit) of the window's wallet, None when not opened yet. A wallet is read
+    this way (the ORM, by its key) or by its id (WALLET_READ_SQL, WALLETS_READ_SQL)."""
+    return (
+        Wallet.objects.filter(
+            license_id=key.license_id,
+            holder=key.holder,
+            period=key.period,
+            window_start=key.window_start,
+        )
+        .values_list("id", "spent", "unit")
+        .first()
     )
 
 
@@ -114,7 +120,7 @@ def _wallet(key: WalletKey, unit: str) -> tuple[int, int]:
             found = cursor.fetchone()
             row = (wallet_id, *found) if found else None
     if row is None:
-        row = _wallet_rows(key).values_list("id", "spent", "unit").first()
+        row = _wallet_by_key(key)
     if row is None:
         try:
             with transaction.atomic():
@@ -127,7 +133,9 @@ def _wallet(key: WalletKey, unit: str) -> tuple[int, int]:
                 )
             row = (wallet.pk, 0, unit)
         except IntegrityError:  # opened concurrently
-            row = _wallet_rows(key).values_list("id", "spent", "unit").get()
+            row = _wallet_by_key(key)
+            if row is None:  # pragma: no cover - opened, then deleted at once
+                raise
     if row[2] != unit:
         raise BudgetConfigurationError()
     _wallet_ids.set(key, row[0])
@@ -229,10 +237,10 @@ _wallet_reads = pgpool.per_loop(WalletReads)
 def budget_usage(*, license_id: int, config: BudgetConfig, holder: str) -> dict:
     """The `budget` object of GET /v1/license for this caller's wallet."""
     key = wallet_key(license_id=license_id, config=config, holder=holder)
-    row = _wallet_rows(key).values_list("spent", "unit").first()
-    if row is not None and row[1] != config.unit:
+    row = _wallet_by_key(key)
+    if row is not None and row[2] != config.unit:
         raise BudgetConfigurationError()
-    used = row[0] if row else 0
+    used = row[1] if row else 0
     remaining = None if config.limit is None else max(0, config.limit - used)
     return {
         "unit": config.unit,
