@@ -5,12 +5,12 @@
 
 Each measurement runs in a process of its own on a throwaway PostgreSQL database: `concurrency`
 coroutines on one event loop each write ledger entries (a charge to a limited pooled wallet, the
-way the pipeline writes a 200) through `licensing.group_commit.ledger_write` for `seconds`, after a
-warm-up. It prints rows per second and checks the ledger (rows written = rows counted, wallet =
-sum of credits). With `--compare REF` the tree at REF (e.g. the commit before the ledger gained its
-review columns and the live feed) is extracted to a temporary folder and measured the same way,
-in interleaved rounds; medians and ranges are shown. Needs PostgreSQL on 127.0.0.1:5432.
-"""
+way the pipeline writes a 200) through `licensing.ledger.actions.transaction_record` for
+`seconds`, after a warm-up. It prints rows per second and checks the ledger (rows written = rows
+counted, wallet = sum of credits). With `--compare REF` the tree at REF (e.g. the commit before
+the ledger gained its review columns and the live feed) is extracted to a temporary folder and
+measured the same way, in interleaved rounds; medians and ranges are shown. Needs PostgreSQL on
+127.0.0.1:5432."""
 
 from __future__ import annotations
 
@@ -43,9 +43,9 @@ def measure(seconds: float, concurrency: int) -> dict:
     from django.db import connection
 
     from licensing.access.services import license_create
-    from licensing.budget import BudgetConfig, budget_check
-    from licensing.group_commit import ledger_write
-    from licensing.ledger import LedgerEntry
+    from licensing.ledger.actions import transaction_record
+    from licensing.ledger.budget import BudgetConfig, budget_check
+    from licensing.ledger.record import LedgerEntry
     from licensing.models import Transaction, Wallet
 
     license = license_create(name="bench", limit=10**15, period="daily")
@@ -93,7 +93,7 @@ def measure(seconds: float, concurrency: int) -> dict:
         async def worker():
             nonlocal count
             while not stop:
-                await ledger_write(entry=entry(), budget=budget)
+                await transaction_record(entry=entry(), budget=budget)
                 count += 1
 
         tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]

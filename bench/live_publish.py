@@ -1,4 +1,4 @@
-"""Micro-benchmark of `licensing.console.live.publish`, the call the group commit makes after each
+"""Micro-benchmark of `licensing.ledger.feed.publish`, the call the group commit makes after each
 committed batch: what it costs the event loop per call, with nobody watching and with a viewer.
 
     .venv/bin/python bench/live_publish.py [--calls 200000]
@@ -34,8 +34,8 @@ django.setup()
 from channels.layers import get_channel_layer  # noqa: E402
 from django.test import override_settings  # noqa: E402
 
-from licensing.console import live  # noqa: E402
-from licensing.ledger import LedgerEntry  # noqa: E402
+from licensing.ledger import feed  # noqa: E402
+from licensing.ledger.record import LedgerEntry  # noqa: E402
 
 
 def entry(n: int) -> LedgerEntry:
@@ -65,7 +65,7 @@ async def per_call(calls: int, batch: list) -> float:
     while done < calls:
         started = time.perf_counter()
         for _ in range(min(1000, calls - done)):
-            live.publish(batch)
+            feed.publish(batch)
         spent += time.perf_counter() - started
         done += 1000
         await _drain()
@@ -73,7 +73,7 @@ async def per_call(calls: int, batch: list) -> float:
 
 
 async def _drain() -> None:
-    task = live._publisher().task
+    task = feed._publisher().task
     if task is not None:
         await task
 
@@ -82,24 +82,24 @@ async def watched_call_and_row(calls: int, batch: list) -> tuple[float, float]:
     """(the call alone, the call plus sending plus the viewer's channel read), per row."""
     layer = get_channel_layer()
     channel = await layer.new_channel()
-    await layer.group_add(live.ALL_GROUP, channel)
-    live.viewer_joined()
+    await layer.group_add(feed.ALL_GROUP, channel)
+    feed.viewer_joined()
     try:
         call_time = 0.0
         started = time.perf_counter()
         rows = 0
         for _ in range(calls // len(batch)):
             t = time.perf_counter()
-            live.publish(batch)
+            feed.publish(batch)
             call_time += time.perf_counter() - t
             rows += len(batch)
-            if len(live._publisher().queue) >= live.QUEUE_MAX // 2:
+            if len(feed._publisher().queue) >= feed.QUEUE_MAX // 2:
                 await _drain_and_read(layer, channel)
         await _drain_and_read(layer, channel)
         total = time.perf_counter() - started
     finally:
-        live.viewer_left()
-        await layer.group_discard(live.ALL_GROUP, channel)
+        feed.viewer_left()
+        await layer.group_discard(feed.ALL_GROUP, channel)
     return call_time / (rows / len(batch)), total / rows
 
 
@@ -130,12 +130,12 @@ async def redis_cases(calls: int, url: str) -> dict[str, float]:
     layer = get_channel_layer()
     one = [entry(0)]
     results = {}
-    live.publish(one)  # the first call reads the presence key (absent): nobody watches
+    feed.publish(one)  # the first call reads the presence key (absent): nobody watches
     await _drain()
     results["Redis layer, nobody watching"] = await per_call(calls, one)
-    await live.mark_present(layer)  # a viewer in another process
-    live._publisher().checked_at = -live.PRESENCE_CHECK
-    live.publish(one)
+    await feed.mark_present(layer)  # a viewer in another process
+    feed._publisher().checked_at = -feed.PRESENCE_CHECK
+    feed.publish(one)
     await _drain()
     results["Redis layer, a viewer elsewhere: the call"] = await per_call(calls // 10, one)
     await _drain()
@@ -176,7 +176,7 @@ def main() -> None:
     width = max(map(len, results))
     for name, seconds in results.items():
         print(f"{name:<{width}}  {seconds * 1e9:>9,.0f} ns")
-    print(f"(stats: {live.stats})")
+    print(f"(stats: {feed.stats})")
 
 
 if __name__ == "__main__":

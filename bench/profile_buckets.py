@@ -24,12 +24,8 @@ PY_SPY_SPEC = "py-spy==0.4.3"  # installed by run.py into var/bench-py-spy (benc
 
 # (what the frame's path contains, bucket), innermost match wins; the gateway's own modules.
 OWN = [
-    ("licensing/group_commit.py", "ledger: group commit (statement, psycopg)"),
-    ("licensing/ledger.py", "ledger: group commit (statement, psycopg)"),
-    ("licensing/alerts.py", "ledger: group commit (statement, psycopg)"),
-    ("licensing/console/live.py", "ledger: group commit (statement, psycopg)"),
-    ("licensing/spool.py", "ledger: group commit (statement, psycopg)"),
-    ("licensing/budget.py", "budget read (statement, psycopg)"),
+    ("licensing/ledger/budget.py", "budget read (statement, psycopg)"),
+    ("licensing/ledger/", "ledger: group commit (statement, psycopg)"),
     ("licensing/rules/fairuse.py", "pipeline: steps, render"),
     ("inference/providers/", "provider call (aiohttp, httpx response)"),
     ("inference/streaming.py", "stream relay: reader task, SSE, usage"),

@@ -57,7 +57,7 @@ def _timed(owner, name: str, label: str) -> None:
 _timed(api.BearerAuth, "__call__", "auth")
 _timed(pipeline, "budget_check_async", "budget")
 _timed(pipeline, "_timed_call", "call")
-_timed(pipeline, "ledger_write", "ledger")
+_timed(pipeline, "transaction_record", "ledger")
 
 _run = pipeline.run
 

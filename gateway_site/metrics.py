@@ -70,7 +70,7 @@ class ScrapeTimeCollector:
     """Values read when scraped, once per host (not per worker)."""
 
     def collect(self):
-        from licensing.spool import spool_depth, spool_rejected
+        from licensing.ledger.spool import spool_depth, spool_rejected
 
         depth = GaugeMetricFamily(
             "gateway_ledger_spool_entries",

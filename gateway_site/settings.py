@@ -140,12 +140,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_BODY_BYTES
 
 REDIS_URL = CONFIG.REDIS_URL
 
-# The live feed of ledger rows (licensing.console: live, consumers): through Redis when
-# REDIS_URL is set, so every worker on every host feeds one page, else in this process's memory
-# (one process, as scripts/run.sh runs it). A viewer that does not keep up loses messages
-# instead of buffering them: both layers drop a message for a full channel in group_send, and
-# a message waiting longer than `expiry` seconds is discarded. A message holds at most
-# licensing.console.live.ROWS_PER_MESSAGE rows.
+# The live feed of ledger rows (licensing.ledger.feed, licensing.console.consumers): through
+# Redis when REDIS_URL is set, so every worker on every host feeds one page, else in this
+# process's memory (one process, as scripts/run.sh runs it). A viewer that does not keep up
+# loses messages instead of buffering them: both layers drop a message for a full channel in
+# group_send, and a message waiting longer than `expiry` seconds is discarded. A message holds
+# at most licensing.ledger.feed.ROWS_PER_MESSAGE rows.
 _LIVE_LAYER: dict[str, Any] = {"capacity": 100, "expiry": 10}
 if REDIS_URL:
     CHANNEL_LAYERS: dict[str, Any] = {

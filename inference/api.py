@@ -153,7 +153,7 @@ def _body_too_large(request, exc: RequestDataTooBig):
 @api.exception_handler(psycopg.OperationalError)  # the hot path's own pool (gateway_site.pgpool)
 def _database_unavailable(request, exc: Exception):
     """The database is down or went away: the contract's retryable 503, not a 500. A provider
-    call that already happened is in the ledger spool by now (licensing.ledger)."""
+    call that already happened is in the ledger spool by now (licensing.ledger.spool)."""
     logger.warning(
         "database unavailable request_id=%s: %s", getattr(request, "request_id", "-"), exc
     )

@@ -36,13 +36,13 @@ from catalog.routing import (
 from core import metrics, tracing
 from core.errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
 from gateway_site.db import run_db
-from licensing import ledger
 from licensing.access.credentials import Principal
-from licensing.budget import BudgetState, budget_check_async
-from licensing.group_commit import ledger_write
-from licensing.ledger import LedgerEntry
+from licensing.ledger import record
+from licensing.ledger.actions import transaction_record
+from licensing.ledger.budget import BudgetState, budget_check_async
+from licensing.ledger.record import LedgerEntry
+from licensing.ledger.spool import spool_refuses
 from licensing.rules import fairuse
-from licensing.spool import spool_refuses
 
 from . import moderation
 from . import tracing as provider_span
@@ -179,10 +179,10 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         raise
     except asyncio.CancelledError:
         # The client went away mid-call.
-        await _record(call, operation, status=499, error=(ledger.CLIENT_DISCONNECTED, None))
+        await _record(call, operation, status=499, error=(record.CLIENT_DISCONNECTED, None))
         raise
     except Exception as exc:
-        await _record(call, operation, status=500, error=(ledger.INTERNAL_ERROR, exc))
+        await _record(call, operation, status=500, error=(record.INTERNAL_ERROR, exc))
         raise
     if isinstance(result, ProviderStream):
         return _stream_response(call, operation, result)  # output guardrails never block a stream
@@ -194,11 +194,11 @@ async def run(request, operation: Operation, body) -> HttpResponse:
             await moderation.check(catalog, output_texts)
     except ServiceUnavailable as exc:
         # The moderation call failed: closed, and the answer is not charged.
-        error: tuple[str, Exception] = (ledger.OUTPUT_MODERATION_UNAVAILABLE, exc)
+        error: tuple[str, Exception] = (record.OUTPUT_MODERATION_UNAVAILABLE, exc)
         await _record(call, operation, status=503, result=replace(result, credits=0), error=error)
         raise
     except GatewayError as exc:
-        error = (ledger.OUTPUT_BLOCKED, exc)
+        error = (record.OUTPUT_BLOCKED, exc)
         await _record(call, operation, status=exc.status, result=result, error=error)
         raise
     remaining = await _record(call, operation, status=200, result=result)
@@ -268,23 +268,23 @@ def _log_misconfigured(call: Call, exc: ConnectionMisconfigured) -> None:
 
 
 # The steps before the provider call, and the error code of each refusal by its status.
-_FAIR_USE = {429: ledger.RATE_LIMITED}
-_BUDGET = {400: ledger.OUT_OF_BUDGET, 500: ledger.BUDGET_MISCONFIGURED}
-_POLICY = {403: ledger.POLICY_DENIED, 503: ledger.POLICY_UNAVAILABLE}
-_SELECTION = {400: ledger.PROVIDER_SELECTION}
-_GUARDRAIL = {400: ledger.GUARDRAIL_BLOCKED, 503: ledger.MODERATION_UNAVAILABLE}
-_LEDGER = {503: ledger.LEDGER_UNAVAILABLE}
+_FAIR_USE = {429: record.RATE_LIMITED}
+_BUDGET = {400: record.OUT_OF_BUDGET, 500: record.BUDGET_MISCONFIGURED}
+_POLICY = {403: record.POLICY_DENIED, 503: record.POLICY_UNAVAILABLE}
+_SELECTION = {400: record.PROVIDER_SELECTION}
+_GUARDRAIL = {400: record.GUARDRAIL_BLOCKED, 503: record.MODERATION_UNAVAILABLE}
+_LEDGER = {503: record.LEDGER_UNAVAILABLE}
 # A failed provider call, by the status the client gets.
 _CALL = {
-    400: ledger.PROVIDER_REJECTED,
-    404: ledger.PROVIDER_NOT_FOUND,
-    500: ledger.PROVIDER_ERROR,
-    503: ledger.PROVIDER_UNAVAILABLE,
+    400: record.PROVIDER_REJECTED,
+    404: record.PROVIDER_NOT_FOUND,
+    500: record.PROVIDER_ERROR,
+    503: record.PROVIDER_UNAVAILABLE,
 }
 
 
 def _call_code(exc: GatewayError) -> str:
-    return _CALL.get(exc.status, ledger.PROVIDER_ERROR)
+    return _CALL.get(exc.status, record.PROVIDER_ERROR)
 
 
 async def _timed_call(call: Call, operation: Operation):
@@ -349,9 +349,9 @@ def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
             result.upstream_id = outcome.upstream_id or result.upstream_id
         error: tuple[str, Exception | None] | None = None
         if outcome.status == 499:
-            error = (ledger.CLIENT_DISCONNECTED, None)
+            error = (record.CLIENT_DISCONNECTED, None)
         elif outcome.status != 200:
-            error = (ledger.STREAM_FAILED, GatewayError(outcome.failure or "stream failed"))
+            error = (record.STREAM_FAILED, GatewayError(outcome.failure or "stream failed"))
         # Runs from the generator's cleanup, possibly while its task is being cancelled: the
         # ledger write gets a task of its own.
         task = asyncio.get_running_loop().create_task(
@@ -436,14 +436,14 @@ async def _record(
         units=usage.units,
         metadata=call.metadata,
         latency_ms=int((time.perf_counter() - call.request.started_at) * 1000),
-        upstream_id=ledger.storable((result.upstream_id if result else "") or upstream_id, 200),
-        outcome=ledger.outcome_for(status, code),
+        upstream_id=record.storable((result.upstream_id if result else "") or upstream_id, 200),
+        outcome=record.outcome_for(status, code),
         error_code=code,
         error_message=message,
         institution_id=license.institution_id,
         license_name=license.name,
     )
-    remaining = await ledger_write(entry=entry, budget=None if refusal else call.budget)
+    remaining = await transaction_record(entry=entry, budget=None if refusal else call.budget)
     if metrics.ENABLED:
         try:
             _observe(call, entry, remaining)
@@ -493,13 +493,13 @@ def _error_of(status: int, error) -> tuple[str, str]:
         return "", ""
     code, exc = error
     if isinstance(code, dict):
-        code = code.get(status, ledger.PROVIDER_SELECTION)
+        code = code.get(status, record.PROVIDER_SELECTION)
     if exc is None:
-        return code, "client disconnected" if code == ledger.CLIENT_DISCONNECTED else ""
+        return code, "client disconnected" if code == record.CLIENT_DISCONNECTED else ""
     if isinstance(exc, GatewayError):
         message = exc.message
         if exc.reason and exc.reason != message:
             message = f"{message} ({scrub(exc.reason)})"
     else:
         message = f"{type(exc).__name__}: {scrub(str(exc))}"
-    return code, ledger.storable(message, ledger.ERROR_MESSAGE_MAX)
+    return code, record.storable(message, record.ERROR_MESSAGE_MAX)

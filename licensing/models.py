@@ -237,7 +237,7 @@ class Wallet(models.Model):
 
 class Outcome(models.TextChoices):
     """A ledger row's status class, for reviewers (decided by the pipeline's step that ended
-    the request, see licensing.ledger.ErrorCode)."""
+    the request, see licensing.ledger.record's codes)."""
 
     SUCCESS = "success", "Success"
     CLIENT_ERROR = "client_error", "Client error"

@@ -3,8 +3,8 @@ commit), made the way the pipeline makes them."""
 
 from __future__ import annotations
 
-from licensing.budget import BudgetConfig, BudgetState, budget_check
-from licensing.ledger import LedgerEntry
+from licensing.ledger.budget import BudgetConfig, BudgetState, budget_check
+from licensing.ledger.record import LedgerEntry
 
 
 def entry_for(license, request_id: str, credits: int = 7, **fields) -> LedgerEntry:
@@ -38,7 +38,7 @@ def budget_for(license, holder: str = "key:1") -> BudgetState:
 def refusal_codes() -> list[str]:
     """The error codes of the ledger's refusal rows (refused before any provider call), in order;
     each is checked to have charged nothing and touched no wallet."""
-    from licensing.ledger import BEFORE_CALL
+    from licensing.ledger.record import BEFORE_CALL
     from licensing.models import Transaction
 
     rows = list(Transaction.objects.filter(error_code__in=BEFORE_CALL).order_by("id"))

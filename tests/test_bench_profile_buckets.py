@@ -21,7 +21,7 @@ def test_a_statement_counts_for_the_step_that_sent_it():
         *LOOP,
         *HANDLER,
         "_admit (inference/pipeline.py:197)",
-        "budget_check_async (licensing/budget.py:173)",
+        "budget_check_async (licensing/ledger/budget.py:173)",
         "AsyncConnection.execute (psycopg/connection_async.py:308)",
         "wait_async (psycopg/waiting.py:187)",
     ]

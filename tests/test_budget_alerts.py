@@ -12,9 +12,10 @@ from django.contrib.auth import get_user_model
 from django.core import mail
 from django.utils import timezone
 
-from licensing.alerts import wait_for_alerts
-from licensing.budget import BudgetConfig, BudgetState, wallet_key
-from licensing.ledger import LedgerEntry, transaction_record
+from licensing.ledger.actions import transaction_record_once
+from licensing.ledger.alerts import wait_for_alerts
+from licensing.ledger.budget import BudgetConfig, BudgetState, wallet_key
+from licensing.ledger.record import LedgerEntry
 from licensing.models import AdminProfile, ApiKey, BudgetAlert, Wallet
 
 SMALL = "text-embedding-3-small"
@@ -120,7 +121,7 @@ def _charge(lic, holder, credits):
         status_code=200,
         credits=credits,
     )
-    transaction_record(entry=entry, budget=state)
+    transaction_record_once(entry=entry, budget=state)
 
 
 def test_concurrent_crossings_of_per_user_wallets_alert_once(
@@ -169,7 +170,7 @@ def test_an_institution_without_admin_email_still_records_the_alert(transactiona
 def test_last_use_of_a_key_is_recorded_at_most_once_a_minute(
     client, catalog, make_license, make_key
 ):
-    from licensing import alerts
+    from licensing.ledger import alerts
 
     lic = make_license(name="used")
     key = make_key(lic)

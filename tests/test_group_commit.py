@@ -9,8 +9,10 @@ import psycopg
 import pytest
 
 from gateway_site import pgpool
-from licensing.budget import BudgetConfig, BudgetState
-from licensing.group_commit import Pending, _remaining, commit_batch_async, ledger_write
+from licensing.ledger.actions import transaction_record
+from licensing.ledger.budget import BudgetConfig, BudgetState
+from licensing.ledger.group_commit import _remaining
+from licensing.ledger.store import Pending, commit_batch_async
 from licensing.models import Transaction, Wallet
 from tests.ledger_helpers import budget_for, entry_for
 
@@ -42,7 +44,7 @@ def test_a_batch_writes_every_row_and_each_wallet_once(make_license):
     async def _gather():
         return await asyncio.gather(
             *(
-                ledger_write(entry=entry_for(lic, f"req-{i}", credits=i + 1), budget=state)
+                transaction_record(entry=entry_for(lic, f"req-{i}", credits=i + 1), budget=state)
                 for i, (lic, state) in enumerate(
                     [(capped, states[0]), (other, states[1]), (capped, states[0])] * 3
                 )
@@ -103,7 +105,7 @@ def _row(request_id: str) -> dict:
 
 @needs_pool
 def test_a_batch_of_one_writes_the_row_a_larger_batch_writes(make_license):
-    """A batch of one goes by its own plain statement (licensing.group_commit._single_sql):
+    """A batch of one goes by its own plain statement (licensing.ledger.store._single_sql):
     the row, the wallet and the returned total are those of the JSON batch statement."""
     lic = make_license(name="capped", limit=1_000)
     state = budget_for(lic, "license")

@@ -134,7 +134,7 @@ def test_license_unlimited(client, auth):
 
 
 def test_license_with_budget_and_spend(client, make_license, make_key):
-    from licensing.budget import window_start
+    from licensing.ledger.budget import window_start
 
     license = make_license(name="limited", limit=1_000_000, period="monthly")
     key = make_key(license)

@@ -11,9 +11,10 @@ import logging
 import pytest
 
 from gateway_site.logs import JsonFormatter
-from licensing.ledger import LedgerEntry, transaction_record_once
+from licensing.ledger.actions import transaction_record_once
+from licensing.ledger.record import LedgerEntry
+from licensing.ledger.spool import _decode, _encode
 from licensing.models import Transaction, Wallet
-from licensing.spool import _decode, _encode
 from tests.kit import wait_for_ledger, wait_until
 from tests.ledger_helpers import refusal_codes
 
@@ -338,7 +339,7 @@ def test_provider_text_no_database_takes_is_made_storable(client, auth, catalog)
 
 
 def test_storable_text():
-    from licensing.ledger import storable
+    from licensing.ledger.record import storable
 
     assert storable("a\x00b\ud800c", 10) == "ab?c"
     assert storable("x" * 300, 200) == "x" * 200

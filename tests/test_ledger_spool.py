@@ -16,8 +16,9 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
+from licensing.ledger.actions import spool_replay
+from licensing.ledger.spool import spool_append, spool_depth
 from licensing.models import Transaction, Wallet
-from licensing.spool import spool_append, spool_depth, spool_replay
 from tests.kit import wait_until
 from tests.ledger_helpers import budget_for, entry_for
 

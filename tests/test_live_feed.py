@@ -18,6 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from licensing.console import consumers, live
 from licensing.console.consumers import PATH, websocket_application
+from licensing.ledger import feed as ledger_feed
 from licensing.models import Transaction
 from tests.live_helpers import WebsocketCommunicator, feed_entry, session_cookie, staff_user
 
@@ -27,8 +28,8 @@ LIVE_URL = "/admin/licensing/transaction/live/"
 @pytest.fixture(autouse=True)
 def fresh_feed(monkeypatch):
     """Each test starts with no viewer, zero counts and an empty in-memory layer."""
-    monkeypatch.setattr(live, "viewers", 0)
-    monkeypatch.setattr(live, "stats", live.Stats())
+    monkeypatch.setattr(ledger_feed, "viewers", 0)
+    monkeypatch.setattr(ledger_feed, "stats", ledger_feed.Stats())
     layer = get_channel_layer()
     layer.channels.clear()
     layer.groups.clear()
@@ -100,7 +101,7 @@ def test_nobody_watching_costs_a_counter_check(institutions):
         calls = 200_000
         started = time.perf_counter()
         for _ in range(calls):
-            live.publish(entries)
+            ledger_feed.publish(entries)
         per_call = (time.perf_counter() - started) / calls
         await asyncio.sleep(0)
         return per_call
@@ -108,23 +109,23 @@ def test_nobody_watching_costs_a_counter_check(institutions):
     per_call = run(scenario)
     print(f"publish() with nobody watching: {per_call * 1e9:.0f} ns per call")
     assert per_call < 5e-6
-    assert live.stats == live.Stats()  # nothing queued, nothing sent
+    assert ledger_feed.stats == ledger_feed.Stats()  # nothing queued, nothing sent
 
 
 def test_a_full_queue_drops_and_counts_without_blocking(institutions, monkeypatch):
     layer = HangingLayer()
-    monkeypatch.setattr(live, "get_channel_layer", lambda: layer)
-    monkeypatch.setattr(live, "viewers", 1)
+    monkeypatch.setattr(ledger_feed, "get_channel_layer", lambda: layer)
+    monkeypatch.setattr(ledger_feed, "viewers", 1)
     entries = [feed_entry(institutions["a"], f"req-{i}") for i in range(10)]
 
     async def scenario():
         took = []
-        for _ in range(live.QUEUE_MAX // 10 + 50):
+        for _ in range(ledger_feed.QUEUE_MAX // 10 + 50):
             started = time.perf_counter()
-            live.publish(entries)
+            ledger_feed.publish(entries)
             took.append(time.perf_counter() - started)
             await asyncio.sleep(0)  # the sending task runs, and hangs in group_send
-        publisher = live._publisher()
+        publisher = ledger_feed._publisher()
         waiting = len(publisher.queue)
         publisher.task.cancel()
         return sorted(took), waiting
@@ -133,64 +134,67 @@ def test_a_full_queue_drops_and_counts_without_blocking(institutions, monkeypatc
     assert layer.calls == 1  # the first batch went to the layer and never came back
     # Every call returned although the layer never answers; a typical one in microseconds.
     assert took[len(took) // 2] < 1e-3, took[len(took) // 2]
-    assert waiting == live.QUEUE_MAX
-    assert live.stats.dropped == (live.QUEUE_MAX // 10 + 50) * 10 - live.QUEUE_MAX - 10
+    assert waiting == ledger_feed.QUEUE_MAX
+    assert (
+        ledger_feed.stats.dropped
+        == (ledger_feed.QUEUE_MAX // 10 + 50) * 10 - ledger_feed.QUEUE_MAX - 10
+    )
 
 
 def test_a_hanging_layer_times_out_and_the_feed_goes_on(institutions, monkeypatch):
     hanging = HangingLayer()
-    monkeypatch.setattr(live, "get_channel_layer", lambda: hanging)
-    monkeypatch.setattr(live, "SEND_TIMEOUT", 0.2)
-    monkeypatch.setattr(live, "viewers", 1)
+    monkeypatch.setattr(ledger_feed, "get_channel_layer", lambda: hanging)
+    monkeypatch.setattr(ledger_feed, "SEND_TIMEOUT", 0.2)
+    monkeypatch.setattr(ledger_feed, "viewers", 1)
 
     async def scenario():
-        live.publish([feed_entry(institutions["a"], "req-1")])
+        ledger_feed.publish([feed_entry(institutions["a"], "req-1")])
         await asyncio.sleep(0)  # the task takes req-1 and hangs on it
-        live.publish([feed_entry(institutions["b"], "req-2")])  # queued behind the hang
-        await asyncio.wait_for(live._publisher().task, 5)
+        ledger_feed.publish([feed_entry(institutions["b"], "req-2")])  # queued behind the hang
+        await asyncio.wait_for(ledger_feed._publisher().task, 5)
 
     run(scenario)
     # Each message (req-1 and req-2 to the all group, each to its institution's) waited once.
     assert hanging.calls == 4
-    assert live.stats.failed == 4 and live.stats.sent == 0
+    assert ledger_feed.stats.failed == 4 and ledger_feed.stats.sent == 0
 
 
 def test_a_failing_layer_never_reaches_the_caller(institutions, monkeypatch):
-    monkeypatch.setattr(live, "get_channel_layer", lambda: FailingLayer())
-    monkeypatch.setattr(live, "viewers", 1)
+    monkeypatch.setattr(ledger_feed, "get_channel_layer", lambda: FailingLayer())
+    monkeypatch.setattr(ledger_feed, "viewers", 1)
 
     async def scenario():
-        live.publish([feed_entry(institutions["a"], "req-1")])
-        await asyncio.wait_for(live._publisher().task, 5)
+        ledger_feed.publish([feed_entry(institutions["a"], "req-1")])
+        await asyncio.wait_for(ledger_feed._publisher().task, 5)
 
     run(scenario)
-    assert live.stats.failed == 2  # the all group and the institution's
+    assert ledger_feed.stats.failed == 2  # the all group and the institution's
 
 
 def test_publish_outside_an_event_loop_is_counted_not_raised(institutions, monkeypatch):
-    monkeypatch.setattr(live, "viewers", 1)
-    live.publish([feed_entry(institutions["a"], "req-1")])
-    assert live.stats.failed == 1
+    monkeypatch.setattr(ledger_feed, "viewers", 1)
+    ledger_feed.publish([feed_entry(institutions["a"], "req-1")])
+    assert ledger_feed.stats.failed == 1
 
 
 def test_a_bad_entry_is_counted_not_raised(monkeypatch):
-    monkeypatch.setattr(live, "viewers", 1)
+    monkeypatch.setattr(ledger_feed, "viewers", 1)
 
     async def scenario():
-        live.publish([object()])
+        ledger_feed.publish([object()])
 
     run(scenario)
-    assert live.stats.failed == 1
+    assert ledger_feed.stats.failed == 1
 
 
 def test_rows_go_to_their_institution_and_to_everyone_in_bounded_messages():
     a, b = {"request_id": "a"}, {"request_id": "b"}
-    batch = [(1, a)] * (live.ROWS_PER_MESSAGE + 1) + [(2, b), (None, b)]
-    messages = [(group, len(rows)) for group, rows in live._messages(batch)]
+    batch = [(1, a)] * (ledger_feed.ROWS_PER_MESSAGE + 1) + [(2, b), (None, b)]
+    messages = [(group, len(rows)) for group, rows in ledger_feed._messages(batch)]
     assert messages == [
-        ("ledger.all", live.ROWS_PER_MESSAGE),
+        ("ledger.all", ledger_feed.ROWS_PER_MESSAGE),
         ("ledger.all", 3),
-        ("ledger.institution.1", live.ROWS_PER_MESSAGE),
+        ("ledger.institution.1", ledger_feed.ROWS_PER_MESSAGE),
         ("ledger.institution.1", 1),
         ("ledger.institution.2", 1),
     ]
@@ -210,7 +214,7 @@ def test_the_event_of_a_row(institutions):
         credits=0,
         total_tokens=None,
     )
-    event = live.event_of(entry, entry.license_name)
+    event = ledger_feed.event_of(entry, entry.license_name)
     assert event == {
         "created_at": entry.created_at.isoformat(timespec="milliseconds"),
         "request_id": "req-1",
@@ -300,7 +304,7 @@ def test_who_is_refused(who, institutions):
         return connected, code
 
     assert run(scenario) == (False, consumers.REFUSED)
-    assert live.viewers == 0
+    assert ledger_feed.viewers == 0
 
 
 @pytest.mark.django_db(transaction=True)
@@ -446,9 +450,9 @@ def test_a_reviewer_sees_its_institution_and_a_superuser_every_one(institutions)
         feeds["root"] = communicator(root)
         for feed in feeds.values():
             assert (await feed.connect()) == (True, None)
-        assert live.viewers == 3
-        live.publish([feed_entry(a, "req-a1"), feed_entry(b, "req-b1")])
-        live.publish([feed_entry(b, "req-b2")])
+        assert ledger_feed.viewers == 3
+        ledger_feed.publish([feed_entry(a, "req-a1"), feed_entry(b, "req-b1")])
+        ledger_feed.publish([feed_entry(b, "req-b2")])
         seen = {name: await every_row(feed) for name, feed in feeds.items()}
         for feed in feeds.values():
             await feed.disconnect()
@@ -459,7 +463,7 @@ def test_a_reviewer_sees_its_institution_and_a_superuser_every_one(institutions)
         "bob": ["req-b1", "req-b2"],
         "root": ["req-a1", "req-b1", "req-b2"],
     }
-    assert live.viewers == 0 and live.stats.sent == 6
+    assert ledger_feed.viewers == 0 and ledger_feed.stats.sent == 6
 
 
 @pytest.mark.django_db(transaction=True)
@@ -473,7 +477,7 @@ def test_what_the_browser_sends_is_ignored(institutions):
         await feed.send_to(text_data='{"type": "ledger.rows", "rows": [{"request_id": "x"}]}')
         await feed.send_to(bytes_data=b"\x00\xff")
         assert await feed.receive_nothing(timeout=0.2)
-        live.publish([feed_entry(institutions["a"], "req-1")])
+        ledger_feed.publish([feed_entry(institutions["a"], "req-1")])
         rows = await rows_of(feed)
         await feed.disconnect()
         return rows
@@ -507,7 +511,7 @@ def test_a_viewer_is_closed_once_it_may_no_longer_see(change, institutions, monk
 
         await database_sync_to_async(take_away)()
         closed = await feed.receive_output(timeout=2)
-        gone = live.viewers == 0
+        gone = ledger_feed.viewers == 0
         await feed.disconnect()
         return closed, gone
 

@@ -17,8 +17,8 @@ from openai import OpenAI, PermissionDeniedError
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from licensing.console import live
 from licensing.console.consumers import PATH
+from licensing.ledger import feed
 from licensing.models import Transaction
 from tests.kit import wait_until
 from tests.live_helpers import feed_entry, session_cookie, staff_user
@@ -29,7 +29,7 @@ SMALL = "text-embedding-3-small"
 
 @pytest.fixture(autouse=True)
 def fresh_counts(monkeypatch):
-    monkeypatch.setattr(live, "stats", live.Stats())
+    monkeypatch.setattr(feed, "stats", feed.Stats())
 
 
 @pytest.fixture
@@ -46,10 +46,10 @@ def viewer(base_url: str, cookie: str, **options):
 
 def wait_for_viewers(count: int, timeout: float = 5.0) -> None:
     wait_until(
-        lambda: live.viewers == count,
+        lambda: feed.viewers == count,
         timeout=timeout,
         every=0.01,
-        what=lambda: f"{live.viewers} viewers, expected {count}",
+        what=lambda: f"{feed.viewers} viewers, expected {count}",
     )
 
 
@@ -151,7 +151,7 @@ def test_a_hanging_layer_does_not_slow_a_request(
         await asyncio.sleep(3600)
 
     layer = get_channel_layer()
-    monkeypatch.setattr(live, "SEND_TIMEOUT", 3.0)
+    monkeypatch.setattr(feed, "SEND_TIMEOUT", 3.0)
     client = sdk(gateway.url, api_key)
     with viewer(gateway.url, root_cookie) as ws:
         wait_for_viewers(1)
@@ -163,10 +163,10 @@ def test_a_hanging_layer_does_not_slow_a_request(
                 client.embeddings.create(model=SMALL, input="x", encoding_format="float")
                 took.append(time.perf_counter() - started)
             assert max(took) < 1.5, took  # a request that waited for the layer would take 3 s
-            wait_until(lambda: live.stats.failed == 1)  # the first send timed out, in its own task
+            wait_until(lambda: feed.stats.failed == 1)  # the first send timed out, in its own task
         finally:
             del layer.group_send  # the layer answers again: the rows queued behind it go out
-        wait_until(lambda: live.stats.failed + live.stats.sent == 6)
+        wait_until(lambda: feed.stats.failed + feed.stats.sent == 6)
         assert len(json.loads(ws.recv(timeout=5))["rows"]) == 2
     assert Transaction.objects.count() == 3
     print(f"requests with a hanging layer: {[round(t * 1000) for t in took]} ms")
@@ -187,8 +187,8 @@ def test_a_viewer_that_does_not_read_loses_rows_and_memory_stays_bounded(
 
     async def flood():
         for _ in range(total // chunk):
-            live.publish(entries)
-            while live._publisher().queue:  # the layer takes them (none dropped before it)
+            feed.publish(entries)
+            while feed._publisher().queue:  # the layer takes them (none dropped before it)
                 await asyncio.sleep(0.001)
 
     with viewer(gateway.url, root_cookie, compression=None) as ws:
@@ -209,12 +209,12 @@ def test_a_viewer_that_does_not_read_loses_rows_and_memory_stays_bounded(
             pass
     print(
         f"published {total} rows to a viewer that did not read: it got {received}; "
-        f"heap +{grown / 1e6:.1f} MB; {live.stats}"
+        f"heap +{grown / 1e6:.1f} MB; {feed.stats}"
     )
     assert len(held) == 1 and 0 < held[0] <= capacity  # the rest were dropped
     # The layer took every message (to the all group and to the institution's); none was
     # dropped before it.
-    assert live.stats.sent == 2 * total and live.stats.dropped == 0
+    assert feed.stats.sent == 2 * total and feed.stats.dropped == 0
     assert received < total * 0.8
     assert grown < 20e6
 

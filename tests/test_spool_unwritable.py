@@ -14,9 +14,15 @@ from django.db import connection
 from django.test import override_settings
 
 from gateway_site.metrics import ScrapeTimeCollector
-from licensing import spool
+from licensing.ledger import spool
+from licensing.ledger.actions import spool_replay
+from licensing.ledger.spool import (
+    SpoolProbe,
+    spool_append,
+    spool_depth,
+    spool_rejected,
+)
 from licensing.models import Transaction
-from licensing.spool import SpoolProbe, spool_append, spool_depth, spool_rejected, spool_replay
 from tests.kit import wait_until
 from tests.ledger_helpers import budget_for, entry_for, refusal_codes
 from tests.processes import running_workers

@@ -8,10 +8,10 @@ from pydantic import BaseModel
 from core.errors import NotFound
 from core.jsonio import json_response
 from gateway_site.db import run_db
-from licensing.budget import budget_usage
+from licensing.ledger.budget import budget_usage
+from licensing.ledger.spool import note_database_down, note_database_up
+from licensing.ledger.spool import probe as spool_probe
 from licensing.rules.policy import SERVICES
-from licensing.spool import note_database_down, note_database_up
-from licensing.spool import probe as spool_probe
 
 from ..headers import parse_service_headers
 from ..model_access import model_not_found, usable_models
@@ -81,7 +81,7 @@ async def health(request):
         ok = await run_db(_database_answers)
     except Exception:
         ok = False
-    # What the health check saw is as good as a failed ledger write (licensing.spool).
+    # What the health check saw is as good as a failed ledger write (licensing.ledger.spool).
     if ok:
         note_database_up()
     else:

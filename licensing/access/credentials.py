@@ -25,7 +25,7 @@ from core.errors import AUTH_BAD_SCHEME, AUTH_INVALID, AuthenticationFailed, Ser
 from gateway_site.db import run_db
 from gateway_site.localcache import TTLCache
 
-from ..budget import BudgetConfig
+from ..ledger.budget import BudgetConfig
 from ..models import ALLOWED_JWT_ALGORITHMS, ApiKey, EndUser, JwtIssuer, License
 from ..rules.guardrails import GuardrailConfigError, Guardrails, compile_guardrails
 from ..rules.policy import Policy, PolicyDocumentError, compile_policy

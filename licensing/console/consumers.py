@@ -1,5 +1,5 @@
 """The websocket of the live feed (/ws/admin/transactions/): staff who may view transactions
-receive the ledger rows of their scope as licensing.console.live publishes them.
+receive the ledger rows of their scope as licensing.ledger.feed publishes them.
 
 Authentication is the admin's session cookie (channels' AuthMiddlewareStack). A connection is
 refused (closed with 4403 before it is accepted) unless the user is active staff whose role may
@@ -32,8 +32,8 @@ from django.http.request import split_domain_port, validate_host
 from django.urls import path
 
 from ..access.scoping import scope_of
+from ..ledger import feed as live
 from ..models import Transaction
-from . import live
 from .live import PATH
 
 REFUSED = 4403

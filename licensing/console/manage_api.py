@@ -25,6 +25,7 @@ from rest_framework.routers import DefaultRouter
 from ..access.credentials import api_key_create
 from ..access.scoping import scope_of, scoped
 from ..access.services import api_key_revoke, api_key_rotate
+from ..ledger.record import LEDGER_COLUMNS
 from ..models import ApiKey, EndUser, JwtIssuer, License, LicenseType, Transaction
 from .review import (
     CSV_COLUMNS,
@@ -286,37 +287,7 @@ class TransactionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Transaction
-        fields = (
-            "id",
-            "created_at",
-            "request_id",
-            "answer_id",
-            "institution",
-            "license",
-            "license_name",
-            "api_key",
-            "api_key_prefix",
-            "end_user",
-            "end_user_subject",
-            "service",
-            "requested_model",
-            "billed_model",
-            "provider",
-            "connection",
-            "status",
-            "outcome",
-            "error_code",
-            "error_message",
-            "prompt_tokens",
-            "completion_tokens",
-            "total_tokens",
-            "images",
-            "megapixels",
-            "units",
-            "credits",
-            "latency_ms",
-            "metadata",
-        )
+        fields = tuple(column.api for column in LEDGER_COLUMNS if column.api)
 
 
 class CsvRenderer(BaseRenderer):

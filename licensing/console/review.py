@@ -30,6 +30,7 @@ from django.http import StreamingHttpResponse
 from catalog.models import Provider
 
 from ..access.scoping import scope_of, scoped
+from ..ledger.record import LEDGER_COLUMNS
 from ..models import ApiKey, EndUser, Institution, License, Outcome, Transaction
 from ..rules.policy import SERVICES
 
@@ -300,34 +301,7 @@ def transaction_totals(queryset) -> Totals:
 # --- the CSV export ----------------------------------------------------------------------------
 
 # (header, queryset path): names rather than ids, through joins.
-CSV_COLUMNS = (
-    ("id", "id"),
-    ("created_at", "created_at"),
-    ("request_id", "request_id"),
-    ("answer_id", "upstream_id"),
-    ("institution", "license__institution__name"),
-    ("license", "license__name"),
-    ("api_key", "api_key__prefix"),
-    ("end_user", "end_user__subject"),
-    ("service", "service"),
-    ("requested_model", "requested_model"),
-    ("billed_model", "billed_model"),
-    ("provider", "provider"),
-    ("connection", "connection"),
-    ("status", "status_code"),
-    ("outcome", "outcome"),
-    ("error_code", "error_code"),
-    ("error_message", "error_message"),
-    ("prompt_tokens", "prompt_tokens"),
-    ("completion_tokens", "completion_tokens"),
-    ("total_tokens", "total_tokens"),
-    ("images", "images"),
-    ("megapixels", "megapixels"),
-    ("units", "units"),
-    ("credits", "credits"),
-    ("latency_ms", "latency_ms"),
-    ("metadata", "metadata"),
-)
+CSV_COLUMNS = tuple((column.csv, column.path) for column in LEDGER_COLUMNS if column.csv)
 CSV_CHUNK_ROWS = 2000
 # What a spreadsheet runs as a formula (OWASP, "CSV Injection"): a cell starting with one of
 # these, also after leading whitespace (spreadsheets skip spaces and line breaks before "="), or

@@ -11,7 +11,7 @@ from django.db.models import Count, Max, Sum
 
 from core import clock
 
-from ..budget import window_start
+from ..ledger.budget import window_start
 from ..models import ApiKey, EndUser, License, Wallet
 
 

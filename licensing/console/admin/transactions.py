@@ -12,6 +12,7 @@ from django.urls import path
 from django.utils.html import format_html
 
 from ...access.scoping import scope_of
+from ...ledger.record import detail_fieldsets
 from ...models import Transaction
 from .. import review_admin
 from ..review import csv_response, export_filename, iso_utc, scoped_ledger
@@ -44,33 +45,7 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     list_per_page = 50
     show_full_result_count = False  # the ledger grows large: skip the unfiltered COUNT(*)
     change_list_template = "admin/licensing/transaction/change_list.html"
-    fieldsets = (
-        (
-            None,
-            {"fields": ("created_at", "request_id", "upstream_id", "status_code", "latency_ms")},
-        ),
-        ("Outcome", {"fields": ("outcome", "error_code", "error_message")}),
-        ("Caller", {"fields": ("license", "api_key", "end_user", "wallet")}),
-        (
-            "Request",
-            {"fields": ("service", "requested_model", "billed_model", "provider", "connection")},
-        ),
-        (
-            "Usage and charge",
-            {
-                "fields": (
-                    "prompt_tokens",
-                    "completion_tokens",
-                    "total_tokens",
-                    "images",
-                    "megapixels",
-                    "units",
-                    "credits",
-                )
-            },
-        ),
-        ("Metadata", {"fields": ("metadata",)}),
-    )
+    fieldsets = detail_fieldsets()
 
     @property
     def media(self):

@@ -5,13 +5,13 @@ operator who wants it done now (or for a host whose gateway is not running any m
 
 from django.core.management.base import BaseCommand, CommandError
 
-from licensing.spool import (
+from licensing.ledger.actions import spool_replay
+from licensing.ledger.spool import (
     REJECTED,
     UNAVAILABLE,
     spool_depth,
     spool_dir,
     spool_rejected,
-    spool_replay,
 )
 
 

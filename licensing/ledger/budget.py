@@ -1,4 +1,5 @@
-"""Budgets: which wallet a request spends from, whether it may, and the atomic charge.
+"""Budgets: which wallet a request spends from, and whether it may (the charge itself is the
+ledger store's: licensing.ledger.store).
 
 A license's budget has a unit (`micro_credits`), a strategy (`pooled`: one wallet for the
 license; `per_user`: one per end user or API key), a period (`daily`, `weekly`, `monthly`,
@@ -12,7 +13,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, connection, transaction
-from django.utils import timezone
 
 from core import clock
 from core.errors import OUT_OF_BUDGET, BadRequest, BudgetConfigurationError
@@ -20,7 +20,7 @@ from gateway_site import pgpool
 from gateway_site.db import run_db
 from gateway_site.localcache import TTLCache
 
-from .models import Wallet
+from ..models import Wallet
 
 UNITS = ("micro_credits",)
 STRATEGIES = ("pooled", "per_user")
@@ -38,7 +38,7 @@ class BudgetConfig:
     strategy: str
     period: str
     limit: int | None
-    alert_at: int | None = None  # spend that triggers the budget alert (licensing.alerts)
+    alert_at: int | None = None  # spend that triggers the budget alert (licensing.ledger.alerts)
 
     def validate(self) -> None:
         if (
@@ -94,12 +94,18 @@ def wallet_key(*, license_id: int, config: BudgetConfig, holder: str, now=None) 
     return WalletKey(license_id, name, config.period, start)
 
 
-def _wallet_rows(key: WalletKey):
-    return Wallet.objects.filter(
-        license_id=key.license_id,
-        holder=key.holder,
-        period=key.period,
-        window_start=key.window_start,
+def _wallet_by_key(key: WalletKey) -> tuple[int, int, str] | None:
+    """(id, spent, unit) of the window's wallet, None when not opened yet. A wallet is read
+    this way (the ORM, by its key) or by its id (WALLET_READ_SQL, WALLETS_READ_SQL)."""
+    return (
+        Wallet.objects.filter(
+            license_id=key.license_id,
+            holder=key.holder,
+            period=key.period,
+            window_start=key.window_start,
+        )
+        .values_list("id", "spent", "unit")
+        .first()
     )
 
 
@@ -114,7 +120,7 @@ def _wallet(key: WalletKey, unit: str) -> tuple[int, int]:
             found = cursor.fetchone()
             row = (wallet_id, *found) if found else None
     if row is None:
-        row = _wallet_rows(key).values_list("id", "spent", "unit").first()
+        row = _wallet_by_key(key)
     if row is None:
         try:
             with transaction.atomic():
@@ -127,7 +133,9 @@ def _wallet(key: WalletKey, unit: str) -> tuple[int, int]:
                 )
             row = (wallet.pk, 0, unit)
         except IntegrityError:  # opened concurrently
-            row = _wallet_rows(key).values_list("id", "spent", "unit").get()
+            row = _wallet_by_key(key)
+            if row is None:  # pragma: no cover - opened, then deleted at once
+                raise
     if row[2] != unit:
         raise BudgetConfigurationError()
     _wallet_ids.set(key, row[0])
@@ -226,39 +234,13 @@ async def _read_wallets(ids: list[int]) -> dict[int, tuple[int, str]]:
 _wallet_reads = pgpool.per_loop(WalletReads)
 
 
-def wallet_charge(state: BudgetState, credits: int) -> tuple[int | None, int]:
-    """Add `credits` to the wallet in one conditional UPDATE; returns (wallet id, spent after).
-
-    Must run inside the caller's transaction (the ledger row goes in with it).
-    """
-    wallet_id = state.wallet_id or _wallet_ids.get(state.key)
-    if credits == 0:
-        return wallet_id, state.spent
-    for _ in range(2):
-        if wallet_id is None:
-            wallet_id, _spent = _wallet(state.key, state.config.unit)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE licensing_wallet SET spent = spent + %s, updated_at = %s "
-                "WHERE id = %s RETURNING spent, unit",
-                [credits, timezone.now(), wallet_id],
-            )
-            row = cursor.fetchone()
-        if row is not None:
-            if row[1] != state.config.unit:
-                raise BudgetConfigurationError()
-            return wallet_id, row[0]
-        wallet_id = None  # the cached wallet was deleted: open it again
-    raise BudgetConfigurationError()  # pragma: no cover
-
-
 def budget_usage(*, license_id: int, config: BudgetConfig, holder: str) -> dict:
     """The `budget` object of GET /v1/license for this caller's wallet."""
     key = wallet_key(license_id=license_id, config=config, holder=holder)
-    row = _wallet_rows(key).values_list("spent", "unit").first()
-    if row is not None and row[1] != config.unit:
+    row = _wallet_by_key(key)
+    if row is not None and row[2] != config.unit:
         raise BudgetConfigurationError()
-    used = row[0] if row else 0
+    used = row[1] if row else 0
     remaining = None if config.limit is None else max(0, config.limit - used)
     return {
         "unit": config.unit,

@@ -1,6 +1,7 @@
 """What the ledger write does besides the charge: an API key's last use, and budget alerts.
 
-Both run inside the ledger's transaction and cost nothing on most requests:
+Both are decided in memory once a batch of charges is committed (`follow_up`) and written
+after it (`follow_ups_write`, licensing.ledger.actions), and cost nothing on most requests:
 - `last_used_at` is written at most once a minute per key and process (one conditional
   UPDATE; other processes' writes within the minute are skipped by its WHERE);
 - an alert row is inserted only by the charge that moves a wallet from below the license's
@@ -25,8 +26,8 @@ from django.core.mail import send_mail
 from django.db import close_old_connections, connection, connections, transaction
 from django.utils import timezone
 
+from ..models import AdminProfile, BudgetAlert
 from .budget import BudgetState
-from .models import AdminProfile, BudgetAlert
 
 logger = logging.getLogger("gateway")
 
@@ -64,13 +65,6 @@ def follow_ups_write(items: list[FollowUp]) -> None:
         if item.alert is not None:
             budget, spent, threshold = item.alert
             _record_alert(budget, spent=spent, threshold=threshold)
-
-
-def after_charge(*, api_key_id: int | None, budget: BudgetState, credits: int, spent: int):
-    """Called by the ledger's one-row write inside its transaction, after the wallet's UPDATE."""
-    item = follow_up(api_key_id=api_key_id, budget=budget, credits=credits, spent=spent)
-    if item is not None:
-        follow_ups_write([item])
 
 
 def _due(key_id: int) -> bool:

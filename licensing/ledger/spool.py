@@ -3,12 +3,14 @@
 A provider call has been made (and will be billed to the institution) by the time its ledger row
 is written. If the database refuses that write (an outage, a failover, a lost commit
 acknowledgement), the entry is appended to a spool file and fsync'ed, and replayed when the
-database answers again, automatically (`ensure_replayer`) or with `manage.py replay_ledger_spool`.
+database answers again, automatically (`replay_soon`) or with `manage.py replay_ledger_spool`,
+each entry through the ledger's door (licensing.ledger.actions.spool_replay).
 
 Files: one `<pid>-<n>.jsonl` per writing process in GATEWAY["LEDGER_SPOOL_DIR"], one JSON entry
 per line. Writers and the replayer lock a file with flock; the replayer claims a file by renaming
 it, and a writer that finds its path renamed under it opens a new file, so no entry is written
-into a file that is being replayed. Replay is idempotent: the ledger's request id is unique, so an
+into a file that is being replayed. Replay is idempotent: the ledger's request id is unique and the
+store inserts `ON CONFLICT (request_id) DO NOTHING`, charging only the rows it inserted, so an
 entry whose first write did commit (only its acknowledgement was lost) is skipped.
 
 Nothing is called that cannot be recorded: once a ledger write has failed (the database is down)
@@ -35,9 +37,15 @@ import orjson
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from gateway_site.db import run_db
+
 from .budget import BudgetConfig, BudgetState, WalletKey
+from .record import LedgerEntry
 
 logger = logging.getLogger("gateway.ledger")
+
+# Writes one replayed entry unless its request id is in the ledger already; True when written.
+Record = Callable[..., bool]
 
 # Errors that mean "the database is not there right now": stop replaying and try again later.
 UNAVAILABLE = (OperationalError, InterfaceError)
@@ -74,8 +82,6 @@ def _encode(entry, budget: BudgetState | None) -> bytes:
 
 
 def _decode(line: bytes):
-    from .ledger import LedgerEntry
-
     record = orjson.loads(line)
     fields = record["entry"]
     fields["created_at"] = datetime.fromisoformat(fields["created_at"])
@@ -259,11 +265,9 @@ def _claim(path: Path) -> Path | None:
         os.close(fd)
 
 
-def _replay_file(path: Path) -> tuple[int, int]:
+def _replay_file(path: Path, record: Record) -> tuple[int, int]:
     """Apply every entry of a claimed file; returns (written, skipped). The file is removed once
     all its entries are in; on a database outage it stays for the next round."""
-    from .ledger import transaction_record_once
-
     fd = os.open(path, os.O_RDONLY)
     try:
         try:
@@ -284,7 +288,7 @@ def _replay_file(path: Path) -> tuple[int, int]:
                 _keep_rejected(path, line)
                 continue
             try:
-                if transaction_record_once(entry=entry, budget=budget):
+                if record(entry=entry, budget=budget):
                     written += 1
                 else:
                     skipped += 1
@@ -308,8 +312,9 @@ def _keep_rejected(path: Path, line: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def spool_replay() -> tuple[int, int]:
-    """Write every spooled entry to the database; returns (written, already there).
+def replay_files(record: Record) -> tuple[int, int]:
+    """Write every spooled entry to the database by `record` (the ledger's door for a replay,
+    licensing.ledger.actions.spool_replay); returns (written, already there).
 
     Raises OperationalError/InterfaceError when the database is still unavailable."""
     from django.db import connection
@@ -324,7 +329,7 @@ def spool_replay() -> tuple[int, int]:
         claimed = _claim(path) if path.suffix == ".jsonl" else path
         if claimed is None:
             continue
-        w, s = _replay_file(claimed)
+        w, s = _replay_file(claimed, record)
         written, skipped = written + w, skipped + s
     if written or skipped:
         logger.warning("ledger spool replayed: %d rows written, %d already there", written, skipped)
@@ -349,24 +354,23 @@ def _mark_pending() -> None:
     _pending = True
 
 
-def replay_soon() -> None:
-    """Called after every ledger write: starts this process's replay loop when something is
+def replay_soon(replay: Callable[[], tuple[int, int]]) -> None:
+    """Called after every ledger write (licensing.ledger.actions): starts this process's replay
+    loop, which runs `replay` on a worker thread until the spool is empty, when something is
     spooled (also what a previous process left behind); one global read otherwise."""
     global _pending, _replayer
     if _pending is None:
         _pending = spool_pending()
     if _pending and (_replayer is None or _replayer.done()):
-        _replayer = asyncio.get_running_loop().create_task(_replay_loop())
+        _replayer = asyncio.get_running_loop().create_task(_replay_loop(replay))
 
 
-async def _replay_loop() -> None:
-    from gateway_site.db import run_db
-
+async def _replay_loop(replay: Callable[[], tuple[int, int]]) -> None:
     delay = 0.25
     while True:
         await asyncio.sleep(delay)
         try:
-            await run_db(spool_replay)
+            await run_db(replay)
         except UNAVAILABLE:
             delay = min(delay * 2, 5.0)
             continue

@@ -1,0 +1,176 @@
+"""The ledger's one door: every ledger row and every wallet charge goes through here.
+
+- `transaction_record` (the request path, on the event loop): the request's entry joins the
+  group commit (licensing.ledger.group_commit); its batch is written by the store
+  (licensing.ledger.store), then the follow-ups are written (licensing.ledger.alerts), the rows
+  published to the live feed (licensing.ledger.feed) and the spool's replay scheduled
+  (licensing.ledger.spool). If the batch cannot be written it goes to the spool instead.
+- `transaction_record_once` (the spool's replay, on a worker thread or in a command): one entry
+  through the same store, written and charged unless its request id is in the ledger already,
+  then its follow-ups.
+
+If the spool cannot take a batch either (a race: the pre-call check `spool_refuses` found it
+writable, or the database had not failed yet), the requests still answer: their provider calls
+are made and paid, a 503 would only make the clients call again, unrecorded again. Each such row
+is logged at CRITICAL with its spool line (an operator can append the line to a spool file and
+replay it) and counted in `gateway_ledger_rows_lost` (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import psycopg
+from django.db import DatabaseError, transaction
+
+from core import metrics
+from gateway_site import pgpool
+from gateway_site.db import run_db
+
+from . import feed
+from .alerts import FollowUp, follow_up, follow_ups_write
+from .budget import BudgetState, known_wallet_id, wallet_open
+from .group_commit import GroupCommit, spent_each
+from .record import LedgerEntry
+from .spool import (
+    encoded_line,
+    note_database_down,
+    note_database_up,
+    replay_files,
+    replay_soon,
+    spool_append_many,
+)
+from .store import Pending, WalletGone, commit_batch_sync, store
+
+logger = logging.getLogger("gateway.ledger")
+
+
+async def transaction_record(*, entry: LedgerEntry, budget: BudgetState | None) -> int | None:
+    """Charge and record one request (group-committed); returns its credits remaining.
+    budget None records a refusal: 0 credits, no wallet."""
+    return await _group_commit().write(entry, budget)
+
+
+def transaction_record_once(*, entry: LedgerEntry, budget: BudgetState | None) -> bool:
+    """A spooled entry: written and charged unless a row with its request id exists (its first
+    write committed and only the acknowledgement was lost). True when written."""
+    batch = [Pending(entry=entry, budget=budget, future=None)]
+    if not _known_wallets(batch) and budget is not None:
+        batch[0].wallet_id = wallet_open(budget)
+    try:
+        spent = commit_batch_sync(batch)
+    except WalletGone:  # the wallet was deleted since (a refusal has none): open it again
+        assert budget is not None
+        batch[0].wallet_id = wallet_open(budget)
+        spent = commit_batch_sync(batch)
+    try:
+        _follow_ups_write(_follow_ups(batch, spent))
+    except Exception:  # the row is in: last use and alerts are worth a log line, no more
+        logger.exception("writing last use / budget alerts failed")
+    return batch[0].written
+
+
+def spool_replay() -> tuple[int, int]:
+    """Write every spooled entry through `transaction_record_once`; returns (written, already
+    there). Raises OperationalError/InterfaceError when the database is still unavailable."""
+    return replay_files(transaction_record_once)
+
+
+# --- a batch of the request path -------------------------------------------------------------
+
+
+async def _record_batch(batch: list[Pending]) -> dict[int, int]:
+    """Write a batch (or spool it); returns {wallet id: spent after it}, {} when spooled."""
+    try:
+        if not _known_wallets(batch):
+            for item in batch:
+                if item.wallet_id is None and item.budget is not None and item.entry.credits:
+                    item.wallet_id = await run_db(wallet_open, item.budget)
+        spent = await store().commit(batch)
+        note_database_up()
+    except Exception as exc:
+        # An outage, or anything else: the provider calls happened all the same, keep them.
+        outage = isinstance(exc, DatabaseError | psycopg.Error)
+        if outage:
+            note_database_down()
+        logger.error(
+            "ledger batch of %d failed (%s); spooling it", len(batch), exc, exc_info=not outage
+        )
+        await _spool(batch)
+        return {}
+    items = _follow_ups(batch, spent)
+    if items:
+        try:
+            await run_db(_follow_ups_write, items)
+        except Exception:  # last use and alerts are worth a log line, never a failed request
+            logger.exception("writing last use / budget alerts failed")
+    feed.publish([item.entry for item in batch if item.written])
+    return spent
+
+
+_group_commit = pgpool.per_loop(
+    lambda: GroupCommit(_record_batch, functools.partial(replay_soon, spool_replay))
+)
+
+
+def _known_wallets(batch: list[Pending]) -> bool:
+    """Wallet ids from the budget check or the cache; False when a charge needs a wallet not
+    opened yet (an unlimited license's first charge in a window)."""
+    known = True
+    for item in batch:
+        if item.budget is None:
+            continue
+        item.wallet_id = item.budget.wallet_id or known_wallet_id(item.budget)
+        known = known and (item.wallet_id is not None or not item.entry.credits)
+    return known
+
+
+def _follow_ups(batch: list[Pending], spent_after: dict[int, int]) -> list[FollowUp]:
+    """A written batch's keys' last use and budget alerts (licensing.ledger.alerts): decided
+    in memory, written (rarely: once a minute per key, or a threshold crossed) before the
+    batch's requests answer, so an alert is in place when the request that crossed it returns."""
+    items = []
+    for item, spent in zip(batch, spent_each(batch, spent_after), strict=True):
+        entry = item.entry
+        if item.budget is None or not item.written:
+            continue
+        found = follow_up(
+            api_key_id=entry.api_key_id, budget=item.budget, credits=entry.credits, spent=spent
+        )
+        if found is not None:
+            items.append(found)
+    return items
+
+
+def _follow_ups_write(items: list[FollowUp]) -> None:
+    if items:
+        with transaction.atomic():
+            follow_ups_write(items)
+
+
+async def _spool(batch: list[Pending]) -> None:
+    """Spool a batch that could not be written. When even that fails the requests answer
+    all the same (module docstring) and each row is logged with its spool line."""
+    try:
+        await run_db(spool_append_many, [(i.entry, i.budget) for i in batch])
+    except Exception as exc:
+        _rows_lost(batch, exc)
+
+
+def _rows_lost(batch: list[Pending], exc: Exception) -> None:
+    refusals = sum(item.budget is None for item in batch)
+    for item in batch:
+        entry = item.entry
+        if item.budget is None:  # a refusal: no provider call, no charge
+            logger.warning("ledger row of refused request %s lost: %s", entry.request_id, exc)
+            continue
+        logger.critical(
+            "ledger row of request %s LOST (database and spool unavailable: %s); its spool "
+            "line, to replay: %s",
+            entry.request_id,
+            exc,
+            encoded_line(entry, item.budget),
+        )
+    metrics.ledger_rows_lost("call", len(batch) - refusals)
+    metrics.ledger_rows_lost("refusal", refusals)

@@ -1,0 +1,236 @@
+"""The ledger's store: the one writer of ledger rows and wallet charges.
+
+A batch (one request, or the requests the group commit gathered, or one replayed spool entry)
+is written in one transaction: its rows are inserted with `ON CONFLICT (request_id) DO NOTHING`
+and each wallet is charged the sum of the rows actually inserted, so a replayed entry whose
+first write had committed is neither written nor charged twice. A live request never meets the
+conflict: its request id is the gateway's own (a uuid4 made by gateway_site.middleware).
+
+The SQL is made here, once: `_insert` is the only text that inserts ledger rows and `_charge`
+the only one that charges wallets. Two implementations of `LedgerStore` send it:
+
+- `commit_batch_async` (PostgreSQL, from the event loop over the async pool): the whole batch
+  as one statement, one round trip, no thread hop. The rows travel as one JSON document
+  (orjson, in C) that PostgreSQL unpacks with json_to_recordset (preparing each value through
+  its model field and dumping one array per column cost more CPU than the rest of the commit);
+  the wallets are locked in id order, so two processes' batches never deadlock. A batch of one
+  (every batch at low load) goes by plain parameters, ~0.1 ms less to send and unpack.
+- `commit_batch_sync` (the ORM's connection, on a worker thread: SQLite, and every synchronous
+  caller such as the spool's replay): one multi-row INSERT with each value prepared by its model
+  field as the ORM would, then one UPDATE per wallet in id order.
+
+Each returns {wallet id: spent after the batch} and marks every item `written` or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass
+from typing import Protocol
+
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+
+from core import jsonio
+from gateway_site import pgpool
+from gateway_site.db import run_db
+
+from ..models import Transaction, Wallet
+from .budget import BudgetState
+from .record import COLUMNS, FIELDS, LedgerEntry, row_values
+
+
+@dataclass
+class Pending:
+    """One ledger entry on its way to the store."""
+
+    entry: LedgerEntry
+    budget: BudgetState | None  # None: a refusal (0 credits, never a wallet)
+    future: asyncio.Future | None
+    wallet_id: int | None = None
+    written: bool = True  # False once the store found its request id already in the ledger
+
+
+class WalletGone(DatabaseError):
+    """A wallet was deleted under a charge: nothing of the batch was written."""
+
+
+class LedgerStore(Protocol):
+    async def commit(self, batch: list[Pending]) -> dict[int, int]: ...
+
+
+# --- the SQL --------------------------------------------------------------------------------
+
+
+def _insert(source: str) -> str:
+    """The ledger rows of `source` (a VALUES list or a SELECT of every column), each written
+    unless its request id is there already; returns what the wallets' charge needs."""
+    table, names = _ledger_columns()
+    return (
+        f"INSERT INTO {table} ({names}) {source} ON CONFLICT (request_id) DO NOTHING "
+        "RETURNING request_id, wallet_id, credits"
+    )
+
+
+def _charge(source: str) -> str:
+    """Add each wallet's amount of `source` (rows of wallet, amount) to it; returns its spend."""
+    quote = connection.ops.quote_name
+    return (
+        f"UPDATE {quote(Wallet._meta.db_table)} SET spent = spent + c.amount, updated_at = %s "
+        f"FROM {source} AS c WHERE id = c.wallet RETURNING id, spent"
+    )
+
+
+def _result(charged: str, inserted: str) -> str:
+    """One result for both: (wallet id, spent, NULL) rows, then (NULL, NULL, request id) rows."""
+    return (
+        f"SELECT id, spent, NULL FROM {charged} UNION ALL SELECT NULL, NULL, request_id "
+        f"FROM {inserted}"
+    )
+
+
+@functools.cache
+def _single_sql() -> str:
+    """A batch of one: one wallet at most, so no lock order to keep, and plain parameters. The
+    values are cast as the batch statement casts them, so both refuse the same rows."""
+    values = ", ".join(f"%s::{_column_type(f)}" for f in FIELDS)
+    source = "(SELECT wallet_id AS wallet, credits AS amount FROM ins WHERE credits <> 0)"
+    return (
+        f"WITH ins AS ({_insert(f'VALUES ({values})')}), charged AS ({_charge(source)}) "
+        + _result("charged", "ins")
+    )
+
+
+@functools.cache
+def _batch_sql() -> str:
+    """Insert the rows, lock their wallets in id order (two processes' batches never
+    deadlock; the rows' own request ids never collide), add each wallet's sum."""
+    _, names = _ledger_columns()
+    quote = connection.ops.quote_name
+    wallets = quote(Wallet._meta.db_table)
+    record = ", ".join(
+        f"{quote(c)} {_column_type(f)}" for c, f in zip(COLUMNS, FIELDS, strict=True)
+    )
+    rows = f"SELECT {names} FROM json_to_recordset(%s::json) AS r({record})"
+    return (
+        f"WITH ins AS ({_insert(rows)}), "
+        "c AS MATERIALIZED (SELECT wallet_id AS wallet, sum(credits)::bigint AS amount FROM ins "
+        "WHERE wallet_id IS NOT NULL AND credits <> 0 GROUP BY wallet_id), "
+        f"locked AS (SELECT id FROM {wallets} WHERE id IN (SELECT wallet FROM c) "
+        "ORDER BY id FOR UPDATE), "
+        f"charged AS ({_charge('(SELECT * FROM c WHERE wallet IN (SELECT id FROM locked))')}) "
+        + _result("charged", "ins")
+    )
+
+
+def _orm_insert(rows: list[dict]) -> tuple[str, list]:
+    """One multi-row INSERT, each value prepared by its model field as the ORM would (a quarter
+    of the CPU of Model.objects.create on this path)."""
+    marks = "(" + ", ".join(["%s"] * len(FIELDS)) + ")"
+    sql = _insert("VALUES " + ", ".join([marks] * len(rows)))
+    params = [f.get_db_prep_save(row.get(f.attname), connection) for row in rows for f in FIELDS]
+    return sql, params
+
+
+_ORM_CHARGE = functools.cache(lambda: _charge("(SELECT %s AS wallet, %s AS amount)"))
+
+
+def _ledger_columns() -> tuple[str, str]:
+    """(the ledger's table, its columns) quoted, as every statement inserts them."""
+    quote = connection.ops.quote_name
+    return quote(Transaction._meta.db_table), ", ".join(quote(c) for c in COLUMNS)
+
+
+def _column_type(field) -> str:
+    # Without the length: the INSERT's own cast then refuses an over-long value instead of
+    # a conversion cutting it short.
+    return field.cast_db_type(connection).split("(")[0].strip()
+
+
+# --- the two implementations ------------------------------------------------------------------
+
+
+def _wallet_sums(batch: list[Pending]) -> list[tuple[int, int]]:
+    """(wallet id, amount) of the written rows, in wallet id order."""
+    sums: dict[int, int] = {}
+    for item in batch:
+        if item.written and item.entry.credits and item.wallet_id is not None:
+            sums[item.wallet_id] = sums.get(item.wallet_id, 0) + item.entry.credits
+    return sorted(sums.items())
+
+
+def _mark_written(batch: list[Pending], inserted: set[str]) -> None:
+    for item in batch:
+        item.written = item.entry.request_id in inserted
+
+
+def _check_charged(batch: list[Pending], spent: dict[int, int]) -> None:
+    missing = {w for w, _ in _wallet_sums(batch)} - set(spent)
+    if missing:
+        raise WalletGone(f"wallets {sorted(missing)} are gone")
+
+
+def commit_batch_sync(batch: list[Pending]) -> dict[int, int]:
+    """The batch through the ORM's connection (SQLite, or any synchronous caller)."""
+    now = timezone.now()
+    spent: dict[int, int] = {}
+    with transaction.atomic(), connection.cursor() as cursor:
+        sql, params = _orm_insert([row_values(i.entry, i.wallet_id) for i in batch])
+        cursor.execute(sql, params)
+        _mark_written(batch, {row[0] for row in cursor.fetchall()})
+        for wallet_id, amount in _wallet_sums(batch):
+            cursor.execute(_ORM_CHARGE(), [now, wallet_id, amount])
+            spent.update(cursor.fetchall())
+        _check_charged(batch, spent)  # raised inside the transaction: nothing is kept
+    return spent
+
+
+async def commit_batch_async(batch: list[Pending]) -> dict[int, int]:
+    """The batch over the async pool as one prepared statement: one round trip, no explicit
+    transaction (a single statement is atomic), the same text whatever the batch size."""
+    if len(batch) == 1:
+        sql, params = _single_sql(), [*_single_params(batch[0]), timezone.now()]
+    else:
+        rows = jsonio.dumps([_row_json(i.entry, i.wallet_id) for i in batch]).decode()
+        sql, params = _batch_sql(), [rows, timezone.now()]
+    pool = await pgpool.pool()
+    async with pool.connection() as conn:
+        cursor = await conn.execute(sql, params)
+        result = await cursor.fetchall()
+    spent = {wallet_id: total for wallet_id, total, _ in result if wallet_id is not None}
+    _mark_written(batch, {request_id for wallet_id, _, request_id in result if wallet_id is None})
+    _check_charged(batch, spent)  # pragma: no cover - a wallet deleted under a charge
+    return spent
+
+
+def _row_json(entry: LedgerEntry, wallet_id: int | None) -> dict:
+    row = row_values(entry, wallet_id)
+    return {column: row[attname] for attname, column in _COLUMNS}
+
+
+_COLUMNS = [(f.attname, f.column) for f in FIELDS]
+
+
+def _single_params(item: Pending) -> list:
+    row = _row_json(item.entry, item.wallet_id)
+    row["metadata"] = jsonio.dumps(row["metadata"]).decode()
+    return list(row.values())
+
+
+class PgStore:
+    async def commit(self, batch: list[Pending]) -> dict[int, int]:
+        return await commit_batch_async(batch)
+
+
+class OrmStore:
+    async def commit(self, batch: list[Pending]) -> dict[int, int]:
+        return await run_db(commit_batch_sync, batch)
+
+
+_PG, _ORM = PgStore(), OrmStore()
+
+
+def store() -> LedgerStore:
+    """The store of the event loop: the async pool on PostgreSQL, the ORM elsewhere."""
+    return _PG if pgpool.available() else _ORM
