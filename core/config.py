@@ -3,7 +3,8 @@
 `get_config()` reads the process environment on its first call (gateway_site.settings makes it,
 before anything else) and keeps the result; nothing else in the apps reads `os.environ` for a
 setting. A field's name is its variable's name and its description the one-line meaning; the
-configuration docs (README, docs/) are checked against these fields by tests/test_config_docs.py.
+configuration docs (README, docs/) are checked against these fields by
+tests/ops/test_config_docs.py.
 Not settings, and so not here: PROMETHEUS_MULTIPROC_DIR (gateway_site.metrics_setup hands it to
 prometheus-client and the workers), the inputs of two commands (DJANGO_SUPERUSER_PASSWORD,
 configure_connection's named variables) and the OpenTelemetry SDK's own OTEL_* variables.

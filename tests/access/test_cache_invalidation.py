@@ -18,7 +18,7 @@ from licensing.models import ApiKey, EndUser, Institution, JwtIssuer, License
 from tests.kit import wait_until
 from tests.processes import RedisServer, redis_server_or_skip, running_workers
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Mechanism:

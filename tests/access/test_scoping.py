@@ -24,7 +24,7 @@ from licensing.models import (
 )
 from licensing.scoping import ROLE_PERMISSIONS
 
-from .test_admin import form_data, make_licensing, url
+from ..console.test_admin import form_data, make_licensing, url
 
 pytestmark = pytest.mark.django_db
 

@@ -32,7 +32,7 @@ from core.crypto import (
 from gateway_site.localcache import clear_all
 from licensing.models import Institution, JwtIssuer
 
-from .conftest import AWS_SECRET_KEY, UPSTREAM_KEY
+from ..conftest import AWS_SECRET_KEY, UPSTREAM_KEY
 
 KEY_A = Fernet.generate_key().decode()
 KEY_B = Fernet.generate_key().decode()

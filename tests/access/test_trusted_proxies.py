@@ -24,7 +24,7 @@ from tests.processes import database_url, free_port
 
 pytestmark = pytest.mark.slow  # gateway processes behind proxy settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOGIN = "/admin/login/?next=/admin/"
 ATTEMPTS = 30
 

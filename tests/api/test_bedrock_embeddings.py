@@ -275,7 +275,7 @@ def test_input_guardrail_reads_the_texts(client, all_upstreams, make_license, ma
     assert all_upstreams["cloud"].requests == []
 
 
-# One end-to-end case; the whole table is tests/test_provider_status_mapping.py.
+# One end-to-end case; the whole table is tests/providers/test_provider_status_mapping.py.
 @pytest.mark.parametrize(
     "upstream,status,message",
     [

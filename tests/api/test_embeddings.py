@@ -264,7 +264,7 @@ def test_missing_connection_credentials(client, auth, catalog):
 # --- provider status mapping -------------------------------------------------------------------
 
 
-# One end-to-end case; the whole table is tests/test_provider_status_mapping.py.
+# One end-to-end case; the whole table is tests/providers/test_provider_status_mapping.py.
 @pytest.mark.parametrize(
     "upstream,status,message",
     [

@@ -414,7 +414,7 @@ def test_unknown_model_is_forwarded(client, auth, all_upstreams):
     assert Transaction.objects.get().status_code == 404
 
 
-# One end-to-end case; the whole table is tests/test_provider_status_mapping.py.
+# One end-to-end case; the whole table is tests/providers/test_provider_status_mapping.py.
 @pytest.mark.parametrize(
     "upstream,status,message",
     [

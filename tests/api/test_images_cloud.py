@@ -376,7 +376,7 @@ def test_wrong_secret_fails_the_signature_check(client, auth, cloud):
     assert Transaction.objects.get().status_code == 503
 
 
-# One end-to-end case; the whole table is tests/test_provider_status_mapping.py.
+# One end-to-end case; the whole table is tests/providers/test_provider_status_mapping.py.
 @pytest.mark.parametrize(
     "upstream,status,message",
     [

@@ -275,7 +275,7 @@ def test_unknown_model_is_forwarded_unchanged(client, auth, catalog):
 # --- failures -------------------------------------------------------------------------------------
 
 
-# One end-to-end case; the whole table is tests/test_provider_status_mapping.py.
+# One end-to-end case; the whole table is tests/providers/test_provider_status_mapping.py.
 @pytest.mark.parametrize(
     "upstream,status,message",
     [

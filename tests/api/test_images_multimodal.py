@@ -400,7 +400,7 @@ def test_missing_connection_key(client, auth, all_upstreams, activate_rows):
 # --- provider failures ----------------------------------------------------------------------------
 
 
-# One end-to-end case; the whole table is tests/test_provider_status_mapping.py.
+# One end-to-end case; the whole table is tests/providers/test_provider_status_mapping.py.
 @pytest.mark.parametrize(
     "upstream,status,message",
     [

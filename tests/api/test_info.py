@@ -15,7 +15,7 @@ import pytest
 from licensing.models import Wallet
 
 pytestmark = pytest.mark.django_db(transaction=True)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_health_needs_no_credentials(client):

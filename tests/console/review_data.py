@@ -1,5 +1,6 @@
-"""A small ledger for the review tests (tests/test_review.py, tests/test_manage_transactions.py):
-two institutions from tests.test_admin.make_licensing (three rows each, made now) plus rows that
+"""A small ledger for the review tests (tests/console/test_review.py,
+tests/console/test_manage_transactions.py): two institutions from
+tests.console.test_admin.make_licensing (three rows each, made now) plus rows that
 differ in every field a reviewer filters on, and the filter cases with the rule each one
 stands for, evaluated here in Python on the rows themselves."""
 

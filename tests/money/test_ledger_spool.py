@@ -22,7 +22,7 @@ from tests.kit import wait_until
 from tests.ledger_helpers import budget_for, entry_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

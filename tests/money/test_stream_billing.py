@@ -20,7 +20,7 @@ from inference.streaming import SSEDecoder, parse_event
 from licensing.models import Transaction, Wallet
 from tests.kit import wait_until
 
-from .conftest import UPSTREAM_KEY
+from ..conftest import UPSTREAM_KEY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MINI = "gpt-4o-mini"

@@ -12,12 +12,12 @@ from typing import Any
 
 from core.config import BASE_DIR, Config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # GATEWAY_* names the docs use that are not the server's settings.
 NOT_SETTINGS = {
     "GATEWAY_KEY": "the API key the docs' client examples read from their own environment",
-    "GATEWAY_SCHEMATHESIS_EXAMPLES": "a knob of the test suite (tests/test_schemathesis.py)",
+    "GATEWAY_SCHEMATHESIS_EXAMPLES": "a knob of the test suite (tests/api/test_schemathesis.py)",
 }
 # Defaults the docs say in words rather than as the value.
 IN_WORDS = {

@@ -17,8 +17,8 @@ from django.test import Client, override_settings
 
 from tests.processes import Worker, database_url
 
-ROOT = Path(__file__).resolve().parent.parent
-MARKER = "<!-- production-env: tested by tests/test_deploy_settings.py -->"
+ROOT = Path(__file__).resolve().parents[2]
+MARKER = "<!-- production-env: tested by tests/ops/test_deploy_settings.py -->"
 
 
 def production_block() -> str:

@@ -33,7 +33,7 @@ from tests.kit import wait_for_health
 from tests.live_helpers import session_cookie
 from tests.processes import database_url, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "deployment.md"
 # Variables of other programs, named in the guide or the compose file but not the gateway's.
 FOREIGN = {
@@ -407,7 +407,7 @@ def test_the_dockerfile_command_serves_the_gateway(transactional_db, tmp_path):
     try:
         wait_for_health(base, proc, log)
         # Loopback may scrape; FORWARDED_ALLOW_IPS unset, no proxy is trusted, so a claimed
-        # client changes nothing (tests/test_trusted_proxies.py: the other way round).
+        # client changes nothing (tests/access/test_trusted_proxies.py: the other way round).
         assert httpx.get(f"{base}/metrics").status_code == 200
         forwarded = httpx.get(f"{base}/metrics", headers={"X-Forwarded-For": "203.0.113.9"})
         assert forwarded.status_code == 200

@@ -18,12 +18,12 @@ import pytest
 from catalog.models import Connection
 from licensing.models import License
 
-from .ports import run_script_ports
-from .processes import database_url, free_port
+from ..ports import run_script_ports
+from ..processes import database_url, free_port
 
 pytestmark = pytest.mark.slow  # run.sh and the README server
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_script(**env_extra: str) -> subprocess.CompletedProcess:

@@ -1,7 +1,8 @@
 """The simulator as a stand-in for agents (fake_upstreams/agentic.py): tool calls, answers that
 use tool results, structured output and reasoning items, on Chat Completions and the Responses
 API, streamed and not, read with a plain HTTP client and with the openai SDK's own helpers.
-Requests that ask for none of it keep the `Echo:` answers (tests/test_fake_upstreams.py)."""
+Requests that ask for none of it keep the `Echo:` answers
+(tests/providers/test_fake_upstreams.py)."""
 
 from __future__ import annotations
 

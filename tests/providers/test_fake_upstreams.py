@@ -1,7 +1,7 @@
 """Tests of the fake upstream providers, over real HTTP on 127.0.0.1.
 
 Plain pytest, no Django and no database: run with
-``.venv/bin/python -m pytest tests/test_fake_upstreams.py -q -p no:django``.
+``.venv/bin/python -m pytest tests/providers/test_fake_upstreams.py -q -p no:django``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ GEMINI_KEY = "AIza-test-key"
 AWS_ACCESS = "AKIAFAKEFAKEFAKE"
 AWS_SECRET = "fake/secret/key/for/tests"
 AWS_REGION = "eu-central-1"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --------------------------------------------------------------------------- fixtures

@@ -11,8 +11,8 @@ from django.test import Client
 from licensing.models import LicenseType
 from licensing.policy import PolicyDocumentError, validate_policy_document
 
-from .test_admin import form_data, make_licensing, url
-from .test_scoping import login_as
+from ..access.test_scoping import login_as
+from ..console.test_admin import form_data, make_licensing, url
 
 pytestmark = pytest.mark.django_db
 
@@ -186,7 +186,7 @@ def test_the_examples_in_docs_policy_md_are_valid():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "docs" / "policy.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "policy.md").read_text()
     blocks = [b for b in re.findall(r"```json\n(.*?)```", text, re.S) if '"version": 1' in b]
     documents = [json.loads(b) for b in blocks if "<" not in b]
     assert len(documents) == 4  # three examples and the fair-use one
