@@ -275,21 +275,6 @@ def test_input_guardrail_reads_the_texts(client, all_upstreams, make_license, ma
     assert all_upstreams["cloud"].requests == []
 
 
-# One end-to-end case; the whole table is tests/providers/test_provider_status_mapping.py.
-@pytest.mark.parametrize(
-    "upstream,status,message",
-    [
-        (400, 400, "Malformed input request, please reformat your input and try again."),
-    ],
-)
-def test_status_mapping(client, auth, all_upstreams, upstream, status, message):
-    all_upstreams["cloud"].fail_next(status=upstream)
-    response = embed(client, auth, {"model": TITAN, "inputText": "x"})
-    assert error(response, status) == message
-    row = Transaction.objects.get()
-    assert (row.status_code, row.credits) == (status, 0)
-
-
 def test_signature_is_checked(client, auth, all_upstreams):
     from catalog.services import connection_configure
     from gateway_site.localcache import clear_all

@@ -264,7 +264,8 @@ def test_missing_connection_credentials(client, auth, catalog):
 # --- provider status mapping -------------------------------------------------------------------
 
 
-# One end-to-end case; the whole table is tests/providers/test_provider_status_mapping.py.
+# The one end-to-end case for every adapter and endpoint (the pipeline maps nothing itself); the
+# whole table, per adapter, is tests/providers/test_provider_status_mapping.py.
 @pytest.mark.parametrize(
     "upstream,status,message",
     [

@@ -414,22 +414,6 @@ def test_unknown_model_is_forwarded(client, auth, all_upstreams):
     assert Transaction.objects.get().status_code == 404
 
 
-# One end-to-end case; the whole table is tests/providers/test_provider_status_mapping.py.
-@pytest.mark.parametrize(
-    "upstream,status,message",
-    [
-        (500, 503, "Service temporarily unavailable"),
-    ],
-)
-def test_status_mapping(client, auth, all_upstreams, upstream, status, message):
-    # Both the embedding call and the token count fail.
-    all_upstreams["multimodal"].fail_next(status=upstream, times=2)
-    response = embed(client, auth, {"model": MODEL, "input": ["x", "y"]})
-    assert error(response, status) == message
-    row = Transaction.objects.get()
-    assert (row.status_code, row.credits) == (status, 0)
-
-
 def test_rejected_gateway_key_is_503(client, auth, all_upstreams):
     Connection.objects.filter(provider__slug="multimodal").update(api_key="wrong-key")
     from gateway_site.localcache import clear_all

@@ -376,21 +376,6 @@ def test_wrong_secret_fails_the_signature_check(client, auth, cloud):
     assert Transaction.objects.get().status_code == 503
 
 
-# One end-to-end case; the whole table is tests/providers/test_provider_status_mapping.py.
-@pytest.mark.parametrize(
-    "upstream,status,message",
-    [
-        (404, 404, "The requested resource could not be found."),
-    ],
-)
-def test_status_mapping(client, auth, cloud, upstream, status, message):
-    cloud["cloud"].fail_next(status=upstream)
-    response = generate(client, auth, {"model": NOVA, "prompt": "owl"})
-    assert error(response, status) == message
-    row = Transaction.objects.get()
-    assert (row.status_code, row.credits) == (status, 0)
-
-
 def test_provider_names_are_removed_from_messages(client, auth, cloud):
     cloud["cloud"].fail_next(
         status=400, body={"message": "Amazon Bedrock could not read the Titan request."}

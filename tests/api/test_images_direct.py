@@ -275,24 +275,6 @@ def test_unknown_model_is_forwarded_unchanged(client, auth, catalog):
 # --- failures -------------------------------------------------------------------------------------
 
 
-# One end-to-end case; the whole table is tests/providers/test_provider_status_mapping.py.
-@pytest.mark.parametrize(
-    "upstream,status,message",
-    [
-        (403, 503, "Service temporarily unavailable"),  # e.g. organization not verified
-    ],
-)
-def test_status_mapping(client, auth, catalog, upstream, status, message):
-    catalog["direct"].fail_next(
-        status=upstream,
-        body={"error": {"message": "Invalid size.", "type": "x", "param": None, "code": None}},
-    )
-    response = generate(client, auth, {"model": GPT_IMAGE, "prompt": "owl"})
-    assert error(response, status) == message
-    row = Transaction.objects.get()
-    assert (row.status_code, row.credits) == (status, 0)
-
-
 def test_expired_image_url_is_503(client, auth, retired):
     retired["direct"].fail_next(
         status=200,

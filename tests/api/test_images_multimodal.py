@@ -400,23 +400,6 @@ def test_missing_connection_key(client, auth, all_upstreams, activate_rows):
 # --- provider failures ----------------------------------------------------------------------------
 
 
-# One end-to-end case; the whole table is tests/providers/test_provider_status_mapping.py.
-@pytest.mark.parametrize(
-    "upstream,status,message",
-    [
-        (409, 500, "An error occurred"),
-    ],
-)
-def test_status_mapping(client, auth, all_upstreams, activate_rows, upstream, status, message):
-    activate_rows(STANDARD, FLASH)
-    for model in (STANDARD, FLASH):
-        all_upstreams["multimodal"].fail_next(status=upstream, headers={"Retry-After": "30"})
-        response = generate(client, auth, {"model": model, "prompt": "a boat"})
-        assert error(response, status) == message
-        assert "retry-after" not in response.headers
-    assert list(Transaction.objects.values_list("status_code", "credits")) == [(status, 0)] * 2
-
-
 def test_rejected_gateway_key_is_503(client, auth, all_upstreams, activate_rows):
     """Google answers an invalid key with 400 API_KEY_INVALID: the gateway's own credential,
     so the client sees 503, not the provider's 400."""

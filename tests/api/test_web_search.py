@@ -108,25 +108,6 @@ def test_operator_price_from_the_catalog(client, auth, search_upstreams):
     assert search(client, auth, {"query": "x"}).json()["usage"]["credits_used"] == 1234
 
 
-@pytest.mark.parametrize(
-    ("status", "expected", "message"),
-    [
-        (429, 503, "Service temporarily unavailable"),
-        (500, 503, "Service temporarily unavailable"),
-        (401, 503, "Service temporarily unavailable"),
-        (404, 404, None),
-        (418, 500, "An error occurred"),
-    ],
-)
-def test_status_mapping(client, auth, search_upstreams, status, expected, message):
-    search_upstreams["websearch"].fail_next(status)
-    response = search(client, auth, {"query": "x"})
-    assert response.status_code == expected
-    if message:
-        assert response.json()["error"]["message"] == message
-    assert Transaction.objects.get().credits == 0
-
-
 def test_brave_validation_error_is_a_400_with_its_message(client, auth, search_upstreams):
     response = search(client, auth, {"query": "x", "country": "zz"})
     assert error(response, 400) == "Unable to validate request parameter(s)"

@@ -5,7 +5,9 @@ fed the error answers its provider really sends (the fakes' own error shapes).
     401, 403, 429, 5xx -> 503 "Service temporarily unavailable" (retryable)
     anything else -> 500 "An error occurred"
 
-Each endpoint keeps one end-to-end case in its own test file (the ledger row, no Retry-After).
+End to end, once for every adapter and endpoint (the pipeline maps nothing itself):
+tests/api/test_embeddings.py's `test_status_mapping` (the client's answer, no Retry-After, the
+ledger row at 0 credits).
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ import httpx
 import pytest
 
 from core.errors import PROVIDER_ERROR, SERVICE_UNAVAILABLE
-from fake_upstreams import BedrockFake, GeminiFake, OpenAIFake, OpenRouterFake
+from fake_upstreams import (
+    BedrockFake,
+    BraveFake,
+    GeminiFake,
+    OpenAIFake,
+    OpenAlexFake,
+    OpenRouterFake,
+)
 from inference.providers import adapter_for
 from inference.providers.base import (
     ChatProvider,
@@ -30,12 +39,15 @@ from inference.providers.bedrock import BedrockTransport
 from inference.providers.gemini import GeminiTransport
 from inference.providers.openai import OpenAITransport
 from inference.providers.openrouter import OpenRouterTransport
+from inference.providers.search import BraveTransport, OpenAlexTransport
 
 ADAPTERS = [
     (OpenAITransport, OpenAIFake),
     (OpenRouterTransport, OpenRouterFake),
     (BedrockTransport, BedrockFake),
     (GeminiTransport, GeminiFake),
+    (BraveTransport, BraveFake),
+    (OpenAlexTransport, OpenAlexFake),
 ]
 IDS = [adapter.kind for adapter, _ in ADAPTERS]
 MESSAGE = "Bad thing happened."
@@ -129,6 +141,14 @@ def test_gemini_rejecting_the_gateway_key_is_503():
         GeminiTransport, answer(GeminiFake, 400, "API key not valid.", details=details)
     )
     assert (failure.status, failure.retryable) == (503, True)
+
+
+def test_brave_rejecting_the_subscription_token_is_503():
+    rejected = answer(BraveFake, 422, "Bad token.", code="SUBSCRIPTION_TOKEN_INVALID")
+    failure = mapped(BraveTransport, rejected)
+    assert (failure.status, failure.retryable) == (503, True)
+    # Its other 422s are the client's.
+    assert mapped(BraveTransport, answer(BraveFake, 422, "Bad country.")).status == 400
 
 
 # --- the declared interface --------------------------------------------------------------------
