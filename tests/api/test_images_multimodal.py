@@ -433,13 +433,3 @@ def test_unknown_model_pinned_is_forwarded_and_sanitized(client, auth, all_upstr
         404,
         0,
     )
-
-
-def test_timeout_is_503(client, auth, all_upstreams, activate_rows):
-    activate_rows(FAST)
-    connection = Connection.objects.get(provider__slug="multimodal")
-    connection.timeout = 0.5
-    connection.save()
-    all_upstreams["multimodal"].hang_next(seconds=3)
-    assert error(generate(client, auth, {"model": FAST, "prompt": "a boat"}), 503) == UNAVAILABLE
-    assert Transaction.objects.get().status_code == 503
