@@ -1,10 +1,10 @@
 """The gateway's two registries, declared once: each provider kind (a wire protocol) and each
 service (an endpoint). Routing, the admin, policy, tracing and the API read them from here.
 
-catalog sits below inference (tests/test_layering.py), so the two facts that are inference's
+catalog sits below inference (tests/ops/test_layering.py), so the two facts that are inference's
 code, a kind's adapter class and a service's operation, are named here by dotted path
 (`module.Class`) and imported by inference alone (`inference.providers.adapter_for`,
-`inference.api`); `tests/test_registry.py` resolves every path.
+`inference.api`); `tests/providers/test_registry.py` resolves every path.
 """
 
 from __future__ import annotations

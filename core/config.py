@@ -4,7 +4,7 @@
 before anything else) and keeps the result; nothing else in the apps reads `os.environ` for a
 setting. A field's name is its variable's name and its description the one-line meaning; the
 configuration docs (docs/configuration.md) are checked against these fields by
-tests/test_config_docs.py.
+tests/ops/test_config_docs.py.
 Not settings, and so not here: PROMETHEUS_MULTIPROC_DIR (gateway_site.metrics_setup hands it to
 prometheus-client and the workers), the inputs of two commands (DJANGO_SUPERUSER_PASSWORD,
 configure_connection's named variables) and the OpenTelemetry SDK's own OTEL_* variables.

@@ -239,7 +239,7 @@ def _check_private_pool(transport, pool_class: type) -> None:
     """The guarded transports replace httpx's private `_pool` (the pool its requests go
     through). Were it renamed, the replacement would be an unused attribute and requests would
     connect anywhere: refuse to build the transport instead (docs/performance.md, "The
-    workarounds"; tests/test_upgrade_guards.py)."""
+    workarounds"; tests/ops/test_upgrade_guards.py)."""
     if not isinstance(getattr(transport, "_pool", None), pool_class):
         raise RuntimeError(
             f"httpx {httpx.__version__}: {type(transport).__name__} keeps no "

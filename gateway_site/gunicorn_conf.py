@@ -21,7 +21,7 @@ server must get right, and how they are got here (measured: bench/results/server
 It also owns the workers' metrics directory (gateway_site.metrics_setup): emptied at start,
 inherited by the workers, and a worker that exits is marked dead for prometheus-client.
 gunicorn skips a setting it does not know without a word: the module checks its own names at
-import (tests/test_upgrade_guards.py checks them and the behaviour above on each upgrade).
+import (tests/ops/test_upgrade_guards.py checks them and the behaviour above on each upgrade).
 """
 
 from __future__ import annotations

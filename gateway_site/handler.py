@@ -142,7 +142,7 @@ async def _until_disconnect(receive) -> None:
 def check_django(handler: ASGIHandler) -> None:
     """At start: the parts of Django this handler reuses are there, or the server does not
     start (a renamed one would otherwise fail on every /v1 request, or, for the response's
-    closers, leak silently). tests/test_upgrade_guards.py checks their signatures as well."""
+    closers, leak silently). tests/ops/test_upgrade_guards.py checks their signatures as well."""
     missing = [
         f"ASGIHandler.{name}"
         for name in ("read_body", "create_request", "send_response")

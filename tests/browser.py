@@ -1,6 +1,6 @@
 """Real-browser test helpers: `scripts/run.sh` started as the README starts it (own ports, own
 SQLite database and static root), and Debian's chromium driven by Playwright. Each browser test
-module makes its own `server` and `page` fixtures from these (see tests/test_browser.py)."""
+module makes its own `server` and `page` fixtures from these (see tests/console/test_browser.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What the real-client tests (tests/test_clients_*.py) check after a client's flow: one charged
-ledger row per provider call, matched to the calls by the provider's answer ids."""
+"""What the real-client tests (tests/clients/test_clients_*.py) check after a client's flow: one
+charged ledger row per provider call, matched to the calls by the provider's answer ids."""
 
 from __future__ import annotations
 
