@@ -1,4 +1,4 @@
-"""Policy rules (licensing.policy) without a server or a database: each rule key's check and its
+"""Policy rules (licensing.rules.policy) without a server or a database: each rule key's check and its
 exact 403 message, the aliases, values in lists, fields left out, and a document's compile
 errors. The 403 body through the API is tests/api/test_embeddings.py's `test_parameter_rules`
 (one table of rules, end to end); rule names against the request schemas and the editor are
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import PolicyDenied, ServiceUnavailable
-from licensing.policy import (
+from licensing.rules.policy import (
     SERVICES,
     PolicyDocumentError,
     compile_policy,
