@@ -1,5 +1,5 @@
-"""Policy rules (licensing.rules.policy) without a server or a database: each rule key's check and its
-exact 403 message, the aliases, values in lists, fields left out, and a document's compile
+"""Policy rules (licensing.rules.policy) without a server or a database: each rule key's check and
+its exact 403 message, the aliases, values in lists, fields left out, and a document's compile
 errors. The 403 body through the API is tests/api/test_embeddings.py's `test_parameter_rules`
 (one table of rules, end to end); rule names against the request schemas and the editor are
 tests/rules/test_policy_editor.py."""
