@@ -9,6 +9,7 @@ Stops on Ctrl-C. These are simulators with made-up output, not providers.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    # Python leaves SIGINT ignored when the shell that started it ignored it (a background job
+    # of a non-interactive shell, as CI scripts start things): Ctrl-C / SIGINT must still stop.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     server = FakeServer(build(args), port=args.port)
     server.start()
     print(
