@@ -112,7 +112,15 @@ class ConnectionAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
             (
                 None,
                 {
-                    "fields": ["provider", "name", "base_url", "timeout", "active"]
+                    "fields": [
+                        "provider",
+                        "name",
+                        "base_url",
+                        "timeout",
+                        "weight",
+                        "tags",
+                        "active",
+                    ]
                     + (["updated_at"] if obj else [])
                 },
             ),

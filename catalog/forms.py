@@ -138,6 +138,8 @@ class ConnectionForm(AdminModelFormMixin, forms.ModelForm):
             "name",
             "base_url",
             "timeout",
+            "weight",
+            "tags",
             "active",
             "api_key",
             "region",

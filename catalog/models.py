@@ -1,8 +1,29 @@
+import re
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import models
 
 from core.fields import EncryptedTextField
 
 from .registry import KIND_CHOICES, credentials_present
+
+MAX_WEIGHT = 1000
+_TAG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+
+
+def parse_tags(value: str) -> tuple[str, ...]:
+    """The tags of a comma-separated text, lower-cased, sorted and without repeats."""
+    return tuple(sorted({t.strip().lower() for t in value.split(",") if t.strip()}))
+
+
+def validate_tags(value: str) -> None:
+    bad = [tag for tag in parse_tags(value) if not _TAG.match(tag)]
+    if bad:
+        raise ValidationError(
+            f"Invalid tag(s): {', '.join(bad)!s}; a tag is 1-32 lower-case letters, digits, "
+            "'-' or '_'"
+        )
 
 
 class Provider(models.Model):
@@ -32,6 +53,21 @@ class Connection(models.Model):
     aws_access_key_id = models.CharField(max_length=200, blank=True)
     aws_secret_access_key = EncryptedTextField(max_length=500, blank=True)
     timeout = models.FloatField(null=True, blank=True, help_text="Seconds; empty = gateway default")
+    # Unpinned requests are spread over a provider's healthy connections by weight; 0 keeps
+    # a connection in standby (failover and pins only). docs/routing.md.
+    weight = models.PositiveIntegerField(
+        default=1,
+        validators=[MaxValueValidator(MAX_WEIGHT)],
+        help_text="Share of unpinned traffic, relative to the provider's other connections; "
+        "0 = standby, used only when the others fail or when pinned",
+    )
+    # Data-residency tags (e.g. "eu,on-premises") that a license type's policy may require.
+    tags = models.CharField(
+        max_length=200,
+        blank=True,
+        validators=[validate_tags],
+        help_text="Comma-separated tags, e.g. eu,on-premises",
+    )
     active = models.BooleanField(default=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -47,6 +83,9 @@ class Connection(models.Model):
     def __repr__(self):
         # Credentials must never reach logs or tracebacks.
         return f"<Connection {self.provider_id}/{self.name} {self.base_url}>"
+
+    def clean(self):
+        self.tags = ",".join(parse_tags(self.tags or ""))
 
     @property
     def has_credentials(self) -> bool:

@@ -153,6 +153,9 @@ class Service:
     service: str = ""  # the policy/ledger service name; empty: the endpoint name
     feature: str = ""  # the catalog feature GET /v1/models lists it under; empty: the endpoint
     output_modality: str | None = None  # a model must have it (Model.output_modality)
+    # Provider slugs reached only through the X-Service-Provider header: failover never goes
+    # there unpinned (the spec's "aggregator: opt-in by header only" for embeddings).
+    header_only: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "service", self.service or self.endpoint)
@@ -166,7 +169,13 @@ _E = "inference.endpoints."
 SERVICES: tuple[Service, ...] = (
     Service("chat_completions", _E + "chat.ChatCompletions", "direct", "chat"),
     Service("responses", _E + "responses.Responses", "direct", "chat"),
-    Service("embeddings", _E + "embeddings.Embeddings", "direct", "embeddings"),
+    Service(
+        "embeddings",
+        _E + "embeddings.Embeddings",
+        "direct",
+        "embeddings",
+        header_only=frozenset({"aggregator"}),
+    ),
     Service(
         "gemini_embeddings",
         _E + "gemini_embeddings.GeminiEmbeddings",

@@ -12,7 +12,8 @@ from core.crypto import UndecryptableSecret, reveal
 from core.errors import BadRequest, ServiceUnavailable
 from gateway_site.localcache import TTLCache
 
-from .models import Connection, Model, Provider, ProviderModel
+from .circuit import circuit_key, known_open
+from .models import Connection, Model, Provider, ProviderModel, parse_tags
 from .registry import (
     PROVIDER_KINDS,
     SERVICES,
@@ -39,6 +40,9 @@ class ConnectionInfo:
     timeout: float | None
     updated_at: float
     undecryptable: bool = False  # its credentials do not open with the configured keys
+    weight: int = 1
+    tags: frozenset[str] = frozenset()
+    circuit: str = ""  # its circuit's key (catalog.circuit): provider, name and updated_at
 
     def __repr__(self):  # credentials stay out of logs and tracebacks
         return f"<ConnectionInfo {self.name} {self.base_url}>"
@@ -115,6 +119,7 @@ class Route:
     provider: ProviderInfo
     connection: ConnectionInfo
     model: ModelEntry | None  # None: unknown to the catalog, forwarded unchanged
+    connection_pinned: bool = False  # `X-Service-Provider: <provider>/<connection>`
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,10 @@ def load_catalog_snapshot() -> Catalog:
     connections: dict[int, dict[str, ConnectionInfo]] = {}
     for c in Connection.objects.filter(active=True).select_related("provider"):
         connections.setdefault(c.provider_id, {})[c.name] = _connection_info(c)
+    for by_name in connections.values():  # a provider's connections in failover order
+        ordered = sorted(by_name.values(), key=lambda c: (-c.weight, c.name))
+        by_name.clear()
+        by_name.update((c.name, c) for c in ordered)
     providers_by_id = {
         p.pk: ProviderInfo(slug=p.slug, kind=p.kind, connections=connections.get(p.pk, {}))
         for p in Provider.objects.all()
@@ -189,6 +198,9 @@ def _connection_info(c: Connection) -> ConnectionInfo:
         timeout=c.timeout,
         updated_at=c.updated_at.timestamp(),
         undecryptable=undecryptable,
+        weight=c.weight,
+        tags=frozenset(parse_tags(c.tags)),
+        circuit=circuit_key(c.provider.slug, c.name, c.updated_at.timestamp()),
     )
 
 
@@ -212,7 +224,7 @@ def _no_provider(endpoint: str, pinned: bool) -> BadRequest:
     return BadRequest(f"No provider available for endpoint '{endpoint}'")
 
 
-def select_route(
+def select_routes(
     catalog: Catalog,
     *,
     endpoint: str,
@@ -220,8 +232,20 @@ def select_route(
     pin: ProviderPin | None,
     allowed: frozenset[str] | None,
     output_modality: str | None = None,
-) -> Route:
-    """Choose provider, connection and upstream model id, or raise the spec's 400."""
+    tags: frozenset[str] = frozenset(),
+    pick: bool = True,
+) -> list[Route]:
+    """The request's routes in the order they are tried (docs/routing.md): the first is where
+    it goes, the others are its failovers. Raises the spec's 400 when there is none.
+
+    The first route's provider is the model's owner, else its active row of lowest priority;
+    its connection is chosen by weight among that provider's connections whose circuit is not
+    known to be open (smooth weighted round-robin). Then come the provider's other connections,
+    then the model's other active rows by priority, each with its connections by weight.
+    `tags` (the license's data-residency rule) keeps only connections carrying all of them;
+    a pinned connection has no failovers; a row that is reached only by its header
+    (`Service.header_only`) is no failover for an unpinned request. `pick=False` (a question
+    of whether the request could be served, GET /v1/models) leaves the weighted choice as is."""
     candidates = {
         slug
         for slug, provider in catalog.providers.items()
@@ -235,41 +259,60 @@ def select_route(
         raise _no_provider(endpoint, pinned=False)
 
     entry = catalog.models.get(model)
+    rows: list[tuple[str, str]]
     if entry is None:
         default = DEFAULT_PROVIDER.get(endpoint)
-        slug = default if default in candidates else sorted(candidates)[0]
-        upstream = model
+        rows = [(default if default in candidates else sorted(candidates)[0], model)]
     else:
         if output_modality and not entry.output_modality.get(output_modality):
             raise BadRequest(
                 f"No available provider for model '{model}' supports {output_modality} output"
             )
-        rows = [row for row in entry.rows if row.provider in candidates]
-        if not rows:
+        eligible = [row for row in entry.rows if row.provider in candidates]
+        if not eligible:
             raise _no_provider(endpoint, pinned=pin is not None)
-        active = [row for row in rows if row.active]
+        active = [row for row in eligible if row.active]
         if not active:
             raise BadRequest(f"No active provider for model '{model}'")
         # The owner first (a model owned by another provider is routed there), then priority.
         active.sort(key=lambda row: (row.provider != entry.owned_by, row.priority))
-        slug, upstream = active[0].provider, active[0].upstream_model_id
+        rows = [(row.provider, row.upstream_model_id) for row in active]
 
-    provider = catalog.providers[slug]
-    connection_name = pin.connection if pin is not None and pin.connection else "default"
-    connection = provider.connections.get(connection_name)
-    if connection is None and connection_name == "default" and _builtin(provider.kind):
-        connection = BUILTIN_CONNECTION
-    if pin is not None and pin.connection and connection is None:
-        raise _no_provider(endpoint, pinned=True)
-    if connection is not None and connection.undecryptable:
-        raise ServiceUnavailable()  # the gateway's own keys are wrong: logged at load
-    if connection is None or not credentials_present(
-        provider.kind,
-        api_key=connection.api_key,
-        aws_access_key_id=connection.aws_access_key_id,
-        aws_secret_access_key=connection.aws_secret_access_key,
-    ):
-        raise ConnectionMisconfigured(provider, connection_name, model)
+    if pin is not None and pin.connection:
+        slug, upstream = rows[0]
+        provider = catalog.providers[slug]
+        connection = provider.connections.get(pin.connection)
+        if connection is None or not tags <= connection.tags:
+            raise _no_provider(endpoint, pinned=True)
+        _check_usable(provider, connection, model)
+        return [_route(endpoint, model, upstream, provider, connection, entry, pinned=True)]
+
+    header_only = _HEADER_ONLY.get(endpoint, frozenset()) if pin is None else frozenset()
+    routes: list[Route] = []
+    for index, (slug, upstream) in enumerate(rows):
+        if index and slug in header_only:
+            continue
+        provider = catalog.providers[slug]
+        connections = _connections(provider, tags)
+        if not routes:
+            connections = _first_row(provider, connections, model, pick)
+        else:
+            connections = [c for c in connections if _usable(provider, c)]
+        routes.extend(_route(endpoint, model, upstream, provider, c, entry) for c in connections)
+    if not routes:
+        raise _no_provider(endpoint, pinned=pin is not None)
+    return routes
+
+
+_HEADER_ONLY = {s.endpoint: s.header_only for s in SERVICES}
+
+
+def select_route(catalog: Catalog, **kwargs) -> Route:
+    """The first of `select_routes`: where the request goes when nothing fails."""
+    return select_routes(catalog, **kwargs)[0]
+
+
+def _route(endpoint, model, upstream, provider, connection, entry, pinned=False) -> Route:
     return Route(
         endpoint=endpoint,
         requested_model=model,
@@ -277,7 +320,85 @@ def select_route(
         provider=provider,
         connection=connection,
         model=entry,
+        connection_pinned=pinned,
     )
+
+
+def _connections(provider: ProviderInfo, tags: frozenset[str]) -> list[ConnectionInfo]:
+    """The provider's active connections that carry every tag, in failover order (weight,
+    then name); a kind the gateway serves itself has its implied connection, which keeps
+    every request on the gateway's own host and so meets any residency rule."""
+    if not provider.connections and _builtin(provider.kind):
+        return [BUILTIN_CONNECTION]
+    if not tags:
+        return list(provider.connections.values())
+    return [c for c in provider.connections.values() if tags <= c.tags]
+
+
+def _first_row(
+    provider: ProviderInfo, connections: list[ConnectionInfo], model: str, pick: bool
+) -> list[ConnectionInfo]:
+    """The first row's connections with the chosen one first. A row whose connections all lack
+    credentials is the spec's 400 (a configuration error, not an outage to fail over from);
+    with none at all, it names the `default` connection as before several existed."""
+    if not connections:
+        if not provider.connections:
+            raise ConnectionMisconfigured(provider, "default", model)
+        return []  # none carries the tags: the next row may
+    usable = [c for c in connections if _usable(provider, c)]
+    if not usable:
+        _check_usable(provider, connections[0], model)
+    if pick and len(usable) > 1:
+        chosen = _pick(provider.slug, usable)
+        if chosen is not usable[0]:
+            usable.remove(chosen)
+            usable.insert(0, chosen)
+    return usable
+
+
+def _usable(provider: ProviderInfo, connection: ConnectionInfo) -> bool:
+    return not connection.undecryptable and credentials_present(
+        provider.kind,
+        api_key=connection.api_key,
+        aws_access_key_id=connection.aws_access_key_id,
+        aws_secret_access_key=connection.aws_secret_access_key,
+    )
+
+
+def _check_usable(provider: ProviderInfo, connection: ConnectionInfo, model: str) -> None:
+    if connection.undecryptable:
+        raise ServiceUnavailable()  # the gateway's own keys are wrong: logged at load
+    if not _usable(provider, connection):
+        raise ConnectionMisconfigured(provider, connection.name, model)
+
+
+# Smooth weighted round-robin (nginx's): per provider and set of healthy connections, each
+# connection's running score grows by its weight at every pick and the picked one's drops by
+# the total. Deterministic, exact shares over every cycle of sum(weights) picks, no randomness
+# on the hot path; state is per process (docs/routing.md, "Weights").
+_scores: dict[tuple[str, tuple[str, ...]], dict[str, int]] = {}
+
+
+def _pick(slug: str, connections: list[ConnectionInfo]) -> ConnectionInfo:
+    healthy = [c for c in connections if c.weight > 0 and not known_open(c.circuit)]
+    if not healthy:
+        return connections[0]
+    if len(healthy) == 1:
+        return healthy[0]
+    key = (slug, tuple(c.name for c in healthy))
+    scores = _scores.get(key)
+    if scores is None:
+        if len(_scores) > 1000:  # sets of connections come and go with edits and outages
+            _scores.clear()
+        scores = _scores[key] = {}
+    best, best_score, total = healthy[0], None, 0
+    for connection in healthy:
+        score = scores[connection.name] = scores.get(connection.name, 0) + connection.weight
+        total += connection.weight
+        if best_score is None or score > best_score:
+            best, best_score = connection, score
+    scores[best.name] -= total
+    return best
 
 
 def _builtin(kind: str) -> bool:

@@ -60,7 +60,11 @@ def connection_configure(
     region: str | None = None,
     aws_access_key_id: str | None = None,
     aws_secret_access_key: str | None = None,
+    weight: int | None = None,
+    tags: list[str] | None = None,
 ) -> Connection:
+    """Create or update a connection; what is None stays as it is. Saving it gives it a new
+    `updated_at`, which closes its circuit (inference.circuit keys its state by it)."""
     provider = Provider.objects.get(slug=provider_slug)
     connection, _ = Connection.objects.get_or_create(
         provider=provider, name=name, defaults={"base_url": base_url}
@@ -71,6 +75,8 @@ def connection_configure(
         ("region", region),
         ("aws_access_key_id", aws_access_key_id),
         ("aws_secret_access_key", aws_secret_access_key),
+        ("weight", weight),
+        ("tags", ",".join(tags) if tags is not None else None),
     ):
         if value is not None:
             setattr(connection, field, value)

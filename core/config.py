@@ -179,6 +179,18 @@ class Config(BaseSettings):
     GATEWAY_STREAM_USAGE_GRACE: Seconds = Field(
         2.0, description="seconds a left stream's upstream is still read for its usage event"
     )
+    GATEWAY_FAILOVER_ATTEMPTS: Count = Field(
+        3, description="provider calls one request may make (the first and its failovers)"
+    )
+    GATEWAY_FAILOVER_BUDGET: Seconds = Field(
+        30.0, description="seconds after which no further failover attempt is started"
+    )
+    GATEWAY_CIRCUIT_FAILURES: Count = Field(
+        5, description="consecutive retryable failures that open a connection's circuit"
+    )
+    GATEWAY_CIRCUIT_COOLDOWN: Seconds = Field(
+        30.0, description="seconds an open circuit skips its connection before one probe"
+    )
     GATEWAY_GC_THRESHOLD: str = Field(
         "20000,20,50",
         description="the cyclic collector's thresholds in a server process; default: Python's",
@@ -329,6 +341,10 @@ class Config(BaseSettings):
             "FETCH_MAX_TOTAL_BYTES": self.GATEWAY_FETCH_MAX_TOTAL_BYTES,
             "FETCH_MAX_PDF_PAGES": self.GATEWAY_FETCH_MAX_PDF_PAGES,
             "STREAM_USAGE_GRACE": self.GATEWAY_STREAM_USAGE_GRACE,
+            "FAILOVER_ATTEMPTS": self.GATEWAY_FAILOVER_ATTEMPTS,
+            "FAILOVER_BUDGET": self.GATEWAY_FAILOVER_BUDGET,
+            "CIRCUIT_FAILURES": self.GATEWAY_CIRCUIT_FAILURES,
+            "CIRCUIT_COOLDOWN": self.GATEWAY_CIRCUIT_COOLDOWN,
             "OUTBOUND_ALLOW": self.GATEWAY_OUTBOUND_ALLOW,
             "OUTBOUND_ALLOWED_PORTS": self.GATEWAY_OUTBOUND_ALLOWED_PORTS,
         }
@@ -367,6 +383,10 @@ class GatewaySettings(TypedDict):
     FETCH_MAX_TOTAL_BYTES: int
     FETCH_MAX_PDF_PAGES: int
     STREAM_USAGE_GRACE: float
+    FAILOVER_ATTEMPTS: int
+    FAILOVER_BUDGET: float
+    CIRCUIT_FAILURES: int
+    CIRCUIT_COOLDOWN: float
     OUTBOUND_ALLOW: str
     OUTBOUND_ALLOWED_PORTS: frozenset[int]
 

@@ -67,6 +67,24 @@ IN_FLIGHT = Gauge(
 UPSTREAM_ERRORS = Counter(
     "gateway_upstream_errors", "Failed provider calls by kind.", ["provider", "kind"]
 )
+UPSTREAM_ATTEMPTS = Counter(
+    "gateway_upstream_attempts",
+    "Provider calls by connection and result (ok, or why the attempt failed).",
+    ["provider", "connection", "result"],
+)
+FAILOVERS = Counter(
+    "gateway_failovers",
+    "Failed attempts after which the request went on to another connection.",
+    ["provider", "connection", "reason"],
+)
+# 0 closed, 1 half-open, 2 open: as this worker last saw it (a shared circuit's state is in
+# Redis; every worker reports its view, the most recent wins).
+CIRCUIT_STATE = Gauge(
+    "gateway_circuit_state",
+    "A connection's circuit: 0 closed, 1 half-open, 2 open.",
+    ["provider", "connection"],
+    multiprocess_mode="mostrecent",
+)
 LIVE_FEED_LOST = Counter(
     "gateway_live_feed_events_lost", "Live feed events not delivered.", ["reason"]
 )
@@ -174,6 +192,29 @@ def budget_remaining(license_id: int, remaining: int) -> None:
 def upstream_error(provider: str, kind: str) -> None:
     if ENABLED:
         UPSTREAM_ERRORS.labels(provider or NONE, kind).inc()
+
+
+_attempts: dict[tuple[str, str, str], Counter] = {}
+
+
+def upstream_attempt(provider: str, connection: str, result: str) -> None:
+    if not ENABLED:
+        return
+    key = (provider, connection, result)
+    child = _attempts.get(key)
+    if child is None:
+        child = _attempts[key] = UPSTREAM_ATTEMPTS.labels(provider, connection, result)
+    child.inc()
+
+
+def failover(provider: str, connection: str, reason: str) -> None:
+    if ENABLED:
+        FAILOVERS.labels(provider, connection, reason).inc()
+
+
+def circuit_state(provider: str, connection: str, value: int) -> None:
+    if ENABLED:
+        CIRCUIT_STATE.labels(provider, connection).set(value)
 
 
 def live_feed_lost(reason: str, count: int) -> None:

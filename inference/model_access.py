@@ -70,6 +70,8 @@ def _usable(
                     pin=pin,
                     allowed=service_policy.providers,
                     output_modality=output_modality,
+                    tags=policy.connection_tags,
+                    pick=False,
                 )
             except GatewayError:
                 continue

@@ -31,7 +31,7 @@ from catalog.routing import (
     Route,
     cached_catalog,
     load_catalog_snapshot,
-    select_route,
+    select_routes,
 )
 from core import metrics, tracing
 from core.errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
@@ -47,9 +47,10 @@ from licensing.rules import fairuse
 from . import moderation
 from . import tracing as provider_span
 from .billing import Usage
+from .failover import call_with_failover
 from .headers import parse_service_headers
 from .providers.base import ProviderFailure, scrub
-from .streaming import ProviderStream, StreamOutcome, relay
+from .streaming import ProviderStream, StreamOutcome, prime, relay
 
 logger = logging.getLogger("gateway")
 
@@ -77,7 +78,10 @@ class Call:
     body_fields: dict
     metadata: dict
     budget: BudgetState | None = None
-    route: Route | None = None
+    route: Route | None = None  # the attempt under way, then the one that answered
+    routes: list[Route] = field(default_factory=list)  # the attempts' order (catalog.routing)
+    attempts: int = 0  # provider calls made
+    failovers: list[str] = field(default_factory=list)  # "provider/connection: reason" each
     stage: dict[int, str] | None = None  # the step under way before the call (error codes)
     fair_use: fairuse.Window | None = None  # the fair-use counters, when the policy sets limits
     provider_started: float = 0.0  # perf_counter at the provider call (metrics)
@@ -111,15 +115,17 @@ class Operation:
     def input_texts(self, body) -> Iterable[str]:
         return ()
 
-    def select(self, catalog, pin, allowed, body) -> Route:
-        """Step 7: the provider, connection and upstream model for this request."""
-        return select_route(
+    def select(self, catalog, pin, allowed, body, tags=frozenset()) -> list[Route]:
+        """Step 7: the routes (provider, connection, upstream model) this request may take, in
+        the order they are tried."""
+        return select_routes(
             catalog,
             endpoint=self.endpoint,
             model=self.model_of(body),
             pin=pin,
             allowed=allowed,
             output_modality=self.output_modality,
+            tags=tags,
         )
 
     def prepare(self, route: Route, body) -> Route | None:
@@ -229,11 +235,14 @@ async def _admit(call: Call, operation: Operation, pin):
     call.stage = _SELECTION
     catalog = await current_catalog()
     try:
-        call.route = operation.select(catalog, pin, service_policy.providers, body)
+        routes = operation.select(
+            catalog, pin, service_policy.providers, body, license.policy.connection_tags
+        )
     except ConnectionMisconfigured as exc:
         _log_misconfigured(call, exc)
         raise
-    call.route = operation.prepare(call.route, body) or call.route
+    call.route = routes[0] = operation.prepare(routes[0], body) or routes[0]
+    call.routes = routes
     # 8
     call.stage = _GUARDRAIL
     guardrails = license.guardrails
@@ -289,13 +298,45 @@ def _call_code(exc: GatewayError) -> str:
 
 async def _timed_call(call: Call, operation: Operation):
     started = call.provider_started = time.perf_counter()
-    assert call.route is not None  # selected in step 8, before every call
+    assert call.route is not None  # selected in step 7, before every call
     try:
-        if tracing.ENABLED:
-            return await _traced_call(call, operation)
-        return await operation.call(call.route, call.body, call)
+        return await call_with_failover(call, _refined(call, operation), _attempt(call, operation))
     finally:
         call.provider_seconds = time.perf_counter() - started
+
+
+def _attempt(call: Call, operation: Operation):
+    """One attempt on `route` (in its span when tracing); a stream is handed on only once its
+    first bytes are in, so that one failing before them can still fail over."""
+
+    async def invoke(route: Route):
+        if tracing.ENABLED:
+            result = await _traced_call(call, operation)
+        else:
+            result = await operation.call(route, call.body, call)
+        if isinstance(result, ProviderStream):
+            try:
+                result = await prime(result)
+            except BaseException as exc:
+                if call.span is not None:
+                    status = getattr(exc, "status", 499)
+                    provider_span.finish(call.span, route, status=status, error="stream")
+                    call.span = None
+                raise
+        return result
+
+    return invoke
+
+
+def _refined(call: Call, operation: Operation):
+    """The routes, each failover refined by the operation as the first was in step 7; one that
+    it refuses (a provider-side constraint) is left out."""
+    yield call.routes[0]
+    for route in call.routes[1:]:
+        try:
+            yield operation.prepare(route, call.body) or route
+        except GatewayError:
+            continue
 
 
 async def _traced_call(call: Call, operation: Operation):
@@ -426,6 +467,8 @@ async def _record(
         billed_model=result.billed_model if result else "",
         provider=route.provider.slug if route else "",
         connection=route.connection.name if route else "",
+        attempts=call.attempts,
+        failovers=record.storable("; ".join(call.failovers), record.FAILOVERS_MAX),
         status_code=status,
         credits=result.credits if result else 0,
         prompt_tokens=usage.prompt_tokens,

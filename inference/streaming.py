@@ -39,7 +39,7 @@ from core.errors import PROVIDER_ERROR, SERVICE_UNAVAILABLE
 from . import tokens
 from .billing import Usage
 from .providers import usage as usage_formats
-from .providers.base import ProviderFailure, sanitize_message
+from .providers.base import ProviderFailure, sanitize_message, unavailable
 from .schemas.common import INT64_MAX
 
 logger = logging.getLogger("gateway")
@@ -379,6 +379,38 @@ class ProviderStream:
 
     response: Any  # httpx.Response, or providers.pool.StreamedAnswer
     protocol: SSEProtocol
+    first: bytes = b""  # the upstream's first bytes, read by `prime`
+    rest: Any = None  # the rest of `response.aiter_raw()` after them
+
+
+async def prime(stream: ProviderStream) -> ProviderStream:
+    """Wait for the upstream's first bytes before anything goes to the client: until then a
+    stream that breaks, ends or stays silent past the time-out is a failed attempt, answered
+    with a JSON error or retried on another connection (inference.failover), never an
+    in-stream error."""
+    chunks = stream.response.aiter_raw()
+    try:
+        first = b""
+        while not first:
+            first = await anext(chunks)
+    except BaseException as exc:
+        await _close(stream.response)
+        if isinstance(exc, StopAsyncIteration):
+            raise unavailable("stream ended before its first byte", "connection") from None
+        if isinstance(exc, httpx.TimeoutException):
+            raise unavailable("stream silent past the time-out", "timeout") from exc
+        if isinstance(exc, httpx.HTTPError):
+            raise unavailable(f"stream broke before its first byte: {exc}", "connection") from exc
+        raise
+    stream.first, stream.rest = first, chunks
+    return stream
+
+
+async def _close(response: Any) -> None:
+    try:
+        await response.aclose()
+    except Exception:  # closing a broken answer: nothing left to save
+        logger.debug("closing a failed stream raised", exc_info=True)
 
 
 _END = None
@@ -417,8 +449,12 @@ class _Upstream:
     async def _read(self) -> None:
         outcome = self.outcome
         decoder = SSEDecoder(settings.GATEWAY["ANSWER_MAX_BYTES"]["event"])
+        stream = self.stream
         try:
-            async for chunk in self.stream.response.aiter_raw():
+            if stream.first and not self._take(decoder.feed(stream.first)):
+                return
+            chunks = stream.rest if stream.rest is not None else stream.response.aiter_raw()
+            async for chunk in chunks:
                 if not self._take(decoder.feed(chunk)):
                     return
             if self._take(decoder.flush()) and not outcome.completed:

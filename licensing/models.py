@@ -270,6 +270,15 @@ class Transaction(models.Model):
     billed_model = models.CharField(max_length=200, blank=True)
     provider = models.CharField(max_length=64)
     connection = models.CharField(max_length=64, blank=True)
+    attempts = models.PositiveSmallIntegerField(
+        default=1, help_text="Provider calls made for the request (0: refused before any)"
+    )
+    failovers = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        help_text="The attempts that failed before the last: connection and reason",
+    )
     status_code = models.PositiveSmallIntegerField()
     prompt_tokens = models.BigIntegerField(null=True, blank=True)
     completion_tokens = models.BigIntegerField(null=True, blank=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ninja import Router
 
 from catalog.defaults import SERVICE_ENTRIES
-from catalog.routing import Route, select_route
+from catalog.routing import Route, select_routes
 from core.errors import BadRequest
 from core.jsonio import json_response
 
@@ -37,7 +37,9 @@ class WebSearch(pipeline.Operation, endpoint="web_search"):
     def input_texts(self, body: WebSearchRequest):
         return [body.query]
 
-    def select(self, catalog, pin, allowed, body: WebSearchRequest) -> Route:
+    def select(
+        self, catalog, pin, allowed, body: WebSearchRequest, tags=frozenset()
+    ) -> list[Route]:
         if body.type == "academic":
             # The spec: `type: academic` that the license (or the pin) cannot take to an
             # academic provider is the "under the current pins" 400, header or not.
@@ -54,8 +56,13 @@ class WebSearch(pipeline.Operation, endpoint="web_search"):
                 raise BadRequest(
                     f"No provider available for endpoint '{self.endpoint}' under the current pins"
                 )
-        return select_route(
-            catalog, endpoint=self.endpoint, model=self.model_of(body), pin=pin, allowed=allowed
+        return select_routes(
+            catalog,
+            endpoint=self.endpoint,
+            model=self.model_of(body),
+            pin=pin,
+            allowed=allowed,
+            tags=tags,
         )
 
     def prepare(self, route: Route, body: WebSearchRequest) -> None:

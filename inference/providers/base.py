@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import httpx
@@ -21,6 +22,7 @@ import orjson
 from django.conf import settings
 
 from catalog.routing import ConnectionInfo, Route
+from core import clock
 from core.config import AnswerKind
 from core.errors import (
     PROVIDER_ERROR,
@@ -75,6 +77,8 @@ class ProviderFailure(GatewayError):
     ):
         super().__init__(message, status=status, reason=reason)
         self.retryable = retryable
+        # A 429's Retry-After in seconds: how long the connection's circuit stays open.
+        self.retry_after: float | None = None
         # What went wrong at the provider, for gateway_upstream_errors_total: timeout,
         # connection, status_4xx / status_5xx (the provider's own status), malformed, unavailable.
         self.upstream_kind = kind
@@ -100,6 +104,29 @@ def malformed(reason: str = "") -> ProviderFailure:
     return ProviderFailure(
         PROVIDER_ERROR, status=500, retryable=False, reason=reason, kind="malformed"
     )
+
+
+RETRY_AFTER_MAX = 3600.0  # a provider's Retry-After never parks a connection longer
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A Retry-After header (seconds or an HTTP date), bounded; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - clock.now()
+    if seconds != seconds or seconds <= 0:  # NaN, or already past
+        return None
+    return min(seconds, RETRY_AFTER_MAX)
 
 
 class Transport:
@@ -256,7 +283,10 @@ class Transport:
             message = sanitize_message(self.error_message(response))
             raise ProviderFailure(message, status=404, retryable=False, kind=kind)
         if status in (401, 403, 429) or status >= 500:
-            raise unavailable(f"{self.kind} answered {status}", kind)
+            down = unavailable(f"{self.kind} answered {status}", kind)
+            if status == 429:
+                down.retry_after = retry_after_seconds(response.headers.get("retry-after"))
+            raise down
         reason = f"{self.kind} answered unmapped status {status}"
         logger.warning("%s", reason)
         raise ProviderFailure(PROVIDER_ERROR, status=500, retryable=False, reason=reason, kind=kind)

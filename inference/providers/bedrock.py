@@ -181,9 +181,8 @@ class BedrockTransport(Transport):
         wanted = route.model.options.get("region") if route.model is not None else None
         if not wanted or signing_region(route.connection) == wanted:
             return route
-        if route.connection.name == "default":
-            for name in sorted(route.provider.connections):
-                connection = route.provider.connections[name]
+        if not route.connection_pinned:
+            for connection in route.provider.connections.values():
                 if signing_region(connection) == wanted and _usable(connection):
                     return dataclasses.replace(route, connection=connection)
         raise BadRequest(

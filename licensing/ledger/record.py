@@ -51,6 +51,7 @@ OUTPUT_BLOCKED = "output_blocked"  # the output guardrail: charged (spec)
 OUTPUT_MODERATION_UNAVAILABLE = "output_moderation_unavailable"
 # Refused by the gateway's own rules (the rest are failures of the provider or the gateway).
 DENIED = (BEFORE_CALL - {MODERATION_UNAVAILABLE, LEDGER_UNAVAILABLE}) | {OUTPUT_BLOCKED}
+FAILOVERS_MAX = 500  # Transaction.failovers
 _error_message_max = Transaction._meta.get_field("error_message").max_length
 assert _error_message_max is not None  # a CharField's
 ERROR_MESSAGE_MAX: int = _error_message_max
@@ -90,6 +91,8 @@ class LedgerEntry:
     provider: str
     connection: str
     status_code: int
+    attempts: int = 1
+    failovers: str = ""
     credits: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -157,6 +160,8 @@ LEDGER_COLUMNS = (
     LedgerColumn("billed_model", csv="billed_model", api="billed_model", detail=_REQUEST),
     LedgerColumn("provider", csv="provider", api="provider", feed="provider", detail=_REQUEST),
     LedgerColumn("connection", csv="connection", api="connection", detail=_REQUEST),
+    LedgerColumn("attempts", csv="attempts", api="attempts", feed="attempts", detail=_REQUEST),
+    LedgerColumn("failovers", csv="failovers", api="failovers", detail=_REQUEST),
     LedgerColumn("status_code", csv="status", api="status", feed="status_code", detail=_MAIN),
     LedgerColumn("outcome", csv="outcome", api="outcome", feed="outcome", detail=_OUTCOME),
     LedgerColumn(

@@ -145,6 +145,8 @@ class ServicePolicy:
 class Policy:
     services: dict[str, ServicePolicy]
     limits: Limits | None = None  # fair use; None: not limited
+    # Data residency: only connections carrying every one of these tags serve the license.
+    connection_tags: frozenset[str] = frozenset()
 
     def service(self, service: str) -> ServicePolicy:
         found = self.services.get(service)
@@ -226,10 +228,11 @@ def compile_policy(document: Any) -> Policy:
         raise PolicyDocumentError(
             f"Unsupported policy version {version!r}; supported: {sorted(SUPPORTED_VERSIONS)}"
         )
-    unknown = sorted(set(document) - {"version", "services", "limits"})
+    unknown = sorted(set(document) - {"version", "services", "limits", "routing"})
     if unknown:
         raise PolicyDocumentError(f"Unknown top-level keys {unknown}")
     limits = _compile_limits(document.get("limits"))
+    connection_tags = _compile_routing(document.get("routing"))
     services = document.get("services", {})
     if not isinstance(services, dict):
         raise PolicyDocumentError("'services' must be an object")
@@ -256,7 +259,32 @@ def compile_policy(document: Any) -> Policy:
         compiled[service] = ServicePolicy(
             providers=frozenset(providers) if providers is not None else None, rules=rules
         )
-    return Policy(services=compiled, limits=limits)
+    return Policy(services=compiled, limits=limits, connection_tags=connection_tags)
+
+
+ROUTING_KEYS = ("connection_tags",)
+_TAG = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+
+
+def _compile_routing(spec: Any) -> frozenset[str]:
+    """`"routing": {"connection_tags": ["eu"]}`: requests are served only by connections
+    carrying every tag (docs/policy.md, "Data residency")."""
+    if spec is None:
+        return frozenset()
+    if not isinstance(spec, dict):
+        raise PolicyDocumentError("'routing' must be an object")
+    unknown = sorted(set(spec) - set(ROUTING_KEYS))
+    if unknown:
+        raise PolicyDocumentError(f"routing: unknown keys {unknown}; use {list(ROUTING_KEYS)}")
+    tags = spec.get("connection_tags", [])
+    if not isinstance(tags, list) or not all(
+        isinstance(tag, str) and _TAG.fullmatch(tag) for tag in tags
+    ):
+        raise PolicyDocumentError(
+            "routing.connection_tags: must be a list of tags (1-32 lower-case letters, digits, "
+            "'-' or '_', as on the connections)"
+        )
+    return frozenset(tags)
 
 
 LIMIT_SCOPES = ("holder", "license")

@@ -334,9 +334,14 @@ def sse_events(text):
     return [block for block in text.split("\n\n") if block]
 
 
+PIN_DIRECT = {"X-Service-Provider": "direct"}  # no failover to the aggregator's row
+
+
 def test_failures_before_the_stream_are_json(client, auth, catalog):
     catalog["direct"].fail_next(status=429)
-    response = chat(client, auth, {"model": MINI, "messages": HELLO, "stream": True})
+    response = chat(
+        client, {**auth, **PIN_DIRECT}, {"model": MINI, "messages": HELLO, "stream": True}
+    )
     assert response.headers["content-type"] == "application/json"
     assert error(response, 503) == "Service temporarily unavailable"
     catalog["direct"].fail_next(
@@ -509,13 +514,17 @@ def test_responses_stream_failing_midway(client, auth, catalog, sdk):
 
 
 def test_responses_stream_failing_before_any_event(client, auth, catalog):
+    """Nothing reached the client yet: the stream has not started, so the failure is the
+    JSON 503 (and, unpinned, a failover: tests/providers/test_failover.py)."""
     catalog["direct"].stream_fail_after = 0
-    response = respond(client, auth, {"model": MINI, "input": "hi", "stream": True})
-    assert response.status_code == 200
-    assert sse_events(response.text) == [responses_error_event(0)]
+    response = respond(
+        client, {**auth, **PIN_DIRECT}, {"model": MINI, "input": "hi", "stream": True}
+    )
+    assert response.headers["content-type"] == "application/json"
+    assert error(response, 503) == "Service temporarily unavailable"
     wait_for_ledger(1)
     row = Transaction.objects.get()
-    assert (row.status_code, row.credits, row.error_code) == (503, 0, "stream_failed")
+    assert (row.status_code, row.credits, row.error_code) == (503, 0, "provider_unavailable")
 
 
 def test_responses_stream_failing_after_several_events(client, auth, catalog):

@@ -81,6 +81,8 @@ def test_a_row_in_full(ledger, superuser):
         "billed_model": "",
         "provider": "",
         "connection": "default",
+        "attempts": 1,
+        "failovers": "",
         "status": 403,
         "outcome": "denied",
         "error_code": "policy_denied",

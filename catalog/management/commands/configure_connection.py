@@ -29,6 +29,22 @@ class Command(BaseCommand):
         parser.add_argument("--base-url", required=True)
         parser.add_argument("--region", default=None)
         parser.add_argument("--aws-access-key-id", default=None)
+        parser.add_argument(
+            "--weight",
+            type=int,
+            default=None,
+            help="Share of the provider's unpinned traffic, relative to its other connections "
+            "(default 1 for a new connection; 0 = standby, used only for failover and pins)",
+        )
+        parser.add_argument(
+            "--tag",
+            dest="tags",
+            action="append",
+            default=None,
+            metavar="TAG",
+            help="A data-residency tag (e.g. eu, on-premises); repeat for several. Given at "
+            "all, the tags replace the connection's; --tag '' clears them.",
+        )
         for field, label in SECRETS:
             flag = "--" + field.replace("_", "-")
             group = parser.add_mutually_exclusive_group()
@@ -75,6 +91,8 @@ class Command(BaseCommand):
                 base_url=options["base_url"],
                 region=options["region"],
                 aws_access_key_id=options["aws_access_key_id"],
+                weight=options["weight"],
+                tags=[t for t in options["tags"] if t] if options["tags"] is not None else None,
                 **secrets,
             )
         except Provider.DoesNotExist as exc:
@@ -85,4 +103,7 @@ class Command(BaseCommand):
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from exc
         state = "with credentials" if connection.has_credentials else "WITHOUT credentials"
-        self.stdout.write(f"Connection {connection} -> {connection.base_url} ({state})")
+        extra = f", weight {connection.weight}"
+        if connection.tags:
+            extra += f", tags {connection.tags}"
+        self.stdout.write(f"Connection {connection} -> {connection.base_url} ({state}{extra})")

@@ -1,0 +1,310 @@
+"""Circuit breaking per connection: a connection that keeps failing is skipped for a while.
+
+States (docs/routing.md, "Circuit breaking"):
+- closed: requests go through; retryable failures are counted, a success resets the count.
+- open: `CIRCUIT_FAILURES` consecutive retryable failures, or a 429 with `Retry-After`, open
+  the circuit until a cool-down ends (`CIRCUIT_COOLDOWN`, or the Retry-After); routing skips the
+  connection meanwhile.
+- half-open: the cool-down is over; one request (the probe, claimed by whichever worker asks
+  first) is let through. Its success closes the circuit, its failure opens it again.
+
+A circuit is keyed by the connection and its `updated_at`, so saving a connection (a new URL,
+key or weight) starts it on a fresh, closed circuit everywhere.
+
+With `REDIS_URL` the state is shared by every worker and host: failures are counted in Redis by
+one script, each worker keeps a copy of what it last read for at most `REFRESH` seconds, so a
+healthy connection costs no Redis call per request. Without Redis each process keeps its own
+(a connection is then found dead once per worker). If Redis cannot be reached the circuit acts
+closed: a breaker outage must not take the service down.
+
+No library is used: purgatory (asyncio, Redis) has no per-failure open time (Retry-After) and
+no last error to show, and makes a Redis round trip per call; aiobreaker's Redis storage is
+blocking (docs/routing.md, "Why no library").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from core import clock
+
+logger = logging.getLogger("gateway")
+
+REFRESH = 1.0  # seconds a worker trusts its copy of a shared circuit
+PROBE_SECONDS = 60.0  # a claimed probe that never reports frees the half-open slot after this
+TTL = 86400  # seconds an idle circuit's state is kept in Redis
+CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+STATE_VALUES = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}  # the gauge's values
+
+
+def circuit_key(provider: str, connection: str, updated_at: float) -> str:
+    return f"{provider}/{connection}@{updated_at:.6f}"
+
+
+@dataclass
+class Circuit:
+    failures: int = 0
+    open_until: float = 0.0  # epoch seconds; 0: closed
+    last_error: str = ""
+    last_error_at: float = 0.0
+    checked_at: float = field(default=-1.0, repr=False)  # monotonic, shared copies only
+
+    def state(self, now: float) -> str:
+        if not self.open_until:
+            return CLOSED
+        return OPEN if now < self.open_until else HALF_OPEN
+
+
+def _limits() -> tuple[int, float]:
+    gateway = settings.GATEWAY
+    return gateway["CIRCUIT_FAILURES"], gateway["CIRCUIT_COOLDOWN"]
+
+
+class LocalCircuits:
+    """This process's circuits (no REDIS_URL)."""
+
+    def __init__(self):
+        self.circuits: dict[str, Circuit] = {}
+        self.probes: dict[str, float] = {}  # key -> when the probe's claim lapses
+
+    def peek(self, key: str) -> Circuit | None:
+        return self.circuits.get(key)
+
+    async def admit(self, key: str) -> bool:
+        circuit = self.circuits.get(key)
+        if circuit is None or not circuit.open_until:
+            return True
+        now = clock.now()
+        if now < circuit.open_until:
+            return False
+        if self.probes.get(key, 0.0) > now:
+            return False  # another request is the probe
+        self.probes[key] = now + PROBE_SECONDS
+        return True
+
+    async def failed(self, key: str, reason: str, retry_after: float | None) -> Circuit:
+        threshold, cooldown = _limits()
+        now = clock.now()
+        circuit = self.circuits.setdefault(key, Circuit())
+        circuit.failures += 1
+        circuit.last_error, circuit.last_error_at = reason, now
+        if retry_after:
+            circuit.open_until = max(circuit.open_until, now + retry_after)
+        elif circuit.failures >= threshold:
+            circuit.open_until = now + cooldown
+        self.probes.pop(key, None)
+        return circuit
+
+    async def succeeded(self, key: str) -> bool:
+        """Reset the circuit; whether there was anything to reset."""
+        circuit = self.circuits.get(key)
+        if circuit is None or not (circuit.failures or circuit.open_until):
+            return False
+        circuit.failures, circuit.open_until = 0, 0.0
+        self.probes.pop(key, None)
+        return True
+
+    async def read(self, keys: list[str]) -> dict[str, Circuit]:
+        return {key: self.circuits[key] for key in keys if key in self.circuits}
+
+
+# One failure, atomically: count it, keep the reason, open the circuit when due. Returns the
+# failures and the open-until time (as strings: Redis integers would truncate the float).
+_FAIL = """
+local failures = redis.call('HINCRBY', KEYS[1], 'f', 1)
+local open_until = tonumber(redis.call('HGET', KEYS[1], 'u') or '0')
+local now, retry_after = tonumber(ARGV[1]), tonumber(ARGV[2])
+if retry_after > 0 then
+  open_until = math.max(open_until, now + retry_after)
+elseif failures >= tonumber(ARGV[3]) then
+  open_until = now + tonumber(ARGV[4])
+end
+redis.call('HSET', KEYS[1], 'u', tostring(open_until), 'e', ARGV[5], 't', ARGV[1])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[6]))
+redis.call('DEL', KEYS[2])
+return {tostring(failures), tostring(open_until)}
+"""
+
+
+def _decode(raw: dict) -> Circuit:
+    def text(name: bytes) -> str:
+        value = raw.get(name)
+        return value.decode("utf-8", "replace") if value is not None else ""
+
+    return Circuit(
+        failures=int(text(b"f") or 0),
+        open_until=float(text(b"u") or 0.0),
+        last_error=text(b"e"),
+        last_error_at=float(text(b"t") or 0.0),
+    )
+
+
+class RedisCircuits:
+    """Circuits shared through Redis; each worker's copy is at most `REFRESH` seconds old."""
+
+    def __init__(self, url: str):
+        import redis.asyncio as redis
+
+        self.client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+        self.fail_script = self.client.register_script(_FAIL)
+        self.copies: dict[str, Circuit] = {}
+
+    @staticmethod
+    def _name(key: str) -> str:
+        return f"gw:circuit:{key}"
+
+    def peek(self, key: str) -> Circuit | None:
+        return self.copies.get(key)
+
+    async def _current(self, key: str) -> Circuit:
+        copy = self.copies.get(key)
+        monotonic = time.monotonic()
+        if copy is not None and monotonic - copy.checked_at < REFRESH:
+            return copy
+        try:
+            copy = _decode(await self.client.hgetall(self._name(key)))
+        except Exception as exc:  # Redis down: act closed, keep serving
+            _warn(exc)
+            copy = Circuit()
+        copy.checked_at = monotonic
+        self.copies[key] = copy
+        return copy
+
+    async def admit(self, key: str) -> bool:
+        circuit = await self._current(key)
+        if not circuit.open_until:
+            return True
+        now = clock.now()
+        if now < circuit.open_until:
+            return False
+        try:  # half-open: one probe, whichever worker claims it first
+            claimed = await self.client.set(
+                self._name(key) + ":probe", b"1", nx=True, px=int(PROBE_SECONDS * 1000)
+            )
+        except Exception as exc:
+            _warn(exc)
+            return True
+        return bool(claimed)
+
+    async def failed(self, key: str, reason: str, retry_after: float | None) -> Circuit:
+        threshold, cooldown = _limits()
+        now = clock.now()
+        name = self._name(key)
+        try:
+            failures, open_until = await self.fail_script(
+                keys=[name, name + ":probe"],
+                args=[repr(now), repr(retry_after or 0), threshold, cooldown, reason[:200], TTL],
+            )
+        except Exception as exc:
+            _warn(exc)
+            return Circuit()
+        circuit = Circuit(
+            failures=int(failures),
+            open_until=float(open_until),
+            last_error=reason,
+            last_error_at=now,
+            checked_at=time.monotonic(),
+        )
+        self.copies[key] = circuit
+        return circuit
+
+    async def succeeded(self, key: str) -> bool:
+        copy = self.copies.get(key)
+        if copy is None or not (copy.failures or copy.open_until):
+            return False  # the healthy path: nothing to reset, no Redis call
+        try:
+            await self.client.delete(self._name(key), self._name(key) + ":probe")
+        except Exception as exc:
+            _warn(exc)
+        self.copies[key] = Circuit(checked_at=time.monotonic())
+        return True
+
+    async def read(self, keys: list[str]) -> dict[str, Circuit]:
+        if not keys:
+            return {}
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hgetall(self._name(key))
+                raws = await pipe.execute()
+        except Exception as exc:
+            _warn(exc)
+            return {}
+        return {key: _decode(raw) for key, raw in zip(keys, raws, strict=True) if raw}
+
+
+_circuits: dict[int, tuple] = {}  # per event loop: (loop, circuits)
+_local = LocalCircuits()  # without Redis: one per process, whatever loop asks
+
+
+def circuits() -> LocalCircuits | RedisCircuits:
+    """This event loop's circuits (a Redis client belongs to one loop)."""
+    if not settings.REDIS_URL:
+        return _local
+    loop = asyncio.get_running_loop()
+    found = _circuits.get(id(loop))
+    if found is None or found[0] is not loop:
+        found = _circuits[id(loop)] = (loop, RedisCircuits(settings.REDIS_URL))
+    return found[1]
+
+
+def known_open(key: str) -> bool:
+    """Whether this process last saw the circuit open (routing's weighted choice skips it; no
+    I/O: the request's own admission asks the shared state)."""
+    backend = _local if not settings.REDIS_URL else _loop_circuits()
+    circuit = backend.peek(key) if backend is not None else None
+    return circuit is not None and circuit.open_until > clock.now()
+
+
+def _loop_circuits() -> RedisCircuits | None:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    found = _circuits.get(id(loop))
+    return found[1] if found is not None and found[0] is loop else None
+
+
+def circuits_reset() -> None:
+    """Forget every circuit (tests; a changed REDIS_URL)."""
+    global _local
+    _circuits.clear()
+    _local = LocalCircuits()
+
+
+def read_circuits(keys: list[str]) -> dict[str, Circuit]:
+    """The circuits of `keys` as they are now, for the admin and the management API (sync
+    callers): Redis's shared state, or this process's own."""
+    if not settings.REDIS_URL:
+        return {key: _local.circuits[key] for key in keys if key in _local.circuits}
+    if not keys:
+        return {}
+    import redis
+
+    try:
+        with redis.Redis.from_url(
+            settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1
+        ) as client:
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(RedisCircuits._name(key))
+            raws = pipe.execute()
+    except Exception as exc:
+        _warn(exc)
+        return {}
+    return {key: _decode(raw) for key, raw in zip(keys, raws, strict=True) if raw}
+
+
+_last_warning = 0.0
+
+
+def _warn(exc: Exception) -> None:
+    global _last_warning
+    if time.monotonic() - _last_warning > 60:
+        _last_warning = time.monotonic()
+        logger.warning("circuit breaker state unreachable in Redis, circuits act closed: %s", exc)
