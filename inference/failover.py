@@ -29,6 +29,7 @@ from core.errors import GatewayError, ServiceUnavailable
 from .providers.base import ProviderFailure
 
 ALL_OPEN = "every eligible connection's circuit is open"
+_shown_closed: set[str] = set()  # circuits this process's gauge shows closed
 
 
 def _retryable(exc: GatewayError) -> bool:
@@ -84,12 +85,15 @@ async def call_with_failover(
                 state = circuit.state(clock.now())
                 if state in (OPEN, HALF_OPEN):
                     metrics.circuit_state(slug, name, STATE_VALUES[state])
+                    _shown_closed.discard(key)
             call.failovers.append(f"{slug}/{name}: {reason}")
             failure, failed_last = exc, (slug, name, reason)
             continue
         metrics.upstream_attempt(slug, name, "ok")
-        if key and await breakers.succeeded(key):
+        if key and (await breakers.succeeded(key) or key not in _shown_closed):
+            # The gauge shows every connection in use, and a saved (new) circuit as closed.
             metrics.circuit_state(slug, name, STATE_VALUES[CLOSED])
+            _shown_closed.add(key)
         return result
     if failure is not None:
         raise failure
