@@ -40,6 +40,7 @@ from . import tokens
 from .billing import Usage
 from .providers import usage as usage_formats
 from .providers.base import ProviderFailure, sanitize_message, unavailable
+from .providers.pool import StreamTooLarge
 from .schemas.common import INT64_MAX
 
 logger = logging.getLogger("gateway")
@@ -397,6 +398,8 @@ async def prime(stream: ProviderStream) -> ProviderStream:
         await _close(stream.response)
         if isinstance(exc, StopAsyncIteration):
             raise unavailable("stream ended before its first byte", "connection") from None
+        if isinstance(exc, StreamTooLarge):
+            raise unavailable(f"{exc} before its first event", "too_large") from exc
         if isinstance(exc, httpx.TimeoutException):
             raise unavailable("stream silent past the time-out", "timeout") from exc
         if isinstance(exc, httpx.HTTPError):

@@ -262,6 +262,11 @@ class Upstream:
         task.add_done_callback(_retired.pop)
 
 
+class StreamTooLarge(httpx.ReadError):
+    """A stream past its byte cap: the relay's in-stream 503, and no failover before its first
+    byte (another connection's answer would be as long)."""
+
+
 class StreamedAnswer:
     """A successful streamed answer read straight from aiohttp, with the part of httpx's
     Response the relay uses (inference.streaming): httpx's request building, cookie handling
@@ -291,7 +296,7 @@ class StreamedAnswer:
             async for chunk in self._answer.content.iter_any():
                 left -= len(chunk)
                 if left < 0:
-                    raise httpx.ReadError(f"stream over {self._max_bytes} bytes")
+                    raise StreamTooLarge(f"stream over {self._max_bytes} bytes")
                 yield chunk
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise httpx.ReadTimeout(type(exc).__name__) from exc

@@ -160,7 +160,7 @@ LEDGER_COLUMNS = (
     LedgerColumn("billed_model", csv="billed_model", api="billed_model", detail=_REQUEST),
     LedgerColumn("provider", csv="provider", api="provider", feed="provider", detail=_REQUEST),
     LedgerColumn("connection", csv="connection", api="connection", detail=_REQUEST),
-    LedgerColumn("attempts", csv="attempts", api="attempts", feed="attempts", detail=_REQUEST),
+    LedgerColumn("attempts", csv="attempts", api="attempts", detail=_REQUEST),
     LedgerColumn("failovers", csv="failovers", api="failovers", detail=_REQUEST),
     LedgerColumn("status_code", csv="status", api="status", feed="status_code", detail=_MAIN),
     LedgerColumn("outcome", csv="outcome", api="outcome", feed="outcome", detail=_OUTCOME),

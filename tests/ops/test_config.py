@@ -132,6 +132,10 @@ def test_settings_gateway_keeps_its_keys_and_value_types():
         "FETCH_MAX_TOTAL_BYTES": int,
         "FETCH_MAX_PDF_PAGES": int,
         "STREAM_USAGE_GRACE": float,
+        "FAILOVER_ATTEMPTS": int,
+        "FAILOVER_BUDGET": float,
+        "CIRCUIT_FAILURES": int,
+        "CIRCUIT_COOLDOWN": float,
         "OUTBOUND_ALLOW": str,
         "OUTBOUND_ALLOWED_PORTS": frozenset,
     }

@@ -192,7 +192,9 @@ def test_embeddings_span(spans, sdk):
 def test_failed_provider_call(spans, sdk, catalog):
     catalog["direct"].fail_next(status=500)
     with pytest.raises(openai.InternalServerError) as raised:
-        sdk.chat.completions.create(model=MINI, messages=HELLO)
+        sdk.chat.completions.create(  # pinned: no failover to the aggregator's row
+            model=MINI, messages=HELLO, extra_headers={"X-Service-Provider": "direct"}
+        )
     assert raised.value.status_code == 503
     span = provider_span(spans)
     assert span.status.status_code == StatusCode.ERROR

@@ -152,6 +152,9 @@ def test_chat_answer_over_its_cap_is_503(client, auth, catalog, settings):
 def test_stream_over_its_cap_ends_with_the_in_stream_503(client, auth, catalog, settings):
     caps = {**settings.GATEWAY["ANSWER_MAX_BYTES"], "stream": 600}
     settings.GATEWAY = {**settings.GATEWAY, "ANSWER_MAX_BYTES": caps}
+    # Events one by one, so that the cap is passed after the first reached the client (past
+    # it in the first bytes, the request fails before its stream starts: a JSON 503).
+    catalog["direct"].chunk_delay = 0.005
     body = {"model": MINI, "messages": [{"role": "user", "content": "hi"}], "stream": True}
     response = client.post("/v1/chat/completions", json=body, headers=auth)
     assert response.status_code == 200
