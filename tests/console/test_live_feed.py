@@ -211,6 +211,7 @@ def test_the_event_of_a_row(institutions):
         error_code="policy_denied",
         error_message="service 'embeddings' is not enabled for this license",
         provider="",
+        attempts=0,  # refused before any provider call
         credits=0,
         total_tokens=None,
     )
@@ -224,6 +225,7 @@ def test_the_event_of_a_row(institutions):
         "service": "embeddings",
         "requested_model": "text-embedding-3-small",
         "provider": "",
+        "attempts": 0,
         "status_code": 403,
         "outcome": "denied",
         "error_code": "policy_denied",

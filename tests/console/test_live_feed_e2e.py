@@ -88,6 +88,7 @@ def test_a_request_reaches_a_connected_viewer(gateway, catalog, license, api_key
         "service": "embeddings",
         "requested_model": SMALL,
         "provider": "direct",
+        "attempts": 1,
         "status_code": 200,
         "outcome": "success",
         "error_code": "",
