@@ -8,12 +8,16 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import Count, Q
+from django.utils.html import format_html
 
 from gateway_site.localcache import clear_all
 
+from .circuit import CLOSED, OPEN
 from .forms import FORMFIELD_OVERRIDES, CatalogModelForm, ConnectionForm
-from .models import Connection, Model, Provider, ProviderModel
+from .models import Connection, Model, Provider, ProviderModel, parse_tags
+from .selectors import ConnectionHealth, connections_health, shown_base_url, tagged
 
 # Predicates of users (besides superusers) who may view the catalog; the app that knows about
 # institution roles registers one (the catalog imports no app above it).
@@ -82,6 +86,75 @@ class ProviderAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
         return obj._models
 
 
+class TagListFilter(admin.FieldListFilter):
+    """`?tag=eu`: the connections carrying a tag; the choices are the tags in use (one query)."""
+
+    parameter_name = "tag"
+
+    def __init__(self, field, request, params, model, model_admin, field_path):
+        value = params.get(self.parameter_name)
+        self.value = (value[-1] if isinstance(value, list) else value) or None
+        stored = Connection.objects.exclude(tags="").values_list("tags", flat=True).distinct()
+        self.tags = sorted({tag for text in stored for tag in parse_tags(text)})
+        super().__init__(field, request, params, model, model_admin, field_path)
+        self.title = "tag"
+
+    def expected_parameters(self):
+        return [self.parameter_name]
+
+    def has_output(self):
+        return bool(self.tags)
+
+    def queryset(self, request, queryset):
+        if self.value is None:
+            return queryset
+        return queryset.filter(tagged(self.value))
+
+    def get_facet_counts(self, pk_attname, filtered_qs):
+        return {f"{i}__c": Count(pk_attname, filter=tagged(tag)) for i, tag in enumerate(self.tags)}
+
+    def choices(self, changelist):
+        counts = self.get_facet_queryset(changelist) if changelist.add_facets else None
+        yield {
+            "selected": self.value is None,
+            "query_string": changelist.get_query_string(remove=[self.parameter_name]),
+            "display": "All",
+        }
+        for i, tag in enumerate(self.tags):
+            yield {
+                "selected": self.value == tag,
+                "query_string": changelist.get_query_string({self.parameter_name: tag}),
+                "display": f"{tag} ({counts[f'{i}__c']})" if counts is not None else tag,
+            }
+
+
+class ConnectionChangeList(ChangeList):
+    """Reads the circuits of the page's connections in one call (one Redis pipeline), not one
+    per row, and hands each row its own."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        rows = list(self.result_list)  # evaluates the page's queryset; the template reuses it
+        for connection, health in zip(rows, _health_in_order(rows), strict=True):
+            connection._health = health
+
+
+def _health_in_order(rows: list[Connection]) -> list[ConnectionHealth]:
+    found = connections_health(rows)
+    return [found[row.pk] for row in rows]
+
+
+def _health(obj) -> ConnectionHealth:
+    health = getattr(obj, "_health", None)
+    if health is None:  # not from the change list (a single object): read its own
+        health = connections_health([obj])[obj.pk]
+    return health
+
+
+def _utc(value) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 @admin.register(Connection)
 class ConnectionAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
     viewable = False
@@ -90,18 +163,26 @@ class ConnectionAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
     list_display = (
         "provider",
         "name",
-        "base_url",
+        "shown_base_url",
         "region",
+        "weight",
+        "tag_list",
         "active",
         "credentials_set",
+        "circuit_state",
+        "last_error",
+        "cooldown_until",
         "updated_at",
     )
     list_display_links = ("provider", "name")
-    list_filter = ("active", "provider")
+    list_filter = ("active", "provider", ("tags", TagListFilter))
     list_select_related = ("provider",)
     search_fields = ("name", "provider__slug", "base_url")
     autocomplete_fields = ("provider",)
     readonly_fields = ("updated_at",)
+
+    def get_changelist(self, request, **kwargs):
+        return ConnectionChangeList
 
     def get_fieldsets(self, request, obj=None):
         api_key = ["api_key"] + (["clear_api_key"] if obj else [])
@@ -131,6 +212,39 @@ class ConnectionAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
     @admin.display(description="credentials set", boolean=True)
     def credentials_set(self, obj):
         return obj.has_credentials
+
+    @admin.display(description="base URL", ordering="base_url")
+    def shown_base_url(self, obj):
+        return shown_base_url(obj.base_url)
+
+    @admin.display(description="tags", ordering="tags")
+    def tag_list(self, obj):
+        return ", ".join(parse_tags(obj.tags)) or "-"
+
+    @admin.display(description="circuit")
+    def circuit_state(self, obj):
+        health = _health(obj)
+        label = health.state.replace("_", "-")
+        if health.state == CLOSED and not health.failures:
+            return label
+        color = "var(--error-fg)" if health.state == OPEN else "#b36b00"
+        title = f"{health.failures} failure(s) in a row"
+        return format_html('<strong style="color: {}" title="{}">{}</strong>', color, title, label)
+
+    @admin.display(description="last error")
+    def last_error(self, obj):
+        health = _health(obj)
+        if not health.last_error:
+            return "-"
+        when = _utc(health.last_error_at) if health.last_error_at else ""
+        return format_html('{} <span class="quiet">{}</span>', health.last_error, when)
+
+    @admin.display(description="cool-down until")
+    def cooldown_until(self, obj):
+        health = _health(obj)
+        if health.state != OPEN or health.open_until is None:
+            return "-"  # half-open: the cool-down is over, the next request probes
+        return _utc(health.open_until)
 
 
 class ProviderModelInline(SuperuserCatalogMixin, admin.TabularInline):

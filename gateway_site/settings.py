@@ -281,7 +281,8 @@ SILENCED_SYSTEM_CHECKS += ["security.W001", "security.W002", "security.W003", "a
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Inference Gateway management API",
-    "DESCRIPTION": "Licenses, API keys, end users and transactions of the caller's institution.",
+    "DESCRIPTION": "Licenses, API keys, end users and transactions of the caller's institution; "
+    "for superusers, the catalog's connections and their circuits.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/manage/v1",

@@ -1,8 +1,9 @@
 """The management API, /manage/v1/ (djangorestframework): licenses with their budget usage,
 API keys (create, revoke, rotate; the key is shown once), end users, and the ledger
-(transactions, with licensing.console.review's filters and CSV export). For institution admins'
-scripts and LMS integrations; scoped exactly like the admin (licensing.access.scoping): a row of
-another institution is a 404. Errors are DRF's own shapes (this is not the /v1 contract).
+(transactions, with licensing.console.review's filters and CSV export), and, for superusers only,
+the catalog's connections with their circuits. For institution admins' scripts and LMS
+integrations; scoped exactly like the admin (licensing.access.scoping): a row of another
+institution is a 404. Errors are DRF's own shapes (this is not the /v1 contract).
 Authentication: `Authorization: Token <token>` (DRF tokens) or the admin's session."""
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
+
+from catalog.circuit import CLOSED, HALF_OPEN, OPEN
+from catalog.models import Connection, parse_tags
+from catalog.selectors import ConnectionHealth, connections_health, shown_base_url, tagged
 
 from ..access.credentials import api_key_create
 from ..access.scoping import scope_of, scoped
@@ -369,11 +374,111 @@ class TransactionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Scope
         return super().finalize_response(request, response, *args, **kwargs)
 
 
+# --- connections (the catalog; superusers only) ------------------------------------------------
+
+
+class SuperuserOnly(BasePermission):
+    """Connections are the catalog's, global to every institution and superuser-only in the
+    admin: an institution admin's or a reviewer's token is refused (403)."""
+
+    def has_permission(self, request, view):
+        return scope_of(request.user).superuser
+
+
+class ConnectionSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    provider = serializers.CharField(help_text="The provider's slug")
+    name = serializers.CharField()
+    base_url = serializers.CharField(
+        help_text="Scheme, host, port and path only: no user, password, query or fragment"
+    )
+    weight = serializers.IntegerField(help_text="Share of unpinned traffic; 0: standby")
+    tags = serializers.ListField(child=serializers.CharField(), help_text="Data-residency tags")
+    active = serializers.BooleanField()
+    state = serializers.ChoiceField(
+        choices=[CLOSED, OPEN, HALF_OPEN],
+        help_text="The circuit: closed (used), open (skipped until `open_until`), half_open "
+        "(the cool-down is over: the next request is the probe)",
+    )
+    failures = serializers.IntegerField(help_text="Retryable failures in a row")
+    last_error = serializers.CharField(help_text="Why the last failed attempt failed; '' if none")
+    last_error_at = serializers.DateTimeField(allow_null=True)
+    open_until = serializers.DateTimeField(
+        allow_null=True, help_text="The cool-down's end; null while closed"
+    )
+
+
+def connection_row(connection: Connection, health: ConnectionHealth) -> dict:
+    """A connection as the API shows it: never a credential (key, secret, access key id)."""
+    return {
+        "id": connection.pk,
+        "provider": connection.provider.slug,
+        "name": connection.name,
+        "base_url": shown_base_url(connection.base_url),
+        "weight": connection.weight,
+        "tags": list(parse_tags(connection.tags)),
+        "active": connection.active,
+        "state": health.state,
+        "failures": health.failures,
+        "last_error": health.last_error,
+        "last_error_at": health.last_error_at,
+        "open_until": None if health.state == CLOSED else health.open_until,
+    }
+
+
+class ConnectionFilter(django_filters.FilterSet):
+    provider = django_filters.CharFilter(field_name="provider__slug", max_length=64)
+    tag = django_filters.CharFilter(method="filter_tag", max_length=32)
+    state = django_filters.ChoiceFilter(
+        choices=[(s, s) for s in (CLOSED, OPEN, HALF_OPEN)], method="keep"
+    )
+
+    class Meta:
+        model = Connection
+        fields = ("provider", "active", "tag", "state")
+
+    def filter_tag(self, queryset, name, value):
+        return queryset.filter(tagged(value))
+
+    def keep(self, queryset, name, value):
+        return queryset  # a circuit's state is not in the database: the view filters on it
+
+
+class ConnectionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """The catalog's connections with their circuits (state, failures in a row, last error,
+    cool-down end), for monitoring scripts; superusers only. Not paginated: a catalog has a
+    handful of connections. Credentials are never part of the answer."""
+
+    queryset = Connection.objects.select_related("provider").order_by("provider__slug", "name")
+    serializer_class = ConnectionSerializer
+    filterset_class = ConnectionFilter
+    permission_classes = [SuperuserOnly]
+    pagination_class = None
+
+    def list(self, request, *args, **kwargs):
+        rows = list(self.filter_queryset(self.get_queryset()))
+        health = connections_health(rows)  # every circuit in one read
+        wanted = request.query_params.get("state")
+        body = [
+            connection_row(row, health[row.pk])
+            for row in rows
+            if not wanted or health[row.pk].state == wanted
+        ]
+        return Response(self.get_serializer(body, many=True).data)
+
+    def retrieve(self, request, *args, **kwargs):
+        row = self.get_object()
+        return Response(
+            self.get_serializer(connection_row(row, connections_health([row])[row.pk])).data
+        )
+
+
 router = DefaultRouter(trailing_slash=False)
 router.register("licenses", LicenseViewSet, basename="manage-license")
 router.register("keys", ApiKeyViewSet, basename="manage-key")
 router.register("end-users", EndUserViewSet, basename="manage-end-user")
 router.register("transactions", TransactionViewSet, basename="manage-transaction")
+router.register("connections", ConnectionViewSet, basename="manage-connection")
 
 urlpatterns = [
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="manage-openapi"),

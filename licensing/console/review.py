@@ -245,6 +245,7 @@ class TransactionFilter(django_filters.FilterSet):
         label="status class", choices=Outcome.choices, empty_label="any"
     )
     status = IntegerFilter(field_name="status_code", min_value=100, max_value=599, label="status")
+    failed_over = django_filters.BooleanFilter(method="filter_failed_over", label="failed over")
     since = InstantFilter(field_name="created_at", lookup_expr="gte", label="from")
     until = InstantFilter(field_name="created_at", lookup_expr="lt", label="to")
     q = django_filters.CharFilter(
@@ -258,6 +259,11 @@ class TransactionFilter(django_filters.FilterSet):
 
     def filter_institution(self, queryset, name, value):
         return queryset.filter(license_id__in=licenses_of(value.pk))  # see scoped_ledger
+
+    def filter_failed_over(self, queryset, name, value):
+        # More than one provider call: an attempt failed and another connection was tried
+        # (the `failovers` column says which and why; docs/routing.md).
+        return queryset.filter(attempts__gt=1) if value else queryset.filter(attempts__lte=1)
 
     def filter_model(self, queryset, name, value):
         return queryset.filter(Q(requested_model=value) | Q(billed_model=value))

@@ -135,6 +135,9 @@ def admin_filterset(request, queryset) -> TransactionFilter:
     fields["status"].widget = forms.NumberInput(
         attrs={"min": 100, "max": 599, "placeholder": "any"}
     )
+    fields["failed_over"].widget = forms.Select(
+        choices=[("", "any"), ("true", "yes"), ("false", "no")]
+    )
     fields["model"].widget.attrs["placeholder"] = "requested or billed"
     fields["q"].widget.attrs.update(
         placeholder="request id, answer id, key=value, value", spellcheck="false"

@@ -65,6 +65,8 @@ def make_ledger() -> dict:
             requested_model="gpt-4o-mini",
             billed_model="gpt-4o-mini-2024-07-18",
             provider="aggregator",
+            attempts=2,  # direct failed first: the request failed over
+            failovers="direct/default: status_5xx",
             upstream_id="chatcmpl-AAB222",
             credits=70,
             total_tokens=30,
@@ -196,6 +198,8 @@ FILTER_CASES = [
     ),
     ("provider", lambda w: {"provider": "aggregator"}, lambda t, w: t.provider == "aggregator"),
     ("outcome", lambda w: {"outcome": "denied"}, lambda t, w: t.outcome == "denied"),
+    ("failed_over", lambda w: {"failed_over": "true"}, lambda t, w: t.attempts > 1),
+    ("not_failed_over", lambda w: {"failed_over": "false"}, lambda t, w: t.attempts <= 1),
     ("status", lambda w: {"status": "403"}, lambda t, w: t.status_code == 403),
     (
         "since_date",

@@ -211,6 +211,7 @@ def test_the_event_of_a_row(institutions):
         error_code="policy_denied",
         error_message="service 'embeddings' is not enabled for this license",
         provider="",
+        attempts=0,  # refused before any provider call
         credits=0,
         total_tokens=None,
     )

@@ -105,6 +105,15 @@ def test_a_row_in_full(ledger, superuser):
     assert [line["request_id"] for line in one] == [row.request_id]
 
 
+def test_a_failed_over_row(ledger, superuser):
+    row = ledger["aggregator"]
+    body = superuser.get(f"{LIST}/{row.pk}").json()
+    assert (body["provider"], body["connection"], body["attempts"]) == ("aggregator", "default", 2)
+    assert body["failovers"] == "direct/default: status_5xx"
+    assert [r["request_id"] for r in listed(superuser, {"failed_over": "true"})] == [row.request_id]
+    assert superuser.get(LIST, {"failed_over": "maybe"}).status_code == 200  # ignored
+
+
 def test_cursor_pagination_newest_first(ledger, superuser):
     seen, url, params = [], LIST, {"page_size": 2}
     while url:

@@ -262,6 +262,32 @@ def test_columns_show_holder_status_class_and_short_ids(ledger, admin_client):
     assert '<td class="field-tokens">2 img</td>' in response.content.decode()
 
 
+def test_a_failover_shows_its_connection_and_attempts(ledger, admin_client):
+    failed_over = ledger["aggregator"]
+    page = admin_client.get(CHANGELIST, {"q": failed_over.request_id}).content.decode()
+    assert '<td class="field-served_by">aggregator/default</td>' in page
+    assert 'title="failed over: direct/default: status_5xx">2 ↻</span>' in page
+    page = admin_client.get(CHANGELIST, {"q": ledger["chat"].request_id}).content.decode()
+    assert '<td class="field-served_by">direct/default</td>' in page
+    assert '<td class="field-attempts_display">1</td>' in page
+    page = admin_client.get(CHANGELIST, {"q": ledger["denied"].request_id}).content.decode()
+    assert '<td class="field-served_by">-</td>' in page  # refused before a provider was chosen
+    # The filter bar offers it, and keeps what was chosen.
+    page = admin_client.get(CHANGELIST, {"failed_over": "true"}).content.decode()
+    assert '<select name="failed_over"' in page and '<option value="true" selected>yes' in page
+    assert 'id="total-rows">1<' in page
+    # The detail page and the CSV carry the connection, the attempts and the failovers.
+    detail = admin_client.get(url(Transaction, "change", failed_over.pk)).content.decode()
+    assert "direct/default: status_5xx" in detail and "Attempts" in detail
+    (line,) = exported(admin_client, {"failed_over": "true"})
+    assert (line["provider"], line["connection"], line["attempts"]) == (
+        "aggregator",
+        "default",
+        "2",
+    )
+    assert line["failovers"] == "direct/default: status_5xx"
+
+
 # --- scoping -----------------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway_site.metrics import address_allowed, allowed, parse_networks
 from licensing.models import Transaction
+from tests.conftest import UPSTREAM_KEY
 from tests.kit import wait_for_ledger
 from tests.processes import running_workers
 
@@ -155,6 +156,49 @@ def test_refusals_and_upstream_errors_are_counted(gateway, sdk, catalog, license
     assert delta(before, after, "gateway_requests_total", **refused) == 1
 
 
+def test_a_failover_is_counted(gateway, sdk, catalog, license):
+    """`direct/default` answers 429 with Retry-After: the attempt is counted with its reason,
+    the failover to the standby `direct/b` too, and the circuit gauge shows `default` open; the
+    next request skips `default` without calling it (no new failover)."""
+    from catalog.services import connection_configure
+    from gateway_site.localcache import clear_all
+
+    connection_configure(
+        provider_slug="direct",
+        name="b",
+        base_url=catalog["direct"].base_url,
+        api_key=UPSTREAM_KEY,
+        weight=0,  # standby: only failover reaches it
+    )
+    clear_all()
+    before = scrape(gateway.url)
+    catalog["direct"].fail_next(429, headers={"Retry-After": "30"})
+    sdk.chat.completions.create(model=MINI, messages=HELLO)
+    sdk.chat.completions.create(model=MINI, messages=HELLO)
+    wait_for_rows(2)
+    after = scrape(gateway.url)
+
+    attempts = "gateway_upstream_attempts_total"
+    default, b = (
+        {"provider": "direct", "connection": "default"},
+        {"provider": "direct", "connection": "b"},
+    )
+    assert delta(before, after, attempts, **default, result="status_4xx") == 1
+    assert delta(before, after, attempts, **default) == 1  # the open circuit spared it a call
+    assert delta(before, after, attempts, **b, result="ok") == 2
+    failovers = "gateway_failovers_total"
+    assert delta(before, after, failovers, **default, reason="status_4xx") == 1
+    assert delta(before, after, failovers) == 1
+    assert total(after, "gateway_circuit_state", **default) == 2  # open
+    first, second = Transaction.objects.order_by("created_at", "id")
+    assert (first.connection, first.attempts, first.failovers) == (
+        "b",
+        2,
+        "direct/default: status_4xx",
+    )
+    assert (second.connection, second.attempts, second.failovers) == ("b", 1, "")
+
+
 def test_pooled_budget_remaining_is_the_wallets(gateway, catalog, make_license, make_key):
     license = make_license(name="limited", limit=10**6, period="daily")
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key(license), max_retries=0)
@@ -267,3 +311,32 @@ def test_workers_are_summed(two_workers, license, make_key, tmp_path):
     files = sorted(p.name for p in (tmp_path / "prometheus").iterdir())
     pids = {str(w.proc.pid) for w in two_workers}
     assert {name.rsplit("_", 1)[1].removesuffix(".db") for name in files} >= pids
+
+
+def test_every_metric_is_documented():
+    """docs/metrics.md's table names every metric core.metrics defines (counters with their
+    `_total`), with its labels."""
+    from pathlib import Path
+
+    from prometheus_client import Counter, Gauge, Histogram
+
+    from core import metrics
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    rows = {}
+    for line in docs.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`gateway_"):
+            rows[cells[0].strip("`")] = {
+                label.strip() for label in cells[2].split(",") if label.strip()
+            }
+    defined = {}
+    for value in vars(metrics).values():
+        if isinstance(value, Counter | Gauge | Histogram):
+            name = value._name + ("_total" if isinstance(value, Counter) else "")
+            defined[name] = set(value._labelnames)
+    assert defined, "no metric found in core.metrics"
+    missing = {name for name in defined if name not in rows}
+    assert not missing, f"metrics not in docs/metrics.md: {sorted(missing)}"
+    for name, labels in defined.items():
+        assert rows[name] == labels, name

@@ -30,7 +30,8 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
         "holder",
         "service",
         "model_name",
-        "provider",
+        "served_by",
+        "attempts_display",
         "status",
         "credits_display",
         "tokens",
@@ -156,6 +157,25 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             obj.get_outcome_display(),
             obj.status_code,
             obj.outcome.replace("_", " "),
+        )
+
+    @admin.display(description="provider")
+    def served_by(self, obj):
+        """The provider and the connection that answered (or was tried last)."""
+        if not obj.provider:
+            return "-"
+        if not obj.connection:
+            return obj.provider
+        return f"{obj.provider}/{obj.connection}"
+
+    @admin.display(description="attempts")
+    def attempts_display(self, obj):
+        if obj.attempts <= 1:
+            return str(obj.attempts)
+        return format_html(
+            '<span class="failed-over" title="failed over: {}">{} ↻</span>',
+            obj.failovers or "-",
+            obj.attempts,
         )
 
     @admin.display(description="credits", ordering="credits")

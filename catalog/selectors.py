@@ -1,0 +1,91 @@
+"""Reads of the catalog for the operators' views: each connection with its circuit (the admin's
+connection list and `GET /manage/v1/connections`; docs/routing.md, "Seeing it").
+
+A page of connections reads every circuit in one call (`read_circuits`: one Redis pipeline, or
+this process's own circuits without `REDIS_URL`), never one round trip per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from urllib.parse import urlsplit, urlunsplit
+
+from django.db.models import Q
+
+from core import clock
+
+from .circuit import CLOSED, Circuit, circuit_key, read_circuits
+from .models import Connection
+
+
+@dataclass(frozen=True)
+class ConnectionHealth:
+    """A connection's circuit as operators see it: `state` is "closed", "open" or "half_open";
+    `open_until` is set while the circuit is open or half-open (its cool-down's end)."""
+
+    state: str = CLOSED
+    failures: int = 0
+    last_error: str = ""
+    last_error_at: datetime | None = None
+    open_until: datetime | None = None
+
+
+def _instant(epoch: float) -> datetime | None:
+    return datetime.fromtimestamp(epoch, UTC) if epoch else None
+
+
+def health_of(circuit: Circuit | None, now: float) -> ConnectionHealth:
+    if circuit is None:
+        return ConnectionHealth()
+    return ConnectionHealth(
+        state=circuit.state(now),
+        failures=circuit.failures,
+        last_error=circuit.last_error,
+        last_error_at=_instant(circuit.last_error_at),
+        open_until=_instant(circuit.open_until),
+    )
+
+
+def connection_circuit_key(connection: Connection) -> str:
+    """The key routing gives the connection's circuit (catalog.routing: provider, name and the
+    `updated_at` that saving bumps, so a saved connection reads as a fresh, closed circuit)."""
+    return circuit_key(connection.provider.slug, connection.name, connection.updated_at.timestamp())
+
+
+def connections_health(connections: Iterable[Connection]) -> dict[int, ConnectionHealth]:
+    """Connection id -> its circuit's health, for every connection given, in one read. The
+    connections need their provider (`select_related("provider")`)."""
+    keys = {connection.pk: connection_circuit_key(connection) for connection in connections}
+    circuits = read_circuits(list(keys.values()))
+    now = clock.now()
+    return {pk: health_of(circuits.get(key), now) for pk, key in keys.items()}
+
+
+def shown_base_url(url: str) -> str:
+    """A base URL as the operators' views show it: scheme, host, port and path; never a
+    user name or password (`https://user:secret@host`), query or fragment, where a key could
+    have been written (`?key=...`)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def tagged(tag: str) -> Q:
+    """Connections whose tags include `tag` (they are stored normalised: lower case, sorted,
+    comma-separated, no spaces; catalog.models.Connection.clean)."""
+    tag = tag.strip().lower()
+    return (
+        Q(tags=tag)
+        | Q(tags__startswith=f"{tag},")
+        | Q(tags__endswith=f",{tag}")
+        | Q(tags__contains=f",{tag},")
+    )
