@@ -172,8 +172,22 @@ class RedisCircuits:
             _warn(exc)
             copy = Circuit()
         copy.checked_at = monotonic
-        self.copies[key] = copy
-        return copy
+        return self._keep(key, copy)
+
+    def _keep(self, key: str, circuit: Circuit) -> Circuit:
+        """Make `circuit` the copy of `key`. Answers can come back out of order (a read or a
+        count sent before the circuit opened, answered after a count that opened it): within
+        REFRESH of the copy, an open circuit stays open (only `succeeded` closes it sooner), or
+        this worker would call a dead connection again until its next count or read."""
+        current = self.copies.get(key)
+        if (
+            current is not None
+            and current.open_until > circuit.open_until
+            and time.monotonic() - current.checked_at < REFRESH
+        ):
+            circuit.open_until = current.open_until
+        self.copies[key] = circuit
+        return circuit
 
     async def admit(self, key: str) -> bool:
         circuit = await self._current(key)
@@ -210,8 +224,7 @@ class RedisCircuits:
             last_error_at=now,
             checked_at=time.monotonic(),
         )
-        self.copies[key] = circuit
-        return circuit
+        return self._keep(key, circuit)
 
     async def succeeded(self, key: str) -> bool:
         copy = self.copies.get(key)
