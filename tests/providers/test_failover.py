@@ -512,6 +512,35 @@ def test_a_429_retry_after_skips_the_connection_that_long(
     assert (circuit.state(frozen_clock.at), circuit.failures) == ("closed", 0)
 
 
+@pytest.mark.parametrize(
+    ("retry_after", "open_for"),
+    [
+        ("1e400", 3600.0),  # bounded (RETRY_AFTER_MAX)
+        ("-5", None),
+        ("nan", None),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", None),  # an HTTP date already past
+        ("Fri, 31 Dec 9999 23:59:59 GMT", 3600.0),
+        ("Wed, 21 Oct 2015 99999999999:28:00 GMT", None),  # a date whose fields overflow
+        ("soon, please", None),
+    ],
+)
+def test_a_hostile_retry_after_is_no_500(client, auth, fakes, frozen_clock, retry_after, open_for):
+    """An unreadable Retry-After is a failure like any other (counted, not opening the circuit
+    on its own); a huge one parks the connection for at most an hour."""
+    from catalog.circuit import read_circuits
+
+    connection = connect("default", fakes["default"], weight=2)
+    fakes["default"].fail_next(429, headers={"Retry-After": retry_after})
+    answered(chat(client, auth), stream=False)
+    assert calls(fakes, "default", "b") == (1, 1)
+    assert row_of(last_row()) == ("direct", "b", 2, "direct/default: status_4xx", 200, "")
+    circuit = read_circuits([circuit_of(connection)])[circuit_of(connection)]
+    if open_for is None:
+        assert (circuit.failures, circuit.state(frozen_clock.at)) == (1, "closed")
+    else:
+        assert circuit.open_until == frozen_clock.at + open_for
+
+
 def test_every_circuit_open_fails_fast_without_a_call(client, auth, fakes, license, settings):
     tune(settings, CIRCUIT_FAILURES=1)
     connect("default", fakes["default"], weight=2)
