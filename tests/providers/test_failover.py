@@ -170,10 +170,13 @@ def answered(response, stream: bool) -> None:
     ("failure", "reason"),
     [
         ("503", "status_5xx"),
+        ("401", "status_4xx"),  # the provider refuses our key: the spec's 503, retryable
         ("refused", "connection"),
+        ("reset", "connection"),  # headers, then the socket closed mid-body
         ("429", "status_4xx"),
         ("timeout", "timeout"),
         ("stream reset", "connection"),
+        ("stream silent", "timeout"),  # headers, then nothing past the time-out
     ],
 )
 def test_a_failed_attempt_fails_over_to_the_other_connection(
@@ -184,18 +187,23 @@ def test_a_failed_attempt_fails_over_to_the_other_connection(
     default = fakes["default"]
     url = f"http://127.0.0.1:{free_block(1)}/v1" if failure == "refused" else default
     connect("default", url, weight=2)  # the round-robin's first pick
-    if failure == "503":
-        default.fail_next(503)
-    elif failure == "429":
-        default.fail_next(429, headers={"Retry-After": "30"})
-    elif failure == "timeout":
+    if failure in ("timeout", "stream silent"):
         connection = Connection.objects.get(provider__slug="direct", name="default")
         connection.timeout = 0.5
         connection.save()
+    if failure in ("503", "401"):
+        default.fail_next(int(failure))
+    elif failure == "reset":
+        default.drop_next()
+    elif failure == "429":
+        default.fail_next(429, headers={"Retry-After": "30"})
+    elif failure == "timeout":
         default.hang_next(5)
     elif failure == "stream reset":
         default.stream_fail_after = 0  # headers sent, then the socket closed
-    stream = failure == "stream reset"
+    elif failure == "stream silent":
+        default.stream_stall_after, default.stream_stall_seconds = 0, 5
+    stream = failure.startswith("stream")
 
     answered(chat(client, auth, stream=stream), stream)
     wait_for_ledger(1)
@@ -209,6 +217,52 @@ def test_a_failed_attempt_fails_over_to_the_other_connection(
     reference = last_row()
     assert (reference.attempts, reference.failovers, reference.credits) == (1, "", row.credits)
     assert spent(license) == 2 * row.credits
+
+
+def test_a_responses_stream_failing_before_its_first_event_fails_over(client, auth, fakes, license):
+    connect("default", fakes["default"], weight=2)
+    fakes["default"].stream_fail_after = 0
+    body = {"model": MINI, "input": "hi", "stream": True}
+    response = client.post("/v1/responses", json=body, headers=auth)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = sse(response.text)
+    assert events[0].startswith("event: response.created")
+    assert events[-1].startswith("event: response.completed")
+    assert not [event for event in events if event.startswith("event: error")]
+    wait_for_ledger(1)
+    assert calls(fakes, "default", "b", "aggregator") == (1, 1, 0)
+    row = last_row()
+    assert row_of(row) == ("direct", "b", 2, "direct/default: connection", 200, "")
+    assert row.credits > 0 and spent(license) == row.credits
+
+
+def test_many_clients_with_one_connection_dead(gateway, auth, fakes, license, settings):
+    """Under concurrent load: no client sees the dead connection, which is called at most until
+    its circuit opens (CIRCUIT_FAILURES, plus the requests already on their way to it)."""
+    tune(settings, CIRCUIT_FAILURES=3)
+    fakes["default"].fail_next(503, times=1000)
+    clients, requests = 8, 80
+
+    def request(_):
+        return httpx.post(
+            gateway.url + "/v1/embeddings",
+            json={"model": EMBEDDING, "input": "load"},
+            headers=auth,
+            timeout=30,
+        ).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        statuses = list(pool.map(request, range(requests)))
+    assert statuses == [200] * requests
+    dead, alive = calls(fakes, "default", "b")
+    assert 3 <= dead <= 3 + clients - 1
+    assert alive == requests
+    ledger = rows()
+    assert len(ledger) == requests
+    assert sum(row.attempts == 2 for row in ledger) == dead
+    assert {row.connection for row in ledger} == {"b"}
+    assert spent(license) == sum(row.credits for row in ledger) > 0
 
 
 # --- 2. never retried -------------------------------------------------------------------------
@@ -236,6 +290,26 @@ def test_an_answer_about_the_request_is_never_retried(
     assert (row.credits, spent(license)) == (0, 0)
     # The connection answered: it is alive, its circuit counts no failure.
     assert read_circuits([circuit_of(connection)]) == {}
+
+
+def test_a_failover_ending_in_an_answer_about_the_request_is_that_answer(
+    client, auth, fakes, license
+):
+    connect("default", fakes["default"], weight=2)
+    fakes["default"].fail_next(503)
+    fakes["b"].fail_next(400, body=BAD_REQUEST)
+    assert error(chat(client, auth), 400) == "Bad thing happened."
+    assert calls(fakes, "default", "b", "aggregator") == (1, 1, 0)  # not on to the aggregator
+    row = last_row()
+    assert row_of(row) == (
+        "direct",
+        "b",
+        2,
+        "direct/default: status_5xx",
+        400,
+        "provider_rejected",
+    )
+    assert (row.credits, spent(license)) == (0, 0)
 
 
 def test_a_stream_broken_after_its_first_byte_is_an_in_stream_error(client, auth, fakes, license):
