@@ -40,6 +40,7 @@ from . import tokens
 from .billing import Usage
 from .providers import usage as usage_formats
 from .providers.base import ProviderFailure, sanitize_message, unavailable
+from .providers.pool import StreamTooLarge
 from .schemas.common import INT64_MAX
 
 logger = logging.getLogger("gateway")
@@ -399,6 +400,8 @@ async def prime(stream: ProviderStream) -> ProviderStream:
             raise unavailable("stream ended before its first byte", "connection") from None
         if isinstance(exc, httpx.TimeoutException):
             raise unavailable("stream silent past the time-out", "timeout") from exc
+        if isinstance(exc, StreamTooLarge):  # its first read already past the cap
+            raise unavailable(f"{exc} before its first byte", "too_large") from exc
         if isinstance(exc, httpx.HTTPError):
             raise unavailable(f"stream broke before its first byte: {exc}", "connection") from exc
         raise

@@ -262,6 +262,12 @@ class Upstream:
         task.add_done_callback(_retired.pop)
 
 
+class StreamTooLarge(httpx.ReadError):
+    """A stream past its byte cap: for the relay a broken stream (its in-stream 503); before its
+    first byte reached the client an answer too large, not retried (inference.failover: the
+    next connection's would be as large)."""
+
+
 class StreamedAnswer:
     """A successful streamed answer read straight from aiohttp, with the part of httpx's
     Response the relay uses (inference.streaming): httpx's request building, cookie handling
@@ -291,7 +297,7 @@ class StreamedAnswer:
             async for chunk in self._answer.content.iter_any():
                 left -= len(chunk)
                 if left < 0:
-                    raise httpx.ReadError(f"stream over {self._max_bytes} bytes")
+                    raise StreamTooLarge(f"stream over {self._max_bytes} bytes")
                 yield chunk
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise httpx.ReadTimeout(type(exc).__name__) from exc
