@@ -709,3 +709,27 @@ def test_residency_without_a_tagged_connection_is_the_spec_400(client, auth, eu_
     assert MINI not in listed(eu_auth)
     connect("b", fakes["b"], tags=["eu"])
     assert MINI in listed(eu_auth)
+
+
+def test_residency_keeps_the_moderation_call_among_tagged_connections(
+    client, make_license, make_key, fakes
+):
+    """The guardrail's moderation call carries the request's texts: under a residency rule it
+    goes to a tagged connection too, never to the untagged `default`."""
+    from licensing.rules.policy import open_policy_document
+
+    policy = {**open_policy_document(), "routing": {"connection_tags": ["eu"]}}
+    license = make_license(name="eu-moderated", policy=policy, limit=10**9)
+    license.license_type.guardrails = {
+        "input": {"moderation": True},
+        "output": {"moderation": True},
+    }
+    license.license_type.save()
+    eu_auth = {"Authorization": f"Bearer {make_key(license)}"}
+    connect("b", fakes["b"], tags=["eu"])
+
+    answered(chat(client, eu_auth), stream=False)
+    assert calls(fakes, "default", "aggregator") == (0, 0)
+    paths = [request.path for request in fakes["b"].requests]
+    assert paths == ["/v1/moderations", "/v1/chat/completions", "/v1/moderations"]
+    assert row_of(last_row()) == ("direct", "b", 1, "", 200, "")
