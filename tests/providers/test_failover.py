@@ -733,3 +733,47 @@ def test_residency_keeps_the_moderation_call_among_tagged_connections(
     paths = [request.path for request in fakes["b"].requests]
     assert paths == ["/v1/moderations", "/v1/chat/completions", "/v1/moderations"]
     assert row_of(last_row()) == ("direct", "b", 1, "", 200, "")
+
+
+# --- the shared backend --------------------------------------------------------------------------
+
+
+def test_the_circuit_through_redis(client, auth, fakes, settings, frozen_clock):
+    """With REDIS_URL the gateway's circuits are Redis's (shared by every worker): the same
+    opening, probe and reopening, and the state stored where the admin and the API read it."""
+    import redis
+
+    from catalog.circuit import RedisCircuits, circuits_reset, read_circuits
+    from catalog.models import Connection
+
+    url = "redis://127.0.0.1:6379/0"
+    try:
+        with redis.Redis.from_url(url, socket_connect_timeout=1) as server:
+            server.ping()
+    except redis.RedisError:
+        pytest.skip(f"no Redis at {url}")
+    keys = [circuit_of(c) for c in Connection.objects.filter(provider__slug="direct")]
+    settings.REDIS_URL = url
+    circuits_reset()
+    tune(settings, CIRCUIT_FAILURES=2, CIRCUIT_COOLDOWN=30)
+    try:
+        fakes["default"].fail_next(503, times=100)
+        for _ in range(10):
+            assert embed(client, auth).status_code == 200
+        assert calls(fakes, "default", "b") == (2, 10)
+        default = circuit_of(Connection.objects.get(provider__slug="direct", name="default"))
+        stored = read_circuits([default])[default]
+        assert (stored.failures, stored.open_until, stored.last_error) == (
+            2,
+            pytest.approx(frozen_clock.at + 30, abs=1e-3),
+            "status_5xx",
+        )
+        frozen_clock.advance(31)
+        for _ in range(4):
+            assert embed(client, auth).status_code == 200
+        assert calls(fakes, "default", "b") == (3, 14)  # one probe, which reopened it
+        assert read_circuits([default])[default].failures == 3
+    finally:
+        with redis.Redis.from_url(url) as server:
+            for key in keys:
+                server.delete(RedisCircuits._name(key), RedisCircuits._name(key) + ":probe")
