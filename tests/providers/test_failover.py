@@ -481,6 +481,28 @@ def test_a_standby_connection_serves_only_when_the_others_fail(client, auth, fak
     ]
 
 
+def test_a_standby_connection_serves_its_pin(client, auth, fakes):
+    connect("b", fakes["b"], weight=0)
+    assert embed(client, auth, pin="direct/b").status_code == 200
+    assert calls(fakes, "default", "b") == (0, 1)
+    assert row_of(last_row()) == ("direct", "b", 1, "", 200, "")
+
+
+def test_a_connection_without_credentials_is_never_tried(client, auth, fakes):
+    from catalog.services import connection_configure
+
+    # The heaviest, but without a key: neither picked nor a failover.
+    connection_configure(provider_slug="direct", name="c", base_url=fakes["c"].base_url, weight=5)
+    for _ in range(4):
+        answered(chat(client, auth), stream=False)
+    assert calls(fakes, "default", "b", "c") == (2, 2, 0)
+    fakes["default"].fail_next(503)
+    fakes["b"].fail_next(503)
+    answered(chat(client, auth), stream=False)
+    assert calls(fakes, "default", "b", "c", "aggregator") == (3, 3, 0, 1)
+    assert last_row().attempts == 3
+
+
 # --- 6. circuit breaking -----------------------------------------------------------------------
 
 
