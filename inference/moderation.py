@@ -23,12 +23,19 @@ MODERATION_PROVIDER = "direct"
 MODERATION_MODEL = "omni-moderation-latest"
 
 
-def _route(catalog: Catalog) -> Route | None:
+def _route(catalog: Catalog, tags: frozenset[str]) -> Route | None:
+    """`direct`'s `default` connection; under a residency rule (the license's connection tags)
+    the texts stay where the request's own call may go: `default` if it carries the tags, else
+    the first of direct's connections (by weight) that does."""
     provider = catalog.providers.get(MODERATION_PROVIDER)
     if provider is None:
         return None
-    connection = provider.connections.get("default")
-    if connection is None or not connection.api_key:
+    default = provider.connections.get("default")
+    candidates = [default, *provider.connections.values()] if tags else [default]
+    connection = next(
+        (c for c in candidates if c is not None and c.api_key and tags <= c.tags), None
+    )
+    if connection is None:
         return None
     return Route(
         endpoint="moderation",
@@ -40,12 +47,12 @@ def _route(catalog: Catalog) -> Route | None:
     )
 
 
-async def check(catalog: Catalog, texts: list[str]) -> None:
+async def check(catalog: Catalog, texts: list[str], tags: frozenset[str] = frozenset()) -> None:
     """400 `Request blocked by guardrail` when any text is flagged; 503 when the call fails."""
     texts = [text for text in texts if text]
     if not texts:
         return
-    route = _route(catalog)
+    route = _route(catalog, tags)
     if route is None:
         logger.warning("moderation: no usable '%s' connection; refusing", MODERATION_PROVIDER)
         raise ServiceUnavailable()

@@ -197,7 +197,7 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         output_texts = list(result.output_texts)
         guardrails.check("output", output_texts)
         if guardrails.moderates("output"):
-            await moderation.check(catalog, output_texts)
+            await moderation.check(catalog, output_texts, _residency(call))
     except ServiceUnavailable as exc:
         # The moderation call failed: closed, and the answer is not charged.
         error: tuple[str, Exception] = (record.OUTPUT_MODERATION_UNAVAILABLE, exc)
@@ -251,7 +251,7 @@ async def _admit(call: Call, operation: Operation, pin):
     input_texts = list(operation.input_texts(body))
     guardrails.check("input", input_texts)
     if guardrails.moderates("input"):
-        await moderation.check(catalog, input_texts)  # 400 flagged, 503 when it fails
+        await moderation.check(catalog, input_texts, _residency(call))  # 400 flagged, 503 failed
     # Before 9: no provider call that could not be recorded (the database is down and the
     # spool cannot take the row). One global read while the database is up.
     call.stage = _LEDGER
@@ -259,6 +259,12 @@ async def _admit(call: Call, operation: Operation, pin):
         raise ServiceUnavailable(reason="the database is down and the ledger spool is unwritable")
     call.stage = None
     return catalog, guardrails
+
+
+def _residency(call: Call) -> frozenset[str]:
+    """The connection tags the license's policy requires: its moderation calls keep to them too."""
+    policy = call.principal.license.policy
+    return policy.connection_tags if policy is not None else frozenset()
 
 
 def _log_misconfigured(call: Call, exc: ConnectionMisconfigured) -> None:

@@ -119,7 +119,7 @@ def retry_after_seconds(value: str | None) -> float | None:
     except ValueError:
         try:
             when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError, IndexError, OverflowError):  # e.g. an hour of 10**11
             return None
         if when.tzinfo is None:
             return None

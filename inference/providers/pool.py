@@ -263,8 +263,9 @@ class Upstream:
 
 
 class StreamTooLarge(httpx.ReadError):
-    """A stream past its byte cap: the relay's in-stream 503, and no failover before its first
-    byte (another connection's answer would be as long)."""
+    """A stream past its byte cap: for the relay a broken stream (its in-stream 503); before its
+    first byte reached the client an answer too large, not retried (inference.failover: the
+    next connection's would be as large)."""
 
 
 class StreamedAnswer:

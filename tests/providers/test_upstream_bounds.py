@@ -152,9 +152,7 @@ def test_chat_answer_over_its_cap_is_503(client, auth, catalog, settings):
 def test_stream_over_its_cap_ends_with_the_in_stream_503(client, auth, catalog, settings):
     caps = {**settings.GATEWAY["ANSWER_MAX_BYTES"], "stream": 600}
     settings.GATEWAY = {**settings.GATEWAY, "ANSWER_MAX_BYTES": caps}
-    # Events one by one, so that the cap is passed after the first reached the client (past
-    # it in the first bytes, the request fails before its stream starts: a JSON 503).
-    catalog["direct"].chunk_delay = 0.005
+    catalog["direct"].chunk_delay = 0.02  # every event its own read: the first is under the cap
     body = {"model": MINI, "messages": [{"role": "user", "content": "hi"}], "stream": True}
     response = client.post("/v1/chat/completions", json=body, headers=auth)
     assert response.status_code == 200
@@ -165,6 +163,29 @@ def test_stream_over_its_cap_ends_with_the_in_stream_503(client, auth, catalog, 
     ]
     (row,) = ledger_rows(1)
     assert (row.status_code, row.credits, row.error_code) == (503, 0, "stream_failed")
+
+
+def test_stream_over_its_cap_before_its_first_byte_is_a_503_not_retried(
+    client, auth, catalog, settings
+):
+    """The first read is already past the cap: nothing reached the client, so it is the JSON
+    503; as for any answer too large, no other connection or row is tried (its answer would be
+    as large, inference.failover)."""
+    caps = {**settings.GATEWAY["ANSWER_MAX_BYTES"], "stream": 100}
+    settings.GATEWAY = {**settings.GATEWAY, "ANSWER_MAX_BYTES": caps}
+    body = {"model": MINI, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    response = client.post("/v1/chat/completions", json=body, headers=auth)
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["message"] == "Service temporarily unavailable"
+    assert (len(catalog["direct"].requests), len(catalog["aggregator"].requests)) == (1, 0)
+    (row,) = ledger_rows(1)
+    assert (row.status_code, row.credits, row.error_code, row.attempts, row.failovers) == (
+        503,
+        0,
+        "provider_unavailable",
+        1,
+        "",
+    )
 
 
 def test_an_event_over_its_cap_ends_the_stream_unrelayed(client, auth, catalog, settings):
