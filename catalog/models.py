@@ -57,6 +57,7 @@ class Connection(models.Model):
     # a connection in standby (failover and pins only). docs/routing.md.
     weight = models.PositiveIntegerField(
         default=1,
+        db_default=1,
         validators=[MaxValueValidator(MAX_WEIGHT)],
         help_text="Share of unpinned traffic, relative to the provider's other connections; "
         "0 = standby, used only when the others fail or when pinned",
@@ -65,6 +66,8 @@ class Connection(models.Model):
     tags = models.CharField(
         max_length=200,
         blank=True,
+        default="",
+        db_default="",
         validators=[validate_tags],
         help_text="Comma-separated tags, e.g. eu,on-premises",
     )

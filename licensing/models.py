@@ -270,13 +270,18 @@ class Transaction(models.Model):
     billed_model = models.CharField(max_length=200, blank=True)
     provider = models.CharField(max_length=64)
     connection = models.CharField(max_length=64, blank=True)
+    # Defaults in the database too: rows written by code that does not know the columns (a
+    # worker of the previous release during a rolling upgrade, SQL) still go in.
     attempts = models.PositiveSmallIntegerField(
-        default=1, help_text="Provider calls made for the request (0: refused before any)"
+        default=1,
+        db_default=1,
+        help_text="Provider calls made for the request (0: refused before any)",
     )
     failovers = models.CharField(
         max_length=500,
         blank=True,
         default="",
+        db_default="",
         help_text="The attempts that failed before the last: connection and reason",
     )
     status_code = models.PositiveSmallIntegerField()
