@@ -35,11 +35,19 @@ from core import clock
 
 logger = logging.getLogger("gateway")
 
+_seen_open = False  # whether this process has seen any circuit open (routing's fast path)
 REFRESH = 1.0  # seconds a worker trusts its copy of a shared circuit
 PROBE_SECONDS = 60.0  # a claimed probe that never reports frees the half-open slot after this
 TTL = 86400  # seconds an idle circuit's state is kept in Redis
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 STATE_VALUES = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}  # the gauge's values
+
+
+def _noted(circuit: Circuit) -> Circuit:
+    global _seen_open
+    if circuit.open_until and not _seen_open:
+        _seen_open = True
+    return circuit
 
 
 def circuit_key(provider: str, connection: str, updated_at: float) -> str:
@@ -98,7 +106,7 @@ class LocalCircuits:
         elif circuit.failures >= threshold:
             circuit.open_until = now + cooldown
         self.probes.pop(key, None)
-        return circuit
+        return _noted(circuit)
 
     async def succeeded(self, key: str) -> bool:
         """Reset the circuit; whether there was anything to reset."""
@@ -187,7 +195,7 @@ class RedisCircuits:
         ):
             circuit.open_until = current.open_until
         self.copies[key] = circuit
-        return circuit
+        return _noted(circuit)
 
     async def admit(self, key: str) -> bool:
         circuit = await self._current(key)
@@ -269,6 +277,8 @@ def circuits() -> LocalCircuits | RedisCircuits:
 def known_open(key: str) -> bool:
     """Whether this process last saw the circuit open (routing's weighted choice skips it; no
     I/O: the request's own admission asks the shared state)."""
+    if not _seen_open:
+        return False  # the hot path while no circuit has opened in this process
     backend = _local if not settings.REDIS_URL else _loop_circuits()
     circuit = backend.peek(key) if backend is not None else None
     return circuit is not None and circuit.open_until > clock.now()
@@ -285,8 +295,9 @@ def _loop_circuits() -> RedisCircuits | None:
 
 def circuits_reset() -> None:
     """Forget every circuit (tests; a changed REDIS_URL)."""
-    global _local
+    global _local, _seen_open
     _circuits.clear()
+    _seen_open = False
     _local = LocalCircuits()
 
 

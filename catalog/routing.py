@@ -6,6 +6,7 @@ The whole catalog is small, so it is read in three queries and cached as one sna
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from core.crypto import UndecryptableSecret, reveal
@@ -234,7 +235,7 @@ def select_routes(
     output_modality: str | None = None,
     tags: frozenset[str] = frozenset(),
     pick: bool = True,
-) -> list[Route]:
+) -> Routes:
     """The request's routes in the order they are tried (docs/routing.md): the first is where
     it goes, the others are its failovers. Raises the spec's 400 when there is none.
 
@@ -285,23 +286,50 @@ def select_routes(
         if connection is None or not tags <= connection.tags:
             raise _no_provider(endpoint, pinned=True)
         _check_usable(provider, connection, model)
-        return [_route(endpoint, model, upstream, provider, connection, entry, pinned=True)]
+        return Routes(_route(endpoint, model, upstream, provider, connection, entry, pinned=True))
 
     header_only = _HEADER_ONLY.get(endpoint, frozenset()) if pin is None else frozenset()
-    routes: list[Route] = []
     for index, (slug, upstream) in enumerate(rows):
         if index and slug in header_only:
             continue
         provider = catalog.providers[slug]
-        connections = _connections(provider, tags)
-        if not routes:
-            connections = _first_row(provider, connections, model, pick)
-        else:
-            connections = [c for c in connections if _usable(provider, c)]
-        routes.extend(_route(endpoint, model, upstream, provider, c, entry) for c in connections)
-    if not routes:
-        raise _no_provider(endpoint, pinned=pin is not None)
-    return routes
+        connections = _first_row(provider, _connections(provider, tags), model, pick)
+        if not connections:
+            continue
+
+        def more(after=index, rest=connections[1:], provider=provider, upstream=upstream):
+            """The failovers, built only when the first attempt failed."""
+            for connection in rest:
+                yield _route(endpoint, model, upstream, provider, connection, entry)
+            for other, other_upstream in rows[after + 1 :]:
+                if other in header_only:
+                    continue
+                fallback = catalog.providers[other]
+                for connection in _connections(fallback, tags):
+                    if _usable(fallback, connection):
+                        yield _route(endpoint, model, other_upstream, fallback, connection, entry)
+
+        return Routes(_route(endpoint, model, upstream, provider, connections[0], entry), more)
+    raise _no_provider(endpoint, pinned=pin is not None)
+
+
+class Routes:
+    """A request's routes in attempt order: `first`, then (iterating) its failovers, which are
+    built only if asked for."""
+
+    __slots__ = ("first", "_more")
+
+    def __init__(self, first: Route, more: Callable[[], Iterator[Route]] | None = None):
+        self.first = first
+        self._more = more
+
+    def __iter__(self) -> Iterator[Route]:
+        yield self.first
+        if self._more is not None:
+            yield from self._more()
+
+    def failovers(self) -> Iterator[Route]:
+        return self._more() if self._more is not None else iter(())
 
 
 _HEADER_ONLY = {s.endpoint: s.header_only for s in SERVICES}
@@ -309,7 +337,7 @@ _HEADER_ONLY = {s.endpoint: s.header_only for s in SERVICES}
 
 def select_route(catalog: Catalog, **kwargs) -> Route:
     """The first of `select_routes`: where the request goes when nothing fails."""
-    return select_routes(catalog, **kwargs)[0]
+    return select_routes(catalog, **kwargs).first
 
 
 def _route(endpoint, model, upstream, provider, connection, entry, pinned=False) -> Route:

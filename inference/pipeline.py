@@ -29,6 +29,7 @@ from catalog.registry import SERVICE_BY_ENDPOINT
 from catalog.routing import (
     ConnectionMisconfigured,
     Route,
+    Routes,
     cached_catalog,
     load_catalog_snapshot,
     select_routes,
@@ -79,7 +80,7 @@ class Call:
     metadata: dict
     budget: BudgetState | None = None
     route: Route | None = None  # the attempt under way, then the one that answered
-    routes: list[Route] = field(default_factory=list)  # the attempts' order (catalog.routing)
+    routes: Routes | None = None  # the attempts' order (catalog.routing)
     attempts: int = 0  # provider calls made
     failovers: list[str] = field(default_factory=list)  # "provider/connection: reason" each
     stage: dict[int, str] | None = None  # the step under way before the call (error codes)
@@ -115,7 +116,7 @@ class Operation:
     def input_texts(self, body) -> Iterable[str]:
         return ()
 
-    def select(self, catalog, pin, allowed, body, tags=frozenset()) -> list[Route]:
+    def select(self, catalog, pin, allowed, body, tags=frozenset()) -> Routes:
         """Step 7: the routes (provider, connection, upstream model) this request may take, in
         the order they are tried."""
         return select_routes(
@@ -241,7 +242,7 @@ async def _admit(call: Call, operation: Operation, pin):
     except ConnectionMisconfigured as exc:
         _log_misconfigured(call, exc)
         raise
-    call.route = routes[0] = operation.prepare(routes[0], body) or routes[0]
+    call.route = routes.first = operation.prepare(routes.first, body) or routes.first
     call.routes = routes
     # 8
     call.stage = _GUARDRAIL
@@ -337,8 +338,9 @@ def _attempt(call: Call, operation: Operation):
 def _refined(call: Call, operation: Operation):
     """The routes, each failover refined by the operation as the first was in step 7; one that
     it refuses (a provider-side constraint) is left out."""
-    yield call.routes[0]
-    for route in call.routes[1:]:
+    assert call.routes is not None
+    yield call.routes.first
+    for route in call.routes.failovers():
         try:
             yield operation.prepare(route, call.body) or route
         except GatewayError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ninja import Router
 
 from catalog.defaults import SERVICE_ENTRIES
-from catalog.routing import Route, select_routes
+from catalog.routing import Route, Routes, select_routes
 from core.errors import BadRequest
 from core.jsonio import json_response
 
@@ -39,7 +39,7 @@ class WebSearch(pipeline.Operation, endpoint="web_search"):
 
     def select(
         self, catalog, pin, allowed, body: WebSearchRequest, tags=frozenset()
-    ) -> list[Route]:
+    ) -> Routes:
         if body.type == "academic":
             # The spec: `type: academic` that the license (or the pin) cannot take to an
             # academic provider is the "under the current pins" 400, header or not.
