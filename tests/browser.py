@@ -28,6 +28,16 @@ CHROMIUM = shutil.which("chromium")
 requires_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
 )
+# run.sh serves from a SQLite database of its own whichever database the suite is on, so a
+# browser test is the same test on CI's two passes: it runs on the PostgreSQL one (and in a
+# plain local run, DATABASE_URL unset), not again on the SQLite one (.ci/run, DATABASE_URL="").
+_url = os.environ.get("DATABASE_URL")
+not_on_the_sqlite_pass = pytest.mark.skipif(
+    _url is not None and not _url.startswith("postgres"),
+    reason="run.sh serves from its own SQLite database: the PostgreSQL pass runs the same test",
+)
+# Every browser test module's pytestmark: the README server and a Chromium page.
+BROWSER_TEST = [requires_chromium, not_on_the_sqlite_pass, pytest.mark.slow]
 
 
 class RunScript:

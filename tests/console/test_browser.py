@@ -11,11 +11,10 @@ import subprocess
 import sys
 
 import httpx
-import pytest
 
-from tests.browser import ROOT, SHOTS, pick, requires_chromium, shot
+from tests.browser import BROWSER_TEST, ROOT, SHOTS, pick, shot
 
-pytestmark = [requires_chromium, pytest.mark.slow]  # the README server and a Chromium page
+pytestmark = BROWSER_TEST
 
 
 def test_the_admin_in_a_browser(server, page):

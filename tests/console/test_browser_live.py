@@ -14,9 +14,9 @@ import time
 import openai
 import pytest
 
-from tests.browser import browser_page, login, requires_chromium, running_server, shot
+from tests.browser import BROWSER_TEST, browser_page, login, running_server, shot
 
-pytestmark = [requires_chromium, pytest.mark.slow]  # the README server and a Chromium page
+pytestmark = BROWSER_TEST
 
 LIVE = "/admin/licensing/transaction/live/"
 REVIEWER_PASSWORD = "reviewer-pw-1234"

@@ -10,12 +10,11 @@ from __future__ import annotations
 import csv
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from openai import OpenAI
 
-from tests.browser import login, pick, requires_chromium, shot
+from tests.browser import BROWSER_TEST, login, pick, shot
 
-pytestmark = [requires_chromium, pytest.mark.slow]  # the README server and a Chromium page
+pytestmark = BROWSER_TEST
 
 REVIEWER_PASSWORD = "a-reviewer-password-1"
 

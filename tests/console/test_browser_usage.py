@@ -13,9 +13,9 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tests.browser import SHOTS, login, requires_chromium, shot
+from tests.browser import BROWSER_TEST, SHOTS, login, shot
 
-pytestmark = [requires_chromium, pytest.mark.slow]  # the README server and a Chromium page
+pytestmark = BROWSER_TEST
 
 # Twenty past days of ledger rows for the demo school and a second school, so that the charts
 # show more than today (run on the server's own database through manage.py shell).
