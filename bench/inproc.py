@@ -2,7 +2,8 @@
 a client: wall and CPU microseconds per request, and a streamed answer's time to its first event.
 
     .venv/bin/python bench/inproc.py [--rounds 3] [--requests 1500] [--case embeddings|chat-stream]
-                                     [--against REF]
+                                     [--against REF] [--connections N]
+                                     [--dead-connection refused]
 
 The precise A/B of bench/README ("In one process"): a change of 20-30 µs a request is lost in
 the servers' noise (wrk, uvicorn, the scheduler), but shows here, where the only other processes
@@ -11,6 +12,15 @@ are the fake upstream and PostgreSQL. Each round runs the gateway's application
 other, on a throwaway database set up as bench/run.py sets up its own. `--against REF` adds a
 third target, the gateway as it is at the git revision REF (a temporary worktree), in the same
 interleaved rounds: the A/B of a change in one command.
+
+`--connections N` gives the `direct` provider N connections to the same fake upstream
+(`default`, `c2`, `c3`, ...; weight 1 each), so routing spreads the requests over them (before
+issue 24 the gateway used `default` only). `--dead-connection refused` adds a connection `dead`
+of the same weight on a closed port, and two more targets to the rounds: `gateway+dead/closed`
+(its circuit never opens: `GATEWAY_CIRCUIT_FAILURES=1000000`, so every second request is first
+refused there and fails over) and `gateway+dead/open` (default settings: after 5 refusals, in
+the warm-up, the circuit is open and the connection skipped); `gateway` is then the same
+connections without `dead`. The circuits are each process's own (no REDIS_URL).
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +60,15 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=1500, help="measured, per round")
     parser.add_argument("--targets", default="gateway,iofloor")
     parser.add_argument("--against", metavar="REF", help="also the gateway at this git revision")
+    parser.add_argument(
+        "--connections", type=int, default=1, help="direct's connections to the fake upstream"
+    )
+    parser.add_argument(
+        "--dead-connection",
+        choices=("refused",),
+        help="also a connection on a closed port: targets gateway+dead/closed and /open",
+    )
+    parser.add_argument("--dead", help=argparse.SUPPRESS)  # the child: off | closed | open
     parser.add_argument("--serve", help=argparse.SUPPRESS)  # the child: gateway | iofloor
     parser.add_argument("--root", help=argparse.SUPPRESS)  # the child's code (a worktree)
     args = parser.parse_args()
@@ -76,7 +96,16 @@ def _parent(args) -> int:
         procs.start("upstream", [bench.PY, "-m", *fake], env)
         env |= {"INPROC_KEY": key, "INPROC_UPSTREAM": bench._base(port)}
         _wait_for(port)
+        if args.connections > 1 or args.dead_connection:
+            dead = ""
+            if args.dead_connection:  # bound, never listening: refused, and no one else's port
+                closed = socket.socket()
+                closed.bind(("127.0.0.1", 0))
+                dead = bench._base(closed.getsockname()[1])
+            _set_up_connections(args, env, dead)
         rows: dict[str, list[dict]] = {t: [] for t in args.targets.split(",")}
+        if args.dead_connection:
+            rows |= {f"gateway+dead/{state}": [] for state in DEAD_STATES}
         if worktree:
             rows[f"gateway@{args.against}"] = []
         for n in range(args.rounds):
@@ -93,8 +122,6 @@ def _parent(args) -> int:
 
 
 def _wait_for(port: int) -> None:
-    import socket
-
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -103,6 +130,29 @@ def _wait_for(port: int) -> None:
         except OSError:
             time.sleep(0.2)
     raise RuntimeError(f"the fake upstream on {port} did not start")
+
+
+# --dead-connection's targets: the dead connection's circuit kept closed, or left to open.
+DEAD_STATES = {"closed": {"GATEWAY_CIRCUIT_FAILURES": "1000000"}, "open": {}}
+EXTRA = "c{}"  # the names of the extra live connections: c2, c3, ...
+
+
+def _set_up_connections(args, env: dict, dead_url: str) -> None:
+    """The extra connections, made once by a child of this tree (the parent has no Django):
+    `--connections` live ones and, inactive until a round's child switches it on, `dead`."""
+    cmd = [bench.PY, __file__, "--serve", "setup", "--root", str(bench.ROOT)]
+    cmd += ["--connections", str(args.connections)]
+    out = subprocess.run(
+        cmd,
+        cwd=bench.ROOT,
+        env={**env, "INPROC_DEAD": dead_url},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if out.returncode:
+        raise RuntimeError(f"setting up the connections failed:\n{out.stdout}{out.stderr}")
 
 
 def _worktree(ref: str, parent: Path) -> Path:
@@ -119,11 +169,14 @@ def _worktree(ref: str, parent: Path) -> Path:
 
 
 def _round(args, target: str, env: dict, worktree: Path | None) -> dict:
-    serve, root = target, bench.ROOT
+    serve, root, dead = target, bench.ROOT, "off"
     if "@" in target:
         serve, root = "gateway", worktree
+    if "+dead/" in target:
+        serve, dead = target.split("+dead/")
+        env = {**env, **DEAD_STATES[dead]}
     cmd = [bench.PY, __file__, "--serve", serve, "--case", args.case, "--root", str(root)]
-    cmd += ["--requests", str(args.requests)]
+    cmd += ["--requests", str(args.requests), "--dead", dead]
     out = subprocess.run(
         cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900, check=False
     )
@@ -156,7 +209,12 @@ def _child(args) -> None:
     import uvloop  # the loop the gunicorn workers run on (uvicorn's `auto`)
 
     target, case = args.serve, args.case
-    app = _application(target, args.root)
+    app = _application("gateway" if target == "setup" else target, args.root)
+    if target == "setup":
+        _child_set_up_connections(args.connections, os.environ["INPROC_DEAD"])
+        return
+    if target == "gateway":
+        _child_switch_dead(args.dead == "open" or args.dead == "closed")
     body = json.dumps(CHAT_SHORT if case == "chat-stream" else json.loads(bench.BODY)).encode()
     path = PATHS[(target, case)]
     scope = _scope(path, os.environ["INPROC_KEY"], body)
@@ -173,8 +231,51 @@ def _child(args) -> None:
             result["ttfb"] = round(statistics.median(firsts) * 1e6)
         return result
 
+    failed_over = _failed_over() if args.dead in DEAD_STATES else 0
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        print(json.dumps(runner.run(measure())), flush=True)
+        result = runner.run(measure())
+    if args.dead in DEAD_STATES:  # the check that the dead connection was tried (or skipped)
+        done = 100 + args.requests
+        result["failovers"] = round((_failed_over() - failed_over) / done, 3)
+    print(json.dumps(result), flush=True)
+
+
+def _child_set_up_connections(count: int, dead_url: str) -> None:
+    """`direct`'s extra connections, as bench/run.py sets up `default` (same URL and key), made
+    through the ORM before any request reads the catalog. Weights and tags keep their defaults
+    (1, none): the revision before issue 24 has no such fields, and reads these rows as well."""
+    from catalog.models import Connection, Provider
+
+    direct = Provider.objects.get(slug="direct")
+    live = Connection.objects.get(provider=direct, name="default").base_url
+    for n in range(2, count + 1):
+        Connection.objects.update_or_create(
+            provider=direct,
+            name=EXTRA.format(n),
+            defaults={"base_url": live, "api_key": bench.UPSTREAM_KEY, "active": True},
+        )
+    if dead_url:
+        Connection.objects.update_or_create(
+            provider=direct,
+            name="dead",
+            defaults={"base_url": dead_url, "api_key": bench.UPSTREAM_KEY, "active": False},
+        )
+
+
+def _child_switch_dead(active: bool) -> None:
+    """The dead connection in this child's catalog or not (an `update()`: no new `updated_at`,
+    and each child is a fresh process with circuits of its own)."""
+    from catalog.models import Connection
+
+    Connection.objects.filter(provider__slug="direct", name="dead").update(active=active)
+
+
+def _failed_over() -> int:
+    """Ledger rows so far of requests that failed over (a stream's row may still be on its way:
+    a check, not a measurement)."""
+    from licensing.models import Transaction
+
+    return Transaction.objects.filter(attempts__gt=1).count()
 
 
 def _application(target: str, root: str):
