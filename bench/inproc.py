@@ -96,7 +96,7 @@ def _parent(args) -> int:
         procs.start("upstream", [bench.PY, "-m", *fake], env)
         env |= {"INPROC_KEY": key, "INPROC_UPSTREAM": bench._base(port)}
         _wait_for(port)
-        if args.connections > 1 or args.dead_connection:
+        if args.connections > 1 or args.dead_connection or args.against:
             dead = ""
             if args.dead_connection:  # bound, never listening: refused, and no one else's port
                 closed = socket.socket()
@@ -141,7 +141,7 @@ def _set_up_connections(args, env: dict, dead_url: str) -> None:
     """The extra connections, made once by a child of this tree (the parent has no Django):
     `--connections` live ones and, inactive until a round's child switches it on, `dead`."""
     cmd = [bench.PY, __file__, "--serve", "setup", "--root", str(bench.ROOT)]
-    cmd += ["--connections", str(args.connections)]
+    cmd += ["--connections", str(args.connections)] + (["--against", "x"] if args.against else [])
     out = subprocess.run(
         cmd,
         cwd=bench.ROOT,
@@ -181,6 +181,10 @@ def _round(args, target: str, env: dict, worktree: Path | None) -> dict:
         cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900, check=False
     )
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
+    if out.stderr.strip():  # warnings and error lines: a run that logs per request is no A/B
+        log = Path(tempfile.gettempdir()) / f"gw-inproc-{target.replace('/', '-')}.stderr"
+        log.write_text(out.stderr)
+        print(f"{target}: {len(out.stderr.splitlines())} lines on stderr ({log})", flush=True)
     if out.returncode or not lines:
         raise RuntimeError(f"{target} failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
     return json.loads(lines[-1])
@@ -212,6 +216,8 @@ def _child(args) -> None:
     app = _application("gateway" if target == "setup" else target, args.root)
     if target == "setup":
         _child_set_up_connections(args.connections, os.environ["INPROC_DEAD"])
+        if args.against:
+            _child_column_defaults()
         return
     if target == "gateway":
         _child_switch_dead(args.dead == "open" or args.dead == "closed")
@@ -260,6 +266,32 @@ def _child_set_up_connections(count: int, dead_url: str) -> None:
             name="dead",
             defaults={"base_url": dead_url, "api_key": bench.UPSTREAM_KEY, "active": False},
         )
+
+
+def _child_column_defaults() -> None:
+    """Database defaults for the columns of this tree's models that have a constant default, so
+    that an older revision's INSERT, which does not name the columns added since, still works
+    (Django drops the default a migration gave the column). Without them every ledger row of
+    the older gateway would fail and be spooled: a slower baseline, and a wrong one."""
+    from django.apps import apps
+    from django.db import connection
+    from psycopg import sql
+
+    with connection.cursor() as cursor:
+        for model in apps.get_models():
+            if not model._meta.managed or model._meta.proxy:
+                continue
+            table = model._meta.db_table
+            for field in model._meta.concrete_fields:
+                default = field.default if field.has_default() else None
+                if field.null or not isinstance(default, bool | int | str):
+                    continue
+                value = field.get_db_prep_save(default, connection)
+                cursor.execute(
+                    sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}").format(
+                        sql.Identifier(table), sql.Identifier(field.column), sql.Literal(value)
+                    )
+                )
 
 
 def _child_switch_dead(active: bool) -> None:
