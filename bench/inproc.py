@@ -69,6 +69,11 @@ def main() -> int:
         help="also a connection on a closed port: targets gateway+dead/closed and /open",
     )
     parser.add_argument("--dead", help=argparse.SUPPRESS)  # the child: off | closed | open
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="cProfile the measured requests; µs per request of the failover path's functions",
+    )
     parser.add_argument("--serve", help=argparse.SUPPRESS)  # the child: gateway | iofloor
     parser.add_argument("--root", help=argparse.SUPPRESS)  # the child's code (a worktree)
     args = parser.parse_args()
@@ -177,6 +182,8 @@ def _round(args, target: str, env: dict, worktree: Path | None) -> dict:
         env = {**env, **DEAD_STATES[dead]}
     cmd = [bench.PY, __file__, "--serve", serve, "--case", args.case, "--root", str(root)]
     cmd += ["--requests", str(args.requests), "--dead", dead]
+    if args.profile:
+        cmd.append("--profile")
     out = subprocess.run(
         cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900, check=False
     )
@@ -203,7 +210,23 @@ def _report(args, rows: dict[str, list[dict]]) -> None:
         for column in columns:
             values = [r[column] for r in results]
             cells.append(f"{statistics.median(values):8.0f} ({min(values):.0f}..{max(values):.0f})")
+        failovers = [r["failovers"] for r in results if "failovers" in r]
+        if failovers:  # a check: the share of requests whose ledger row shows a failover
+            cells.append(f"  failed over: {statistics.median(failovers):.3f} of the requests")
         print(f"{target:{width}}" + "".join(f"{c:>22}" for c in cells))
+    for target, results in rows.items():
+        profiles = [r["profile"] for r in results if "profile" in r]
+        if not profiles:
+            continue
+        total = statistics.median(p["total"] for p in profiles)
+        print(
+            f"\n{target}, cProfile (medians of the rounds): all functions' own time {total:.0f} "
+            "µs per request; calls, own µs and cumulative µs per request:"
+        )
+        for key in sorted({k for p in profiles for k in p if k != "total"}):
+            values = [p.get(key, [0, 0, 0]) for p in profiles]
+            calls, own, cumulative = (statistics.median(v[i] for v in values) for i in range(3))
+            print(f"  {key:34} {calls:6.2f} {own:9.1f} {cumulative:9.1f}")
 
 
 # --------------------------------------------------------------------------- the child
@@ -228,21 +251,36 @@ def _child(args) -> None:
     async def measure() -> dict:
         for _ in range(100):  # connections, caches, prepared statements
             await _one(app, scope, body)
+        if profiler is not None:
+            profiler.enable()
         cpu, wall = time.process_time(), time.perf_counter()
         firsts = [await _one(app, scope, body) for _ in range(args.requests)]
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if profiler is not None:
+            profiler.disable()
         per = 1e6 / args.requests
         result = {"wall": round(wall * per), "cpu": round(cpu * per)}
         if case == "chat-stream":
             result["ttfb"] = round(statistics.median(firsts) * 1e6)
         return result
 
+    profiler = None
+    if args.profile:  # the figures above then include cProfile's own cost: compare rows only
+        import cProfile
+
+        # The thread's own CPU clock: time the process spent waiting for a core (a busy
+        # machine) or for I/O is not charged to whatever function it was in.
+        profiler = cProfile.Profile(time.thread_time)
     failed_over = _failed_over() if args.dead in DEAD_STATES else 0
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         result = runner.run(measure())
     if args.dead in DEAD_STATES:  # the check that the dead connection was tried (or skipped)
         done = 100 + args.requests
         result["failovers"] = round((_failed_over() - failed_over) / done, 3)
+    if profiler is not None:
+        result["profile"] = _watched(profiler, args.requests)
+        name = f"gw-inproc-{target}-{args.dead}-{os.getpid()}.prof"  # for pstats: the whole
+        profiler.dump_stats(Path(tempfile.gettempdir()) / name)
     print(json.dumps(result), flush=True)
 
 
@@ -300,6 +338,51 @@ def _child_switch_dead(active: bool) -> None:
     from catalog.models import Connection
 
     Connection.objects.filter(provider__slug="direct", name="dead").update(active=active)
+
+
+# The functions of the request path that issue 24 added or changed (file, function): their
+# time per request under cProfile. Coroutines count each resumption as a call.
+WATCHED = [
+    ("catalog/routing.py", "select_routes"),
+    ("catalog/routing.py", "select_route"),
+    ("catalog/routing.py", "_first_row"),
+    ("catalog/routing.py", "_pick"),
+    ("catalog/routing.py", "_usable"),
+    ("catalog/routing.py", "_route"),
+    ("catalog/circuit.py", "known_open"),
+    ("catalog/circuit.py", "circuits"),
+    ("catalog/circuit.py", "admit"),
+    ("catalog/circuit.py", "succeeded"),
+    ("catalog/circuit.py", "failed"),
+    ("inference/failover.py", "call_with_failover"),
+    ("inference/pipeline.py", "_refined"),
+    ("inference/pipeline.py", "invoke"),
+    ("inference/pipeline.py", "_timed_call"),
+    ("inference/streaming.py", "prime"),
+    ("core/metrics.py", "upstream_attempt"),
+    ("core/metrics.py", "circuit_state"),
+    ("core/metrics.py", "failover"),
+]
+
+
+def _watched(profiler, requests: int) -> dict:
+    """{"file:function": [calls, own µs, cumulative µs]} per request, and the whole profile's
+    own time per request ("total") to set them against."""
+    import pstats
+
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    found: dict[str, list[float]] = {}
+    total = 0.0
+    for (filename, _line, name), (_cc, calls, own, cumulative, _callers) in stats.items():
+        total += own
+        for path, function in WATCHED:
+            if name == function and filename.endswith(path):
+                row = found.setdefault(f"{path.split('/')[-1]}:{name}", [0, 0.0, 0.0])
+                row[0] += calls / requests
+                row[1] += own * 1e6 / requests
+                row[2] += cumulative * 1e6 / requests
+    rows = {key: [round(v, 2) for v in row] for key, row in found.items()}
+    return {"total": round(total * 1e6 / requests), **rows}
 
 
 def _failed_over() -> int:
