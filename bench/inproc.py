@@ -3,7 +3,7 @@ a client: wall and CPU microseconds per request, and a streamed answer's time to
 
     .venv/bin/python bench/inproc.py [--rounds 3] [--requests 1500] [--case embeddings|chat-stream]
                                      [--against REF] [--connections N]
-                                     [--dead-connection refused]
+                                     [--dead-connection refused] [--profile]
 
 The precise A/B of bench/README ("In one process"): a change of 20-30 µs a request is lost in
 the servers' noise (wrk, uvicorn, the scheduler), but shows here, where the only other processes
@@ -21,6 +21,7 @@ of the same weight on a closed port, and two more targets to the rounds: `gatewa
 refused there and fails over) and `gateway+dead/open` (default settings: after 5 refusals, in
 the warm-up, the circuit is open and the connection skipped); `gateway` is then the same
 connections without `dead`. The circuits are each process's own (no REDIS_URL).
+`--profile` runs cProfile over the measured requests (bench/README.md, "In one process").
 """
 
 from __future__ import annotations
@@ -113,8 +114,11 @@ def _parent(args) -> int:
             rows |= {f"gateway+dead/{state}": [] for state in DEAD_STATES}
         if worktree:
             rows[f"gateway@{args.against}"] = []
+        targets = list(rows)
         for n in range(args.rounds):
-            for target in rows:
+            # Each round starts one target further: what a round's position costs (the ledger
+            # table grows, the machine's load drifts) falls on every target alike.
+            for target in targets[n % len(targets) :] + targets[: n % len(targets)]:
                 rows[target].append(_round(args, target, env, worktree))
                 print(f"round {n + 1}/{args.rounds}, {target}: {rows[target][-1]}", flush=True)
         _report(args, rows)
@@ -370,7 +374,7 @@ def _watched(profiler, requests: int) -> dict:
     own time per request ("total") to set them against."""
     import pstats
 
-    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    stats = pstats.Stats(profiler).stats
     found: dict[str, list[float]] = {}
     total = 0.0
     for (filename, _line, name), (_cc, calls, own, cumulative, _callers) in stats.items():
