@@ -206,7 +206,7 @@ def _report(args, rows: dict[str, list[dict]]) -> None:
         f"\n{args.case}, {args.requests} requests one after the other per round, medians of "
         f"{args.rounds} rounds (min..max), µs per request"
     )
-    columns = ["wall", "cpu", "ttfb"] if args.case == "chat-stream" else ["wall", "cpu"]
+    columns = ["wall", "cpu", "main"] + (["ttfb"] if args.case == "chat-stream" else [])
     width = max(10, *(len(t) + 2 for t in rows))
     print(f"{'target':{width}}" + "".join(f"{c:>22}" for c in columns))
     for target, results in rows.items():
