@@ -2,7 +2,8 @@
 a client: wall and CPU microseconds per request, and a streamed answer's time to its first event.
 
     .venv/bin/python bench/inproc.py [--rounds 3] [--requests 1500] [--case embeddings|chat-stream]
-                                     [--against REF]
+                                     [--against REF] [--connections N]
+                                     [--dead-connection refused] [--profile]
 
 The precise A/B of bench/README ("In one process"): a change of 20-30 µs a request is lost in
 the servers' noise (wrk, uvicorn, the scheduler), but shows here, where the only other processes
@@ -11,6 +12,16 @@ are the fake upstream and PostgreSQL. Each round runs the gateway's application
 other, on a throwaway database set up as bench/run.py sets up its own. `--against REF` adds a
 third target, the gateway as it is at the git revision REF (a temporary worktree), in the same
 interleaved rounds: the A/B of a change in one command.
+
+`--connections N` gives the `direct` provider N connections to the same fake upstream
+(`default`, `c2`, `c3`, ...; weight 1 each), so routing spreads the requests over them (before
+issue 24 the gateway used `default` only). `--dead-connection refused` adds a connection `dead`
+of the same weight on a closed port, and two more targets to the rounds: `gateway+dead/closed`
+(its circuit never opens: `GATEWAY_CIRCUIT_FAILURES=1000000`, so every second request is first
+refused there and fails over) and `gateway+dead/open` (default settings: after 5 refusals, in
+the warm-up, the circuit is open and the connection skipped); `gateway` is then the same
+connections without `dead`. The circuits are each process's own (no REDIS_URL).
+`--profile` runs cProfile over the measured requests (bench/README.md, "In one process").
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +61,20 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=1500, help="measured, per round")
     parser.add_argument("--targets", default="gateway,iofloor")
     parser.add_argument("--against", metavar="REF", help="also the gateway at this git revision")
+    parser.add_argument(
+        "--connections", type=int, default=1, help="direct's connections to the fake upstream"
+    )
+    parser.add_argument(
+        "--dead-connection",
+        choices=("refused",),
+        help="also a connection on a closed port: targets gateway+dead/closed and /open",
+    )
+    parser.add_argument("--dead", help=argparse.SUPPRESS)  # the child: off | closed | open
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="cProfile the measured requests; µs per request of the failover path's functions",
+    )
     parser.add_argument("--serve", help=argparse.SUPPRESS)  # the child: gateway | iofloor
     parser.add_argument("--root", help=argparse.SUPPRESS)  # the child's code (a worktree)
     args = parser.parse_args()
@@ -76,11 +102,23 @@ def _parent(args) -> int:
         procs.start("upstream", [bench.PY, "-m", *fake], env)
         env |= {"INPROC_KEY": key, "INPROC_UPSTREAM": bench._base(port)}
         _wait_for(port)
+        if args.connections > 1 or args.dead_connection or args.against:
+            dead = ""
+            if args.dead_connection:  # bound, never listening: refused, and no one else's port
+                closed = socket.socket()
+                closed.bind(("127.0.0.1", 0))
+                dead = bench._base(closed.getsockname()[1])
+            _set_up_connections(args, env, dead)
         rows: dict[str, list[dict]] = {t: [] for t in args.targets.split(",")}
+        if args.dead_connection:
+            rows |= {f"gateway+dead/{state}": [] for state in DEAD_STATES}
         if worktree:
             rows[f"gateway@{args.against}"] = []
+        targets = list(rows)
         for n in range(args.rounds):
-            for target in rows:
+            # Each round starts one target further: what a round's position costs (the ledger
+            # table grows, the machine's load drifts) falls on every target alike.
+            for target in targets[n % len(targets) :] + targets[: n % len(targets)]:
                 rows[target].append(_round(args, target, env, worktree))
                 print(f"round {n + 1}/{args.rounds}, {target}: {rows[target][-1]}", flush=True)
         _report(args, rows)
@@ -93,8 +131,6 @@ def _parent(args) -> int:
 
 
 def _wait_for(port: int) -> None:
-    import socket
-
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -103,6 +139,29 @@ def _wait_for(port: int) -> None:
         except OSError:
             time.sleep(0.2)
     raise RuntimeError(f"the fake upstream on {port} did not start")
+
+
+# --dead-connection's targets: the dead connection's circuit kept closed, or left to open.
+DEAD_STATES = {"closed": {"GATEWAY_CIRCUIT_FAILURES": "1000000"}, "open": {}}
+EXTRA = "c{}"  # the names of the extra live connections: c2, c3, ...
+
+
+def _set_up_connections(args, env: dict, dead_url: str) -> None:
+    """The extra connections, made once by a child of this tree (the parent has no Django):
+    `--connections` live ones and, inactive until a round's child switches it on, `dead`."""
+    cmd = [bench.PY, __file__, "--serve", "setup", "--root", str(bench.ROOT)]
+    cmd += ["--connections", str(args.connections)] + (["--against", "x"] if args.against else [])
+    out = subprocess.run(
+        cmd,
+        cwd=bench.ROOT,
+        env={**env, "INPROC_DEAD": dead_url},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if out.returncode:
+        raise RuntimeError(f"setting up the connections failed:\n{out.stdout}{out.stderr}")
 
 
 def _worktree(ref: str, parent: Path) -> Path:
@@ -119,15 +178,24 @@ def _worktree(ref: str, parent: Path) -> Path:
 
 
 def _round(args, target: str, env: dict, worktree: Path | None) -> dict:
-    serve, root = target, bench.ROOT
+    serve, root, dead = target, bench.ROOT, "off"
     if "@" in target:
         serve, root = "gateway", worktree
+    if "+dead/" in target:
+        serve, dead = target.split("+dead/")
+        env = {**env, **DEAD_STATES[dead]}
     cmd = [bench.PY, __file__, "--serve", serve, "--case", args.case, "--root", str(root)]
-    cmd += ["--requests", str(args.requests)]
+    cmd += ["--requests", str(args.requests), "--dead", dead]
+    if args.profile:
+        cmd.append("--profile")
     out = subprocess.run(
         cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900, check=False
     )
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
+    if out.stderr.strip():  # warnings and error lines: a run that logs per request is no A/B
+        log = Path(tempfile.gettempdir()) / f"gw-inproc-{target.replace('/', '-')}.stderr"
+        log.write_text(out.stderr)
+        print(f"{target}: {len(out.stderr.splitlines())} lines on stderr ({log})", flush=True)
     if out.returncode or not lines:
         raise RuntimeError(f"{target} failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
     return json.loads(lines[-1])
@@ -138,7 +206,7 @@ def _report(args, rows: dict[str, list[dict]]) -> None:
         f"\n{args.case}, {args.requests} requests one after the other per round, medians of "
         f"{args.rounds} rounds (min..max), µs per request"
     )
-    columns = ["wall", "cpu", "ttfb"] if args.case == "chat-stream" else ["wall", "cpu"]
+    columns = ["wall", "cpu", "main"] + (["ttfb"] if args.case == "chat-stream" else [])
     width = max(10, *(len(t) + 2 for t in rows))
     print(f"{'target':{width}}" + "".join(f"{c:>22}" for c in columns))
     for target, results in rows.items():
@@ -146,7 +214,23 @@ def _report(args, rows: dict[str, list[dict]]) -> None:
         for column in columns:
             values = [r[column] for r in results]
             cells.append(f"{statistics.median(values):8.0f} ({min(values):.0f}..{max(values):.0f})")
+        failovers = [r["failovers"] for r in results if "failovers" in r]
+        if failovers:  # a check: the share of requests whose ledger row shows a failover
+            cells.append(f"  failed over: {statistics.median(failovers):.3f} of the requests")
         print(f"{target:{width}}" + "".join(f"{c:>22}" for c in cells))
+    for target, results in rows.items():
+        profiles = [r["profile"] for r in results if "profile" in r]
+        if not profiles:
+            continue
+        total = statistics.median(p["total"] for p in profiles)
+        print(
+            f"\n{target}, cProfile (medians of the rounds): all functions' own time {total:.0f} "
+            "µs per request; calls, own µs and cumulative µs per request:"
+        )
+        for key in sorted({k for p in profiles for k in p if k != "total"}):
+            values = [p.get(key, [0, 0, 0]) for p in profiles]
+            calls, own, cumulative = (statistics.median(v[i] for v in values) for i in range(3))
+            print(f"  {key:34} {calls:6.2f} {own:9.1f} {cumulative:9.1f}")
 
 
 # --------------------------------------------------------------------------- the child
@@ -156,7 +240,14 @@ def _child(args) -> None:
     import uvloop  # the loop the gunicorn workers run on (uvicorn's `auto`)
 
     target, case = args.serve, args.case
-    app = _application(target, args.root)
+    app = _application("gateway" if target == "setup" else target, args.root)
+    if target == "setup":
+        _child_set_up_connections(args.connections, os.environ["INPROC_DEAD"])
+        if args.against:
+            _child_column_defaults()
+        return
+    if target == "gateway":
+        _child_switch_dead(args.dead == "open" or args.dead == "closed")
     body = json.dumps(CHAT_SHORT if case == "chat-stream" else json.loads(bench.BODY)).encode()
     path = PATHS[(target, case)]
     scope = _scope(path, os.environ["INPROC_KEY"], body)
@@ -164,17 +255,148 @@ def _child(args) -> None:
     async def measure() -> dict:
         for _ in range(100):  # connections, caches, prepared statements
             await _one(app, scope, body)
-        cpu, wall = time.process_time(), time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
+        cpu, wall, main = time.process_time(), time.perf_counter(), time.thread_time()
         firsts = [await _one(app, scope, body) for _ in range(args.requests)]
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        main = time.thread_time() - main
+        if profiler is not None:
+            profiler.disable()
         per = 1e6 / args.requests
-        result = {"wall": round(wall * per), "cpu": round(cpu * per)}
+        # `main`: the event loop's thread alone (cpu less main: the ORM's and other threads)
+        result = {"wall": round(wall * per), "cpu": round(cpu * per), "main": round(main * per)}
         if case == "chat-stream":
             result["ttfb"] = round(statistics.median(firsts) * 1e6)
         return result
 
+    profiler = None
+    if args.profile:  # the figures above then include cProfile's own cost: compare rows only
+        import cProfile
+
+        # The thread's own CPU clock: time the process spent waiting for a core (a busy
+        # machine) or for I/O is not charged to whatever function it was in.
+        profiler = cProfile.Profile(time.thread_time)
+    failed_over = _failed_over() if args.dead in DEAD_STATES else 0
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        print(json.dumps(runner.run(measure())), flush=True)
+        result = runner.run(measure())
+    if args.dead in DEAD_STATES:  # the check that the dead connection was tried (or skipped)
+        done = 100 + args.requests
+        result["failovers"] = round((_failed_over() - failed_over) / done, 3)
+    if profiler is not None:
+        result["profile"] = _watched(profiler, args.requests)
+        name = f"gw-inproc-{target}-{args.dead}-{os.getpid()}.prof"  # for pstats: the whole
+        profiler.dump_stats(Path(tempfile.gettempdir()) / name)
+    print(json.dumps(result), flush=True)
+
+
+def _child_set_up_connections(count: int, dead_url: str) -> None:
+    """`direct`'s extra connections, as bench/run.py sets up `default` (same URL and key), made
+    through the ORM before any request reads the catalog. Weights and tags keep their defaults
+    (1, none): the revision before issue 24 has no such fields, and reads these rows as well."""
+    from catalog.models import Connection, Provider
+
+    direct = Provider.objects.get(slug="direct")
+    live = Connection.objects.get(provider=direct, name="default").base_url
+    for n in range(2, count + 1):
+        Connection.objects.update_or_create(
+            provider=direct,
+            name=EXTRA.format(n),
+            defaults={"base_url": live, "api_key": bench.UPSTREAM_KEY, "active": True},
+        )
+    if dead_url:
+        Connection.objects.update_or_create(
+            provider=direct,
+            name="dead",
+            defaults={"base_url": dead_url, "api_key": bench.UPSTREAM_KEY, "active": False},
+        )
+
+
+def _child_column_defaults() -> None:
+    """Database defaults for the columns of this tree's models that have a constant default, so
+    that an older revision's INSERT, which does not name the columns added since, still works
+    (Django drops the default a migration gave the column). Without them every ledger row of
+    the older gateway would fail and be spooled: a slower baseline, and a wrong one."""
+    from django.apps import apps
+    from django.db import connection
+    from psycopg import sql
+
+    with connection.cursor() as cursor:
+        for model in apps.get_models():
+            if not model._meta.managed or model._meta.proxy:
+                continue
+            table = model._meta.db_table
+            for field in model._meta.concrete_fields:
+                default = field.default if field.has_default() else None
+                if field.null or not isinstance(default, bool | int | str):
+                    continue
+                value = field.get_db_prep_save(default, connection)
+                cursor.execute(
+                    sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}").format(
+                        sql.Identifier(table), sql.Identifier(field.column), sql.Literal(value)
+                    )
+                )
+
+
+def _child_switch_dead(active: bool) -> None:
+    """The dead connection in this child's catalog or not (an `update()`: no new `updated_at`,
+    and each child is a fresh process with circuits of its own)."""
+    from catalog.models import Connection
+
+    Connection.objects.filter(provider__slug="direct", name="dead").update(active=active)
+
+
+# The functions of the request path that issue 24 added or changed (file, function): their
+# time per request under cProfile. Coroutines count each resumption as a call.
+WATCHED = [
+    ("catalog/routing.py", "select_routes"),
+    ("catalog/routing.py", "select_route"),
+    ("catalog/routing.py", "_first_row"),
+    ("catalog/routing.py", "_pick"),
+    ("catalog/routing.py", "_usable"),
+    ("catalog/routing.py", "_route"),
+    ("catalog/circuit.py", "known_open"),
+    ("catalog/circuit.py", "circuits"),
+    ("catalog/circuit.py", "admit"),
+    ("catalog/circuit.py", "succeeded"),
+    ("catalog/circuit.py", "failed"),
+    ("inference/failover.py", "call_with_failover"),
+    ("inference/pipeline.py", "_refined"),
+    ("inference/pipeline.py", "invoke"),
+    ("inference/pipeline.py", "_timed_call"),
+    ("inference/streaming.py", "prime"),
+    ("core/metrics.py", "upstream_attempt"),
+    ("core/metrics.py", "circuit_state"),
+    ("core/metrics.py", "failover"),
+]
+
+
+def _watched(profiler, requests: int) -> dict:
+    """{"file:function": [calls, own µs, cumulative µs]} per request, and the whole profile's
+    own time per request ("total") to set them against."""
+    import pstats
+
+    stats = pstats.Stats(profiler).stats
+    found: dict[str, list[float]] = {}
+    total = 0.0
+    for (filename, _line, name), (_cc, calls, own, cumulative, _callers) in stats.items():
+        total += own
+        for path, function in WATCHED:
+            if name == function and filename.endswith(path):
+                row = found.setdefault(f"{path.split('/')[-1]}:{name}", [0, 0.0, 0.0])
+                row[0] += calls / requests
+                row[1] += own * 1e6 / requests
+                row[2] += cumulative * 1e6 / requests
+    rows = {key: [round(v, 2) for v in row] for key, row in found.items()}
+    return {"total": round(total * 1e6 / requests), **rows}
+
+
+def _failed_over() -> int:
+    """Ledger rows so far of requests that failed over (a stream's row may still be on its way:
+    a check, not a measurement)."""
+    from licensing.models import Transaction
+
+    return Transaction.objects.filter(attempts__gt=1).count()
 
 
 def _application(target: str, root: str):
