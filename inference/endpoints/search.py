@@ -37,9 +37,7 @@ class WebSearch(pipeline.Operation, endpoint="web_search"):
     def input_texts(self, body: WebSearchRequest):
         return [body.query]
 
-    def select(
-        self, catalog, pin, allowed, body: WebSearchRequest, tags=frozenset()
-    ) -> Routes:
+    def select(self, catalog, pin, allowed, body: WebSearchRequest, tags=frozenset()) -> Routes:
         if body.type == "academic":
             # The spec: `type: academic` that the license (or the pin) cannot take to an
             # academic provider is the "under the current pins" 400, header or not.
