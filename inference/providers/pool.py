@@ -63,6 +63,7 @@ class Upstream:
         self._shares: dict[int, asyncio.Semaphore] = {}  # by license id (as many as licenses)
         self.uses_aiohttp = aiohttp_transport
         self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
         timeout_config = httpx.Timeout(
             self.read_timeout, connect=self.connect_timeout, pool=self.pool_wait
         )
@@ -118,6 +119,7 @@ class Upstream:
             self._session = aiohttp.ClientSession(
                 connector=connector, trust_env=False, trace_configs=tracing.aiohttp_trace_configs()
             )
+            self._session_loop = asyncio.get_running_loop()
         return self._session
 
     async def request(
@@ -242,8 +244,16 @@ class Upstream:
 
     async def aclose(self) -> None:
         await self.http.aclose()
-        if self._session is not None:
-            await self._session.close()
+        session = self._session
+        if session is None:
+            return
+        loop = self._session_loop
+        if loop is None or loop is asyncio.get_running_loop():
+            await session.close()
+        elif loop.is_running():
+            # Made on another server's loop (two in one process: the tests): closed there, as
+            # aiohttp requires; not waited for.
+            asyncio.run_coroutine_threadsafe(session.close(), loop)
 
     def close_when_idle(self) -> None:
         """Close a pool that an edit of its connection row replaced, once the requests it may
@@ -339,7 +349,12 @@ _retired: dict[asyncio.Task, Upstream] = {}
 
 
 async def close_retired() -> None:
-    """Close the replaced pools now (shutdown, tests)."""
+    """Close this event loop's replaced pools now (shutdown, tests). Another loop's (a second
+    server in the same process, as the tests run) are its own to close: an aiohttp pool is
+    closed on the loop it was made on."""
+    loop = asyncio.get_running_loop()
     for task, upstream in list(_retired.items()):
+        if task.get_loop() is not loop:
+            continue
         task.cancel()
         await upstream.aclose()
