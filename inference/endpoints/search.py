@@ -10,7 +10,7 @@ from __future__ import annotations
 from ninja import Router
 
 from catalog.defaults import SERVICE_ENTRIES
-from catalog.routing import Route, Routes, select_routes
+from catalog.routing import Route, Routes
 from core.errors import BadRequest
 from core.jsonio import json_response
 
@@ -54,14 +54,7 @@ class WebSearch(pipeline.Operation, endpoint="web_search"):
                 raise BadRequest(
                     f"No provider available for endpoint '{self.endpoint}' under the current pins"
                 )
-        return select_routes(
-            catalog,
-            endpoint=self.endpoint,
-            model=self.model_of(body),
-            pin=pin,
-            allowed=allowed,
-            tags=tags,
-        )
+        return super().select(catalog, pin, allowed, body, tags)
 
     def prepare(self, route: Route, body: WebSearchRequest) -> None:
         if body.search_domain_filter and route.provider.kind != "websearch":
