@@ -160,18 +160,20 @@ class ConnectionAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
     viewable = False
     form = ConnectionForm
     formfield_overrides = FORMFIELD_OVERRIDES
+    # What an operator looks for first (is it healthy, how much traffic, which tags) on the
+    # left: on a narrow screen the table scrolls, and the URL and timestamps can wait.
     list_display = (
         "provider",
         "name",
-        "shown_base_url",
-        "region",
+        "circuit_state",
         "weight",
         "tag_list",
         "active",
         "credentials_set",
-        "circuit_state",
         "last_error",
         "cooldown_until",
+        "shown_base_url",
+        "region",
         "updated_at",
     )
     list_display_links = ("provider", "name")

@@ -111,6 +111,15 @@ def test_the_admin_in_a_browser(server, page):
     assert "direct" in page.inner_text("#try-result")
     shot(page, "08-try-request-allowed")
 
+    # The provider connections: weight, tags and each one's circuit (nothing has failed yet).
+    page.goto(server.url + "/admin/catalog/connection/")
+    page.wait_for_selector("#result_list")
+    header = page.inner_text("#result_list thead").lower()
+    for column in ("weight", "tags", "circuit", "last error", "cool-down until"):
+        assert column in header, header
+    assert "closed" in page.inner_text("#result_list tbody")
+    shot(page, "085-connections")
+
     # /v1/docs renders (Swagger UI from the static files).
     page.goto(server.url + "/v1/docs")
     page.wait_for_selector(".swagger-ui .opblock")
