@@ -17,6 +17,35 @@ def default_policy():
 class Institution(models.Model):
     name = models.CharField(max_length=200, unique=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # The student portal (licensing.portal): what a student accepts before their first key,
+    # and how many active keys one student may hold.
+    terms_of_use = models.TextField(
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Shown in the student portal; a student accepts it before their first key",
+    )
+    portal_key_limit = models.PositiveSmallIntegerField(
+        default=5,
+        db_default=5,
+        validators=[MaxValueValidator(100)],
+        help_text="Active API keys one student may hold in the portal",
+    )
+    # Money shown as money (licensing.console.money): empty = GATEWAY_CURRENCY and
+    # GATEWAY_CREDITS_PER_CURRENCY_UNIT.
+    currency = models.CharField(
+        max_length=3,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="ISO 4217 code shown beside micro-credits (e.g. EUR); empty = the gateway's",
+    )
+    micro_credits_per_currency_unit = models.BigIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Micro-credits worth one unit of the currency; empty = the gateway's",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -122,6 +151,10 @@ def alert_at(limit: int, percent: int) -> int:
 
 class ApiKey(models.Model):
     license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="api_keys")
+    # A student's own key (the portal): the wallet and the ledger rows are the end user's.
+    end_user = models.ForeignKey(
+        "EndUser", on_delete=models.CASCADE, null=True, blank=True, related_name="api_keys"
+    )
     name = models.CharField(max_length=200, blank=True)
     prefix = models.CharField(max_length=32, db_index=True, editable=False)
     digest = models.CharField(max_length=64, unique=True, editable=False)
@@ -195,17 +228,38 @@ class JwtIssuer(models.Model):
 
 
 class EndUser(models.Model):
-    """A person known from a JWT `sub`; created on their first valid token."""
+    """A person on a license with a wallet of their own under a per-user strategy: known from
+    a JWT `sub` (created on their first valid token) or a student who signed in to the portal
+    (`user`; their portal keys carry `ApiKey.end_user`)."""
 
     license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="end_users")
-    issuer = models.ForeignKey(JwtIssuer, on_delete=models.CASCADE, related_name="end_users")
+    issuer = models.ForeignKey(
+        JwtIssuer, on_delete=models.CASCADE, related_name="end_users", null=True, blank=True
+    )
     subject = models.CharField(max_length=500)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="end_users",
+        help_text="The portal student (signed in with the institution's identity provider)",
+    )
+    active = models.BooleanField(
+        default=True, db_default=True, help_text="Off: the student lost the role; keys refused"
+    )
+    terms_accepted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["issuer", "subject"], name="uniq_end_user_subject")
+            models.UniqueConstraint(fields=["issuer", "subject"], name="uniq_end_user_subject"),
+            models.UniqueConstraint(
+                fields=["license", "user"],
+                condition=models.Q(user__isnull=False),
+                name="uniq_end_user_portal_user",
+            ),
         ]
 
     def __str__(self):
@@ -343,6 +397,7 @@ class AdminProfile(models.Model):
     class Role(models.TextChoices):
         ADMIN = "admin", "Institution admin: licenses, license types, keys, end users, issuers"
         REVIEWER = "reviewer", "Reviewer: reads licenses, wallets and transactions"
+        TEACHER = "teacher", "Teacher: their own courses"
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="gateway_profile"
@@ -351,6 +406,9 @@ class AdminProfile(models.Model):
         Institution, on_delete=models.CASCADE, related_name="admin_profiles"
     )
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.ADMIN)
+    # Set by the identity provider at each sign-in (licensing.access.sso): the admin's forms
+    # leave such a role alone, the next sign-in would undo a change.
+    managed_by_idp = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         verbose_name = "institution role"
@@ -384,3 +442,123 @@ class BudgetAlert(models.Model):
 
     def __str__(self):
         return f"{self.license} {self.window_start:%Y-%m-%d}"
+
+
+class IdentityProvider(models.Model):
+    """An institution's OpenID Connect provider: its staff and students sign in with it
+    (licensing.access.sso), and its groups claim decides their role at every sign-in."""
+
+    institution = models.OneToOneField(
+        Institution, on_delete=models.CASCADE, related_name="identity_provider"
+    )
+    issuer = models.CharField(
+        max_length=500, unique=True, help_text="The issuer URL (discovery at /.well-known/...)"
+    )
+    client_id = models.CharField(max_length=255)
+    client_secret = EncryptedTextField(max_length=1000, blank=True)  # encrypted at rest
+    client_secret_env = models.CharField(
+        max_length=100, blank=True, help_text="Or: the environment variable holding the secret"
+    )
+    groups_claim = models.CharField(max_length=100, default="groups")
+    admin_groups = models.JSONField(default=list, blank=True)
+    reviewer_groups = models.JSONField(default=list, blank=True)
+    teacher_groups = models.JSONField(default=list, blank=True)
+    student_groups = models.JSONField(default=list, blank=True)
+    student_license = models.ForeignKey(
+        License,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The license students land on (per-user budgets apply)",
+    )
+    email_domains = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Comma-separated e-mail domains: the login page finds the institution by them",
+    )
+    sso_only = models.BooleanField(
+        default=False, help_text="Refuse local passwords for this institution's users"
+    )
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["institution__name"]
+        verbose_name = "identity provider (SSO)"
+
+    def __str__(self):
+        return f"{self.institution} ({self.issuer})"
+
+
+class SsoIdentity(models.Model):
+    """Which Django user a subject of an identity provider is (the `sub` claim, stable)."""
+
+    provider = models.ForeignKey(
+        IdentityProvider, on_delete=models.CASCADE, related_name="identities"
+    )
+    subject = models.CharField(max_length=255)
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identity"
+    )
+    email = models.CharField(max_length=254, blank=True)
+    groups = models.JSONField(default=list, blank=True, help_text="At the last sign-in")
+    last_sign_in = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "subject"], name="uniq_sso_subject")
+        ]
+
+    def __str__(self):
+        return f"{self.subject} ({self.provider.institution})"
+
+
+class AuditEvent(models.Model):
+    """Who did what, when and from where: sign-ins (and refusals), roles, keys, policies,
+    budgets, tokens (licensing.access.audit). Written once, never changed."""
+
+    class Action(models.TextChoices):
+        SIGN_IN = "sign_in", "Signed in"
+        SIGN_IN_REFUSED = "sign_in_refused", "Sign-in refused"
+        SIGN_OUT = "sign_out", "Signed out"
+        ROLE_CHANGED = "role_changed", "Role changed"
+        USER_CREATED = "user_created", "User created"
+        USER_DEACTIVATED = "user_deactivated", "User deactivated"
+        API_KEY_CREATED = "api_key_created", "API key created"
+        API_KEY_REVOKED = "api_key_revoked", "API key revoked"
+        POLICY_CHANGED = "policy_changed", "Policy changed"
+        BUDGET_CHANGED = "budget_changed", "Budget changed"
+        TOKEN_CREATED = "token_created", "Management token created"
+        SSO_CONFIGURED = "sso_configured", "Identity provider configured"
+        TERMS_ACCEPTED = "terms_accepted", "Terms of use accepted"
+
+    created_at = models.DateTimeField(default=timezone.now)
+    institution = models.ForeignKey(
+        Institution, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    actor_name = models.CharField(max_length=254, blank=True, help_text="Kept if the user goes")
+    action = models.CharField(max_length=32, choices=Action.choices)
+    target = models.CharField(max_length=200, blank=True, help_text="e.g. license:3, user:7")
+    detail = models.JSONField(default=dict, blank=True)
+    ip = models.GenericIPAddressField(null=True, blank=True, verbose_name="from")
+    user_agent = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["institution", "created_at"], name="audit_institution_time"),
+            models.Index(fields=["created_at"], name="audit_time"),
+        ]
+
+    def __str__(self):
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action}"

@@ -5,7 +5,14 @@ from django.db.models.signals import post_delete, post_save
 from gateway_site.localcache import clear_all
 
 # Written on the hot path; they are never cached, so their writes must not clear anything.
-_NOT_CACHED = {"wallet", "transaction", "budgetalert", "adminprofile"}
+_NOT_CACHED = {
+    "wallet",
+    "transaction",
+    "budgetalert",
+    "adminprofile",
+    "auditevent",
+    "ssoidentity",
+}
 
 
 def _invalidate(sender, created=False, **kwargs):

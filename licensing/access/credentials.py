@@ -126,6 +126,7 @@ class _KeyInfo:
     license_id: int
     active: bool
     expires_at: datetime | None
+    end_user_id: int | None  # a student's portal key: the end user's wallet
 
 
 def _license_info(license_id: int) -> LicenseInfo | None:
@@ -175,7 +176,7 @@ def _resolve_api_key(credential: str) -> Principal | None:
     if info is None:
         generation = _key_cache.generation
         rows = ApiKey.objects.filter(prefix=key_lookup_prefix(credential)).values_list(
-            "id", "digest", "license_id", "active", "expires_at"
+            "id", "digest", "license_id", "active", "expires_at", "end_user_id"
         )
         for row in rows:
             if hmac.compare_digest(row[1], digest):
@@ -189,7 +190,7 @@ def _resolve_api_key(credential: str) -> Principal | None:
     license_info = _license_info(info.license_id)
     if license_info is None or not license_info.usable:
         return None
-    return Principal(license=license_info, api_key_id=info.id)
+    return Principal(license=license_info, api_key_id=info.id, end_user_id=info.end_user_id)
 
 
 # --- JWT -----------------------------------------------------------------------------------
