@@ -191,6 +191,14 @@ class Config(BaseSettings):
     GATEWAY_CIRCUIT_COOLDOWN: Seconds = Field(
         30.0, description="seconds an open circuit skips its connection before one probe"
     )
+    GATEWAY_CURRENCY: Annotated[str, Field(pattern=r"^[A-Z]{3}$"), EmptyIsDefault] = Field(
+        "USD", description="ISO 4217 code of the money shown beside micro-credits"
+    )
+    GATEWAY_CREDITS_PER_CURRENCY_UNIT: Count = Field(
+        1_000_000,
+        description="micro-credits worth one unit of GATEWAY_CURRENCY (the catalog's list "
+        "prices: 1 USD = 1,000,000); an institution may set its own",
+    )
     GATEWAY_GC_THRESHOLD: str = Field(
         "20000,20,50",
         description="the cyclic collector's thresholds in a server process; default: Python's",
@@ -345,6 +353,8 @@ class Config(BaseSettings):
             "FAILOVER_BUDGET": self.GATEWAY_FAILOVER_BUDGET,
             "CIRCUIT_FAILURES": self.GATEWAY_CIRCUIT_FAILURES,
             "CIRCUIT_COOLDOWN": self.GATEWAY_CIRCUIT_COOLDOWN,
+            "CURRENCY": self.GATEWAY_CURRENCY,
+            "CREDITS_PER_CURRENCY_UNIT": self.GATEWAY_CREDITS_PER_CURRENCY_UNIT,
             "OUTBOUND_ALLOW": self.GATEWAY_OUTBOUND_ALLOW,
             "OUTBOUND_ALLOWED_PORTS": self.GATEWAY_OUTBOUND_ALLOWED_PORTS,
         }
@@ -387,6 +397,8 @@ class GatewaySettings(TypedDict):
     FAILOVER_BUDGET: float
     CIRCUIT_FAILURES: int
     CIRCUIT_COOLDOWN: float
+    CURRENCY: str
+    CREDITS_PER_CURRENCY_UNIT: int
     OUTBOUND_ALLOW: str
     OUTBOUND_ALLOWED_PORTS: frozenset[int]
 

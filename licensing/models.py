@@ -1,6 +1,6 @@
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -38,6 +38,7 @@ class Institution(models.Model):
         blank=True,
         default="",
         db_default="",
+        validators=[RegexValidator(r"^[A-Z]{3}\Z", "Three capital letters (ISO 4217), e.g. EUR")],
         help_text="ISO 4217 code shown beside micro-credits (e.g. EUR); empty = the gateway's",
     )
     micro_credits_per_currency_unit = models.BigIntegerField(
