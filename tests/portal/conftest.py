@@ -70,3 +70,9 @@ def student(db):
 @pytest.fixture
 def portal(student):
     return signed_in(student[0])
+
+
+@pytest.fixture
+def anon(db) -> Client:
+    """Django's test client, signed out (the suite's `client` is httpx on the live gateway)."""
+    return Client()
