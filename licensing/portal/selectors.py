@@ -121,6 +121,18 @@ class WalletView:
         return self.limit is None
 
     @property
+    def used_text(self) -> str:
+        return f"{self.used:,}"
+
+    @property
+    def remaining_text(self) -> str:
+        return "" if self.remaining is None else f"{self.remaining:,}"
+
+    @property
+    def limit_text(self) -> str:
+        return "" if self.limit is None else f"{self.limit:,}"
+
+    @property
     def remaining_money(self) -> str:
         return self.rate.format(self.remaining)
 
@@ -191,6 +203,14 @@ class UsageRow:
     requests: int
     credits: int
     money: str
+
+    @property
+    def credits_text(self) -> str:
+        return f"{self.credits:,}"
+
+    @property
+    def requests_text(self) -> str:
+        return f"{self.requests:,}"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from tests.browser import BROWSER_TEST, shot
 pytestmark = BROWSER_TEST
 
 KEY_RE = re.compile(r"sk-svc-[A-Za-z0-9_-]{43}")
+SIGN_IN = "a.button:has-text('Sign in with Demo school')"
 
 # Run with `manage.py shell -c` on run.sh's database: a student license of the demo school with
 # terms of use and a display currency, an identity provider offering it, a student (a user with
@@ -53,14 +54,17 @@ print("SESSION", session.session_key)
 
 
 def test_the_student_portal_in_a_browser(server, page):
-    # Signed out: the login page offers the school's sign-in.
-    page.goto(server.url + "/portal/")
-    page.wait_for_selector("text=Sign in with")
-    assert page.url.startswith(server.url + "/portal/login/")
-    shot(page, "portal-01-login")
-
     printed = server.manage("shell", "-c", STUDENT_SETUP)
     session_key = re.search(r"SESSION (\S+)", printed).group(1)
+
+    # Signed out: the login page offers the school's sign-in (the SSO flow's start).
+    page.goto(server.url + "/portal/")
+    page.wait_for_selector(SIGN_IN)
+    assert page.url.startswith(server.url + "/portal/login/")
+    href = page.get_attribute(SIGN_IN, "href")
+    assert re.fullmatch(r"/sso/\d+/login/\?next=%2Fportal%2F", href), href
+    shot(page, "portal-01-login")
+
     page.context.add_cookies([{"name": "sessionid", "value": session_key, "url": server.url}])
 
     # The overview: the license, an untouched wallet, the terms still to accept.
@@ -68,7 +72,7 @@ def test_the_student_portal_in_a_browser(server, page):
     page.wait_for_selector("#wallet")
     assert "Year 12 students" in page.inner_text("h1")
     wallet = page.inner_text("#wallet")
-    assert "1.82 EUR" in wallet and "2000000 of 2000000 micro-credits left" in wallet
+    assert "1.82 EUR" in wallet and "2,000,000 of 2,000,000 micro-credits left" in wallet
     assert "accept the terms of use" in page.inner_text("#content")
     # Styled like the admin: its stylesheet loaded.
     assert page.eval_on_selector("#header", "e => getComputedStyle(e).display") == "flex"
@@ -150,6 +154,6 @@ def test_the_student_portal_in_a_browser(server, page):
 
     # Sign out: back to the login page, the portal closed.
     page.click("text=Sign out")
-    page.wait_for_selector("text=Sign in with")
+    page.wait_for_selector(SIGN_IN)
     page.goto(server.url + "/portal/keys/")
     assert page.url.startswith(server.url + "/portal/login/")

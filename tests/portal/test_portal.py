@@ -183,7 +183,7 @@ def test_overview_shows_license_wallet_and_reset_in_credits_and_money(db):
     body = text(response)
     assert "hill-students" in body and "Hill School" in body
     assert "1.88 CHF" in body  # 3,750,000 remaining at 2,000,000 per franc
-    assert "3750000 of 5000000 micro-credits left" in body
+    assert "3,750,000 of 5,000,000 micro-credits left" in body
     assert "0.62 CHF of 2.50 CHF used" in body  # half-even: 0.625 -> 0.62
     now = timezone.now()
     first = (now.replace(day=1) + timedelta(days=32)).replace(day=1)

@@ -62,9 +62,9 @@ def test_portal_key_works_with_the_openai_sdk_and_bills_the_students_wallet(gate
     body = portal.get("/portal/").content.decode()
     money = selectors.institution_rate(institution).format(row.credits)
     assert money.endswith(" EUR") and money in body
-    assert f"{10_000_000 - row.credits} of 10000000 micro-credits left" in body
+    assert f"{10_000_000 - row.credits:,} of 10,000,000 micro-credits left" in body
     by_model = body.split('id="usage-by-model"')[1].split("</table>")[0]
-    assert f"<td>{MINI}</td>" in by_model and f">{row.credits}<" in by_model
+    assert f"<td>{MINI}</td>" in by_model and f">{row.credits:,}<" in by_model
 
     # The models on the overview are the ones GET /v1/models lists for this key.
     listed = {model.id for model in sdk.models.list()}
