@@ -121,6 +121,11 @@ class WalletView:
         return self.limit is None
 
     @property
+    def period_noun(self) -> str:
+        """ "day", "week", "month"; "" for a lifetime budget."""
+        return {"daily": "day", "weekly": "week", "monthly": "month"}.get(self.period, "")
+
+    @property
     def used_text(self) -> str:
         return f"{self.used:,}"
 

@@ -181,12 +181,16 @@ def terms(request, end_user: EndUser):
     return _page(request, end_user, "portal/terms.html", {"title": "Terms of use"})
 
 
+def _key_name_valid(value: str) -> None:
+    services.key_name_clean(value)  # raises ValidationError
+
+
 class KeyForm(forms.Form):
     name = forms.CharField(
         required=False,
         max_length=services.MAX_KEY_NAME,
         strip=True,
-        validators=[services.key_name_clean],
+        validators=[_key_name_valid],
         widget=forms.TextInput(attrs={"placeholder": "e.g. laptop, thesis project"}),
     )
 

@@ -188,7 +188,7 @@ def test_overview_shows_license_wallet_and_reset_in_credits_and_money(db):
     now = timezone.now()
     first = (now.replace(day=1) + timedelta(days=32)).replace(day=1)
     assert f"Resets {first:%a} {first.day} {first:%b %Y}, 00:00 UTC" in body
-    assert "your own wallet" in body
+    assert "your own wallet" in body and "What remains this month" in body
     assert 'id="usage-by-model"' in body and "gpt-4o-mini" in body
 
 
@@ -196,7 +196,7 @@ def test_overview_of_an_unlimited_pooled_license(db):
     user, end_user = make_student(limit=None, strategy="pooled", period="lifetime")
     ledger_row(end_user, credits=30_000)
     body = text(signed_in(user).get("/portal/"))
-    assert "Unlimited" in body
+    assert "Unlimited" in body and "What remains</h2>" in body
     assert "Does not reset" in body
     assert "shared wallet" in body
     assert "0.03 USD" in body  # the gateway's default rate: 1,000,000 per USD
