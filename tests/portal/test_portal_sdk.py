@@ -76,3 +76,37 @@ def test_portal_key_works_with_the_openai_sdk_and_bills_the_students_wallet(gate
     with pytest.raises(openai.AuthenticationError):
         sdk.chat.completions.create(model=MINI, messages=[{"role": "user", "content": "again"}])
     assert Transaction.objects.count() == 1
+
+
+def test_models_and_destinations_follow_a_restrictive_policy_like_v1_models(gateway, catalog):
+    """Model rules, allowed providers and a residency tag: the overview lists what GET
+    /v1/models lists for the student's key, and the data page only the tagged connection."""
+    from catalog.models import Connection
+    from gateway_site.localcache import clear_all
+
+    Connection.objects.filter(provider__slug="direct").update(tags="eu")
+    clear_all()
+    policy = {
+        "version": 1,
+        "services": {
+            "chat_completions": {
+                "providers": ["direct", "aggregator"],
+                "params": {"model": {"allowed": [MINI, "o4-mini"]}},
+            },
+            "embeddings": {"providers": ["direct"]},
+        },
+        "routing": {"connection_tags": ["eu"]},
+    }
+    user, end_user = make_student(license="eu-only", policy=policy)
+    portal = signed_in(user)
+    key = _portal_key(portal, "eu")
+    sdk = openai.OpenAI(api_key=key, base_url=gateway.url + "/v1", max_retries=0)
+
+    listed = {model.id for model in sdk.models.list()}
+    shown = selectors.usable_models(end_user)
+    assert {m.model_id for m in shown} == listed
+    assert MINI in listed and "gpt-4.1" not in listed
+    destinations = selectors.destinations_of(shown)
+    assert {(d.provider, d.tags) for d in destinations} == {("direct", ("eu",))}
+    table = portal.get("/portal/data/").content.decode().split('id="destinations"')[1]
+    assert "aggregator" not in table.split("</table>")[0]
