@@ -14,5 +14,6 @@ urlpatterns = [
     re_path(r"^v1/", api_not_found_view),
     path("admin/", admin.site.urls),
     path("manage/v1/", include("licensing.console.manage_api")),
+    path("portal/", include("licensing.portal.urls")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]
