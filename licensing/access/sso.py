@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.config import get_config
+from core.crypto import reveal
 from core.outbound import Refused, validate_outbound_url
 
 from ..models import (
@@ -212,7 +213,7 @@ def client_secret_of(provider: IdentityProvider) -> str:
     """The secret, from the environment when the row names a variable (read at each use)."""
     if provider.client_secret_env:
         return os.environ.get(provider.client_secret_env, "")
-    return provider.client_secret or ""
+    return reveal(provider.client_secret)
 
 
 # --- selectors -------------------------------------------------------------------------------

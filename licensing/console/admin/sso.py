@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 
 from catalog.forms import FORMFIELD_OVERRIDES, AdminModelFormMixin
+from core.crypto import Sealed
 
 from ...access.sso import (
     identity_provider_configure,
@@ -109,11 +110,14 @@ class IdentityProviderAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data
         env = data.get("client_secret_env") or ""
+        secret = data.get("client_secret")
+        if isinstance(secret, Sealed) or not secret:
+            secret = None  # the stored one is kept
         saved = identity_provider_configure(
             institution=data.get("institution") or obj.institution,
             issuer=data["issuer"],
             client_id=data["client_id"],
-            client_secret=None if env else data.get("client_secret") or None,
+            client_secret=None if env else secret,
             client_secret_env=env or None,
             groups_claim=data.get("groups_claim") or "groups",
             admin_groups=data.get("admin_groups"),
