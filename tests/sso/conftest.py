@@ -132,3 +132,12 @@ def gateway_log():
     logger.addHandler(handler)
     yield records
     logger.removeHandler(handler)
+
+
+@pytest.fixture
+def public_dns(monkeypatch):
+    """Host names of the tests' made-up IdPs resolve to one public address (the network edge:
+    core.outbound's resolver); nothing connects to it."""
+    from core import outbound
+
+    monkeypatch.setattr(outbound, "getaddrinfo_sync", lambda host, port: ["93.184.215.14"])

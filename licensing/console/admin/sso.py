@@ -63,7 +63,10 @@ class IdentityProviderForm(AdminModelFormMixin, forms.ModelForm):
             cleaned["email_domains"] = validate_domains(cleaned.get("email_domains") or "")
         except ValidationError as exc:
             self.add_error("email_domains", exc)
-        institution, license = cleaned.get("institution"), cleaned.get("student_license")
+        institution = cleaned.get("institution")
+        if institution is None and self.instance.pk:
+            institution = self.instance.institution  # read-only once saved
+        license = cleaned.get("student_license")
         if institution is not None and license is not None:
             if license.institution_id != institution.pk:
                 self.add_error("student_license", "This license belongs to another institution.")
