@@ -174,11 +174,11 @@ def _parse_jwks(document: Any) -> dict[str | None, list]:
         kid = jwk.get("kid")
         if kid is not None and not isinstance(kid, str):
             continue
-        kind = {"RSA": RSAKey, "EC": ECKey}.get(jwk.get("kty"))  # type: ignore[arg-type]
-        if kind is None:
+        kty = jwk.get("kty")
+        if kty not in ("RSA", "EC"):
             continue
         try:
-            key = kind.import_key(jwk)
+            key = RSAKey.import_key(jwk) if kty == "RSA" else ECKey.import_key(jwk)
         except Exception:  # noqa: BLE001 (whatever a hostile key makes the parser raise)
             continue
         keys.setdefault(kid, []).append(key)

@@ -21,7 +21,7 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import REDIRECT_FIELD_NAME, login
 from django.contrib.auth.views import LoginView
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -223,7 +223,8 @@ def sso_callback(request: HttpRequest, provider_id: int) -> HttpResponse:
         return _refused(
             request, reason=exc.reason, message=exc.message, status=status, provider=provider
         )
-    who = claims.get("email") if isinstance(claims.get("email"), str) else claims["sub"]
+    email = claims.get("email")
+    who = email if isinstance(email, str) else str(claims["sub"])
     try:
         signed_in = sign_in_complete(provider=provider, claims=claims, request=request)
     except SignInRefused as exc:
@@ -286,7 +287,7 @@ class GatewayAuthenticationForm(AdminAuthenticationForm):
 
 
 @never_cache
-def admin_login(request: HttpRequest) -> HttpResponse:
+def admin_login(request: HttpRequest) -> HttpResponseBase:
     """The admin's login page (Django's AdminSite.login, with a button per institution:
     licensing/sso/choices.html, and the --sso-only message)."""
     site = admin.site

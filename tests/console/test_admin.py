@@ -11,8 +11,8 @@ from html.parser import HTMLParser
 
 import pytest
 from django.contrib import admin
-from django.contrib.auth import get_user_model
 from django.contrib.admin.models import LogEntry
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse

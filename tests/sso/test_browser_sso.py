@@ -106,7 +106,7 @@ def test_a_refused_user_sees_why_and_whom_to_ask(server, idp, page):
         page.click("a.sso-button")
     assert answer.value.status == 403
     page.wait_for_selector(".sso-refused")
-    text = page.inner_text("#content-main")
+    text = page.inner_text("#content")
     assert "Sign-in refused" in text
     assert "None of your groups" in text
     # Whom to ask: the institution's admins (ada signed in as one above).
