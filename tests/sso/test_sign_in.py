@@ -523,3 +523,28 @@ def test_fake_refuses_a_wrong_pkce_verifier(world):
         auth=("gw-alpha", "alpha-secret"),
     )
     assert answer.status_code == 400 and "PKCE" in answer.text
+
+
+def test_an_oversized_token_answer_is_a_clean_refusal(browser, world):
+    alpha = world[0]
+    alpha.idp.sign_in_next("q", email="q@alpha.example.edu", groups=["alpha-admins"])
+    callback = at_idp(start(browser, alpha.provider))
+    alpha.idp.bloat_next(oidc.MAX_BYTES + 1)
+    response = browser.get(callback)
+    assert_refused(browser, response, 502, "idp_unavailable")
+
+
+def test_post_outbound_form_follows_no_redirect(world):
+    from core.outbound import Refused, post_outbound_form
+
+    alpha = world[0]
+    alpha.idp.fail_next(302, headers={"location": "http://169.254.169.254/"})
+    with pytest.raises(Refused) as caught:
+        post_outbound_form(f"{alpha.idp.issuer}/token", data={"a": "b"}, max_bytes=1000, timeout=5)
+    assert caught.value.code == "redirect_not_allowed"
+    with pytest.raises(Refused) as caught:
+        post_outbound_form("http://10.0.0.1/token", data={}, max_bytes=1000, timeout=5)
+    assert caught.value.code == "blocked_address"
+    sent = alpha.idp.requests[-1]
+    assert sent.method == "POST" and sent.text == "a=b"
+    assert sent.headers["content-type"] == "application/x-www-form-urlencoded"
