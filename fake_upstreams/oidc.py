@@ -88,13 +88,15 @@ class OidcFake(FakeUpstream):
     def sign_in_next(
         self,
         sub: str,
+        /,
         *,
         email: str | None = None,
         email_verified: bool | None = True,
         groups: list[str] | str | None = None,
         **extra: Any,
     ) -> None:
-        """Who the next visit of /authorize signs in (a queue: one per visit)."""
+        """Who the next visit of /authorize signs in (a queue: one per visit); `extra` claims
+        are added to the id_token, or replace its own (`aud`, `iat`, even `sub`)."""
         with self._state_lock:
             self._next.append(NextUser(sub, email, email_verified, groups or [], extra))
 

@@ -208,6 +208,14 @@ def test_configure_sso_updates_with_a_secret_from_the_environment(db):
     assert (provider.client_id, provider.client_secret_env) == ("b", "DELTA_OIDC_SECRET")
     assert not provider.client_secret
     assert provider.reviewer_groups == ["r"]  # left out: kept
+    assert not provider.sso_only
+    _run(*("Delta", "--issuer", "https://idp.delta.example", "--client-id", "b", "--sso-only"))
+    _run("Delta", "--issuer", "https://idp.delta.example", "--client-id", "b")
+    provider.refresh_from_db()
+    assert provider.sso_only and provider.client_secret_env == "DELTA_OIDC_SECRET"
+    _run("Delta", "--issuer", "https://idp.delta.example", "--client-id", "b", "--no-sso-only")
+    provider.refresh_from_db()
+    assert not provider.sso_only
     assert f"https://gateway.delta.example/sso/{provider.pk}/callback/" in out
     assert "updated" in out
 

@@ -548,3 +548,32 @@ def test_post_outbound_form_follows_no_redirect(world):
     sent = alpha.idp.requests[-1]
     assert sent.method == "POST" and sent.text == "a=b"
     assert sent.headers["content-type"] == "application/x-www-form-urlencoded"
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ({"iat": 4_000_000_000}, "invalid_iat"),
+        ({"iss": "https://other.example"}, "invalid_iss"),
+        ({"aud": ["gw-alpha", "someone-else"]}, "wrong_audience"),  # several: azp needed
+        ({"aud": ["gw-alpha", "x"], "azp": "x"}, "wrong_audience"),
+        ({"sub": ""}, "invalid_sub"),
+        ({"sub": 12}, "invalid_sub"),
+    ],
+)
+def test_claims_that_are_not_acceptable(browser, world, extra, reason):
+    alpha = world[0]
+    alpha.idp.sign_in_next("s", email="s@alpha.example.edu", groups=["alpha-admins"], **extra)
+    assert_refused(browser, sign_in(browser, alpha.provider), 403, reason)
+
+
+def test_several_audiences_with_our_azp_are_accepted(browser, world):
+    alpha = world[0]
+    alpha.idp.sign_in_next(
+        "t",
+        email="t@alpha.example.edu",
+        groups=["alpha-admins"],
+        aud=["gw-alpha", "api://other"],
+        azp="gw-alpha",
+    )
+    assert sign_in(browser, alpha.provider).status_code == 302

@@ -1,3 +1,4 @@
+import argparse
 import sys
 
 from django.core.exceptions import ValidationError
@@ -40,8 +41,9 @@ class Command(BaseCommand):
         parser.add_argument("--student-license", help="The license students land on (name)")
         parser.add_argument(
             "--sso-only",
-            action="store_true",
-            help="Refuse local passwords of the institution's users (superusers keep theirs)",
+            action=argparse.BooleanOptionalAction,
+            help="Refuse local passwords of the institution's users (superusers keep theirs); "
+            "--no-sso-only allows them again",
         )
         parser.add_argument(
             "--email-domain",
@@ -103,7 +105,7 @@ class Command(BaseCommand):
                 teacher_groups=kept("teacher_groups"),
                 student_groups=kept("student_groups"),
                 student_license=license,
-                sso_only=options["sso_only"],
+                sso_only=bool(kept("sso_only")),
                 email_domains=kept("email_domains"),
             )
         except ValidationError as exc:
