@@ -20,5 +20,6 @@ urlpatterns = [
     path("sso/<int:provider_id>/login/", sso_views.sso_login, name="sso-login"),
     path("sso/<int:provider_id>/callback/", sso_views.sso_callback, name="sso-callback"),
     path("manage/v1/", include("licensing.console.manage_api")),
+    path("portal/", include("licensing.portal.urls")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]
