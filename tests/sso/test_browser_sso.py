@@ -2,12 +2,14 @@
 started as the README starts it (`bash scripts/run.sh`), a fake OpenID Connect provider on
 127.0.0.1 (fake_upstreams/oidc.py), its institution configured with `manage.py configure_sso`.
 An admin signs in and lands on the admin with the institution's pages; a reviewer signs in; a
-person with no mapped group sees the 403 page. Screenshots in var/screenshots/sso-*.png."""
+person with no mapped group sees the 403 page; a student signs in from the portal's button and
+makes a key that the openai SDK uses. Screenshots in var/screenshots/sso-*.png."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+import openai
 import pytest
 
 from fake_upstreams.oidc import OidcFake
@@ -43,10 +45,15 @@ def server(idp):
         for name, value in env.items():
             patch.setenv(name, value)
         with running_server() as run:
+            run.manage(
+                "create_license", "Demo students", "--institution", "Demo school",
+                "--limit", "2000000", "--period", "monthly", "--strategy", "per_user",
+            )  # fmt: skip
             out = run.manage(
                 "configure_sso", "Demo school", "--issuer", idp.issuer,
                 "--client-id", "gw-demo", "--client-secret-env", "DEMO_OIDC_SECRET",
                 "--admin-group", "gateway-admins", "--reviewer-group", "gateway-reviewers",
+                "--student-group", "pupils", "--student-license", "Demo students",
                 "--email-domain", "demo.example.edu",
             )  # fmt: skip
             assert f"{env['GATEWAY_PUBLIC_URL']}/sso/1/callback/" in out
@@ -117,3 +124,30 @@ def test_a_refused_user_sees_why_and_whom_to_ask(server, idp, page):
     # No session: the admin still asks to sign in.
     page.goto(server.url + "/admin/")
     assert "/admin/login/" in page.url
+
+
+def test_a_student_signs_in_from_the_portal_and_uses_a_key(server, idp, page):
+    _fresh(page)
+    idp.sign_in_next("pia-sub", email="pia@demo.example.edu", groups=["pupils"])
+    page.goto(server.url + "/portal/")
+    page.click("a.button:has-text('Sign in with Demo school')")
+    page.wait_for_selector("#wallet")
+    assert page.url == server.url + "/portal/"
+    assert "Demo students" in page.inner_text("h1")
+    shot(page, "sso-06-student-portal")
+    page.goto(server.url + "/portal/keys/")
+    if page.locator("#key-form").count() == 0:  # terms of use first, when the school has any
+        page.goto(server.url + "/portal/terms/")
+        page.check("input[name=accept]")
+        page.click("input[type=submit][value=Accept]")
+    page.wait_for_selector("#key-form")
+    page.fill("#id_name", "laptop")
+    page.click("#key-form input[type=submit]")
+    page.wait_for_selector("#new-key")
+    key = page.inner_text("#new-key-value").strip()
+    shot(page, "sso-07-student-key")
+    sdk = openai.OpenAI(api_key=key, base_url=server.url + "/v1", max_retries=0, timeout=30)
+    answer = sdk.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "Hello after SSO"}]
+    )
+    assert answer.choices[0].message.content
