@@ -19,7 +19,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
@@ -321,8 +321,17 @@ def sign_in_complete(
     """What a verified id_token does: the user (found or created by provider and `sub`), their
     roles from the groups claim in the provider's institution. Raises SignInRefused; a refusal
     for lack of a mapped group still takes away the roles the user held (committed)."""
-    with transaction.atomic():
-        outcome = _sign_in(provider=provider, claims=claims, request=request)
+    try:
+        with transaction.atomic():
+            outcome = _sign_in(provider=provider, claims=claims, request=request)
+    except IntegrityError:
+        # Two first sign-ins of one person at once (or of one e-mail address as user name):
+        # the other one made the user; this one may simply start again.
+        outcome = SignInRefused(
+            "concurrent_sign_in",
+            "Another sign-in of this account was under way at the same moment. Try again.",
+            status=409,
+        )
     if isinstance(outcome, SignInRefused):
         raise outcome
     return outcome

@@ -577,3 +577,16 @@ def test_several_audiences_with_our_azp_are_accepted(browser, world):
         azp="gw-alpha",
     )
     assert sign_in(browser, alpha.provider).status_code == 302
+
+
+def test_two_first_sign_ins_at_once_are_a_clean_refusal(browser, world, monkeypatch):
+    from django.db import IntegrityError
+
+    alpha = world[0]
+
+    def taken(*args, **kwargs):
+        raise IntegrityError("UNIQUE constraint failed: auth_user.username")
+
+    monkeypatch.setattr(User.objects, "create_user", taken)
+    alpha.idp.sign_in_next("u", email="u@alpha.example.edu", groups=["alpha-admins"])
+    assert_refused(browser, sign_in(browser, alpha.provider), 409, "concurrent_sign_in")
