@@ -244,6 +244,12 @@ class Config(BaseSettings):
     GATEWAY_OUTBOUND_ALLOWED_PORTS: PortSet = Field(
         frozenset({443}), description="admin-set URLs: ports they may name"
     )
+    GATEWAY_PUBLIC_URL: Annotated[
+        str, Field(pattern=r"^https?://[A-Za-z0-9.\-\[\]:]+(/[!-~]*)?$"), EmptyIsDefault
+    ] = Field(
+        "http://127.0.0.1:8000",
+        description="the gateway's URL as browsers reach it (SSO redirect URIs are built on it)",
+    )
     GATEWAY_METRICS: Annotated[bool, EmptyIsDefault] = Field(
         True, description="off: nothing recorded, /metrics answers 404"
     )

@@ -437,6 +437,35 @@ def fetch_outbound_json(url: str, *, max_bytes: int, timeout: float) -> Any:
     been written past validation, or the host's addresses changed), connected only to the
     admitted address, no redirect followed, no compressed answer, at most `max_bytes` read,
     within `timeout` seconds in all. Any failure raises Refused with a readable message."""
+    return _outbound_json("GET", url, max_bytes=max_bytes, timeout=timeout)
+
+
+def post_outbound_form(
+    url: str,
+    *,
+    data: dict[str, str],
+    max_bytes: int,
+    timeout: float,
+    headers: dict[str, str] | None = None,
+) -> Any:
+    """POST `data` form-encoded to an admin-set URL (an OpenID Connect token endpoint) and
+    return its JSON, under the same guard as `fetch_outbound_json`. `headers` adds request
+    headers (HTTP Basic client authentication). A 4xx with a JSON body is still a Refused
+    (`http_error`): the caller logs the status, the body is the IdP's and is not shown."""
+    return _outbound_json(
+        "POST", url, max_bytes=max_bytes, timeout=timeout, data=data, headers=headers
+    )
+
+
+def _outbound_json(
+    method: str,
+    url: str,
+    *,
+    max_bytes: int,
+    timeout: float,
+    data: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Any:
     scheme, host, port = _url_parts(url)
     deadline = time.monotonic() + timeout
     body = bytearray()
@@ -448,8 +477,8 @@ def fetch_outbound_json(url: str, *, max_bytes: int, timeout: float) -> Any:
             trust_env=False,
             timeout=timeout,
         ) as client:
-            headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
-            with client.stream("GET", url, headers=headers) as response:
+            sent = {"Accept": "application/json", "Accept-Encoding": "identity", **(headers or {})}
+            with client.stream(method, url, headers=sent, data=data) as response:
                 if response.is_redirect:
                     raise Refused("redirect_not_allowed", "The URL redirected (not followed)")
                 if response.status_code != 200:

@@ -255,7 +255,8 @@ GATEWAY_INVALIDATION_FILE = CONFIG.GATEWAY_INVALIDATION_FILE
 ADMIN_MIDDLEWARE += ["axes.middleware.AxesMiddleware"]
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's ModelBackend, refusing local passwords of --sso-only institutions (docs/sso.md).
+    "licensing.access.backends.GatewayModelBackend",
 ]
 AXES_FAILURE_LIMIT = CONFIG.GATEWAY_ADMIN_LOGIN_FAILURES
 AXES_COOLOFF_TIME = CONFIG.GATEWAY_ADMIN_LOCKOUT_MINUTES / 60  # hours

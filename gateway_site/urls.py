@@ -3,6 +3,7 @@ from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
 from inference.api import api
+from licensing.console import sso_views
 
 from .middleware import api_not_found_view
 
@@ -12,7 +13,12 @@ admin.site.site_title = "Inference Gateway admin"
 urlpatterns = [
     path("v1/", api.urls),
     re_path(r"^v1/", api_not_found_view),
+    # Before admin.site.urls: the admin's login page with the single sign-on buttons.
+    path("admin/login/", sso_views.admin_login, name="gateway-admin-login"),
     path("admin/", admin.site.urls),
+    path("sso/find/", sso_views.sso_find, name="sso-find"),
+    path("sso/<int:provider_id>/login/", sso_views.sso_login, name="sso-login"),
+    path("sso/<int:provider_id>/callback/", sso_views.sso_callback, name="sso-callback"),
     path("manage/v1/", include("licensing.console.manage_api")),
     path("portal/", include("licensing.portal.urls")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),

@@ -40,10 +40,13 @@ class _Entry:
 
 
 class JwksCache:
-    """Keys per JWKS URL; `clock` (seconds, monotonic) and `fetch` are injectable for tests."""
+    """Keys per JWKS URL; `clock` (seconds, monotonic) and `fetch` are injectable for tests;
+    `parse` turns a fetched document into {kid: [keys]} (default: PyJWT's keys; the OpenID
+    Connect sign-in passes its own, licensing.access.oidc)."""
 
-    def __init__(self, clock=time.monotonic, fetch=None):
+    def __init__(self, clock=time.monotonic, fetch=None, parse=None):
         self.clock = clock
+        self.parse = parse or _parse_jwks
         self.fetch = fetch or (
             lambda url: fetch_outbound_json(url, max_bytes=MAX_BYTES, timeout=TIMEOUT)
         )
@@ -79,7 +82,7 @@ class JwksCache:
     def _refresh(self, url: str, entry: _Entry) -> None:
         entry.tried_at = self.clock()
         try:
-            keys = _parse_jwks(self.fetch(url))
+            keys = self.parse(self.fetch(url))
         except Refused as exc:
             logger.warning("JWKS %s not usable (%s): %s", url, exc.code, exc.message)
             return

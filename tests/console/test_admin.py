@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 import pytest
 from django.contrib import admin
 from django.contrib.admin.models import LogEntry
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -24,10 +25,12 @@ from licensing.models import (
     ApiKey,
     BudgetAlert,
     EndUser,
+    IdentityProvider,
     Institution,
     JwtIssuer,
     License,
     LicenseType,
+    SsoIdentity,
     Transaction,
     Wallet,
 )
@@ -51,8 +54,9 @@ ADDABLE = {
     ApiKey,
     JwtIssuer,
     AdminProfile,
+    IdentityProvider,
 }
-READ_ONLY = {EndUser, Wallet, Transaction, BudgetAlert}
+READ_ONLY = {EndUser, Wallet, Transaction, BudgetAlert, SsoIdentity}
 ALL_MODELS = sorted(ADDABLE | READ_ONLY, key=lambda m: m._meta.label)
 
 
@@ -220,6 +224,16 @@ def objects(db):
         provider=conn.provider,
         model=Model.objects.get(model_id="text-embedding-3-small"),
         provider_row=ProviderModel.objects.filter(model__model_id="text-embedding-3-small").first(),
+    )
+    idp = IdentityProvider.objects.create(
+        institution=found["license"].institution,
+        issuer="https://idp.a.example.edu",
+        client_id="gateway",
+        client_secret="idp-SECRET-do-not-show",
+    )
+    found["identity_provider"] = idp
+    found["sso_identity"] = SsoIdentity.objects.create(
+        provider=idp, subject="sub-a", user=get_user_model().objects.create_user("sso-a")
     )
     return found
 

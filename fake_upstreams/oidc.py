@@ -1,0 +1,255 @@
+"""A small OpenID Connect provider for the SSO tests (docs/sso.md): discovery, a JWKS with an
+RSA and an EC P-256 key, an authorize endpoint without any page (the test says who signs in
+next), and a token endpoint that checks what a real one checks (client id and secret, basic or
+post; the redirect URI; the PKCE S256 verifier; a code used once and within its lifetime) and
+answers an id_token signed RS256 or ES256.
+
+Switches for the hostile cases (`failure`): "down" (every answer a 503), "garbage" (the
+discovery document and the token answer are not JSON), "wrong_key" (the id_token is signed by a
+key not in the JWKS, under a kid that is), "wrong_aud", "wrong_nonce", "wrong_issuer",
+"expired", "huge" (a discovery document of several MB). `clock` is injectable (seconds).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+from joserfc import jwt
+from joserfc.jwk import ECKey, RSAKey
+
+from .server import FakeUpstream, RecordedRequest, Response, json_response
+
+
+@dataclass
+class NextUser:
+    sub: str
+    email: str | None = None
+    email_verified: bool | None = True
+    groups: list[str] | str | None = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Code:
+    user: NextUser
+    client_id: str
+    redirect_uri: str
+    nonce: str | None
+    challenge: str
+    issued_at: float
+
+
+class OidcFake(FakeUpstream):
+    name = "oidc"
+    base_path = ""
+    ROUTES = [
+        ("GET", r"/\.well-known/openid-configuration", "discovery"),
+        ("GET", r"/jwks", "jwks"),
+        ("GET", r"/authorize", "authorize"),
+        ("POST", r"/token", "token"),
+    ]
+    PUBLIC = frozenset({"discovery", "jwks", "authorize", "token"})
+    KNOBS = {
+        "alg": "RS256",  # or "ES256"
+        "failure": None,  # see the module's docstring
+        "code_lifetime": 60.0,  # seconds a code may wait for its exchange
+        "auth_methods": ["client_secret_basic", "client_secret_post"],
+        "token_lifetime": 300,
+    }
+
+    def __init__(self, client_id: str = "gateway", client_secret: str = "s3cret", clock=None):
+        super().__init__()
+        self.client_id = client_id
+        self.client_secret = client_secret
+        self.clock = clock or time.time
+        self.rsa = RSAKey.generate_key(2048, parameters={"kid": "rsa-1", "use": "sig"})
+        self.ec = ECKey.generate_key("P-256", parameters={"kid": "ec-1", "use": "sig"})
+        # The attacker's keys: the same kids, not published.
+        self.rogue_rsa = RSAKey.generate_key(2048, parameters={"kid": "rsa-1"})
+        self.rogue_ec = ECKey.generate_key("P-256", parameters={"kid": "ec-1"})
+        self._state_lock = threading.Lock()
+        self._next: list[NextUser] = []
+        self._codes: dict[str, _Code] = {}
+        self.used_codes: set[str] = set()
+        self.issued: list[dict[str, Any]] = []  # the claims of every id_token handed out
+
+    @property
+    def issuer(self) -> str:
+        assert self.origin is not None
+        return self.origin
+
+    def sign_in_next(
+        self,
+        sub: str,
+        /,
+        *,
+        email: str | None = None,
+        email_verified: bool | None = True,
+        groups: list[str] | str | None = None,
+        **extra: Any,
+    ) -> None:
+        """Who the next visit of /authorize signs in (a queue: one per visit); `extra` claims
+        are added to the id_token, or replace its own (`aud`, `iat`, even `sub`)."""
+        with self._state_lock:
+            self._next.append(NextUser(sub, email, email_verified, groups or [], extra))
+
+    def _reset_state(self) -> None:
+        with self._state_lock:
+            self._next.clear()
+            self._codes.clear()
+            self.used_codes.clear()
+            self.issued.clear()
+
+    def error(self, status: int, message: str | None = None, **extra: Any) -> Response:
+        return json_response({"error": message or "server_error", **extra}, status)
+
+    def _down(self) -> Response | None:
+        if self.failure == "down":
+            return Response(503, b"Service Unavailable", [("content-type", "text/plain")])
+        return None
+
+    # -- endpoints ---------------------------------------------------------------------
+
+    def discovery(self, request: RecordedRequest) -> Response:
+        down = self._down()
+        if down is not None:
+            return down
+        if self.failure == "garbage":
+            return Response(200, b"<html>not json", [("content-type", "application/json")])
+        document = {
+            "issuer": "https://elsewhere.example"
+            if self.failure == "wrong_issuer"
+            else self.issuer,
+            "authorization_endpoint": self.issuer + "/authorize",
+            "token_endpoint": self.issuer + "/token",
+            "jwks_uri": self.issuer + "/jwks",
+            "response_types_supported": ["code"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["RS256", "ES256"],
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": list(self.auth_methods),
+            "scopes_supported": ["openid", "email", "profile"],
+        }
+        if self.failure == "huge":
+            document["padding"] = "x" * (3 * 1024 * 1024)
+        return json_response(document)
+
+    def jwks(self, request: RecordedRequest) -> Response:
+        down = self._down()
+        if down is not None:
+            return down
+        keys = [self.rsa.as_dict(private=False), self.ec.as_dict(private=False)]
+        return json_response({"keys": keys})
+
+    def authorize(self, request: RecordedRequest) -> Response:
+        query = request.query
+        redirect_uri = query.get("redirect_uri", "")
+        if query.get("client_id") != self.client_id or not redirect_uri:
+            return self.error(400, "invalid_request", error_description="unknown client")
+        if (
+            query.get("response_type") != "code"
+            or "openid" not in query.get("scope", "").split()
+            or query.get("code_challenge_method") != "S256"
+            or not query.get("code_challenge")
+        ):
+            return self._redirect(redirect_uri, error="invalid_request", state=query.get("state"))
+        with self._state_lock:
+            user = self._next.pop(0) if self._next else None
+        if user is None:
+            return self._redirect(redirect_uri, error="access_denied", state=query.get("state"))
+        code = secrets.token_urlsafe(24)
+        with self._state_lock:
+            self._codes[code] = _Code(
+                user=user,
+                client_id=self.client_id,
+                redirect_uri=redirect_uri,
+                nonce=query.get("nonce"),
+                challenge=query["code_challenge"],
+                issued_at=self.clock(),
+            )
+        return self._redirect(redirect_uri, code=code, state=query.get("state"))
+
+    def _redirect(self, redirect_uri: str, **params: str | None) -> Response:
+        query = urlencode({k: v for k, v in params.items() if v is not None})
+        separator = "&" if "?" in redirect_uri else "?"
+        return Response(302, b"", [("location", f"{redirect_uri}{separator}{query}")])
+
+    def token(self, request: RecordedRequest) -> Response:
+        down = self._down()
+        if down is not None:
+            return down
+        form = dict(parse_qsl(request.text, keep_blank_values=True))
+        client_id, secret = form.get("client_id"), form.get("client_secret")
+        basic = request.headers.get("authorization", "")
+        if basic.lower().startswith("basic "):
+            try:
+                pair = base64.b64decode(basic[6:]).decode()
+            except ValueError:
+                return self.error(401, "invalid_client")
+            client_id, _, secret = pair.partition(":")
+        if client_id != self.client_id or secret != self.client_secret:
+            return self.error(401, "invalid_client")
+        if form.get("grant_type") != "authorization_code":
+            return self.error(400, "unsupported_grant_type")
+        code = form.get("code", "")
+        with self._state_lock:
+            grant = self._codes.pop(code, None)
+            reused = code in self.used_codes
+            self.used_codes.add(code)
+        if grant is None or reused:
+            return self.error(400, "invalid_grant", error_description="unknown or used code")
+        if self.clock() - grant.issued_at > self.code_lifetime:
+            return self.error(400, "invalid_grant", error_description="code expired")
+        if form.get("redirect_uri") != grant.redirect_uri:
+            return self.error(400, "invalid_grant", error_description="redirect_uri differs")
+        verifier = form.get("code_verifier", "")
+        digest = hashlib.sha256(verifier.encode()).digest()
+        if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != grant.challenge:
+            return self.error(400, "invalid_grant", error_description="PKCE verifier")
+        if self.failure == "garbage":
+            return Response(200, b"{not json", [("content-type", "application/json")])
+        access_token = secrets.token_urlsafe(24)
+        return json_response(
+            {
+                "access_token": access_token,
+                "token_type": "Bearer",
+                "expires_in": 300,
+                "id_token": self.id_token(grant),
+            }
+        )
+
+    def id_token(self, grant: _Code) -> str:
+        now = int(self.clock())
+        user = grant.user
+        claims: dict[str, Any] = {
+            "iss": self.issuer,
+            "sub": user.sub,
+            "aud": "someone-else" if self.failure == "wrong_aud" else grant.client_id,
+            "iat": now - 400 if self.failure == "expired" else now,
+            "exp": now - 100 if self.failure == "expired" else now + self.token_lifetime,
+        }
+        if grant.nonce is not None:
+            claims["nonce"] = "not-the-nonce" if self.failure == "wrong_nonce" else grant.nonce
+        if user.email is not None:
+            claims["email"] = user.email
+            if user.email_verified is not None:
+                claims["email_verified"] = user.email_verified
+        if user.groups:
+            claims["groups"] = user.groups
+        claims.update(user.extra)
+        with self._state_lock:
+            self.issued.append(dict(claims))
+        if self.alg == "ES256":
+            key = self.rogue_ec if self.failure == "wrong_key" else self.ec
+            header = {"alg": "ES256", "kid": "ec-1", "typ": "JWT"}
+        else:
+            key = self.rogue_rsa if self.failure == "wrong_key" else self.rsa
+            header = {"alg": "RS256", "kid": "rsa-1", "typ": "JWT"}
+        return jwt.encode(header, claims, key)

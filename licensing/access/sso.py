@@ -1,0 +1,565 @@
+"""Single sign-on with an institution's OpenID Connect provider: its configuration, and what a
+verified sign-in does to users and roles (docs/sso.md). The protocol is licensing.access.oidc;
+the HTTP views are licensing.console.sso_views.
+
+A person is found by `SsoIdentity(provider, sub)`, never by e-mail: an e-mail address is only
+a user name when it is free, and only when the IdP says it is verified. Roles come from the
+groups claim at every sign-in, in the provider's own institution only; a role the groups no
+longer give is taken away (staff: the profile and is_staff; student: the end user deactivated
+and its portal keys revoked).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from core.config import get_config
+from core.crypto import reveal
+from core.outbound import Refused, validate_outbound_url
+
+from ..models import (
+    AdminProfile,
+    ApiKey,
+    AuditEvent,
+    EndUser,
+    IdentityProvider,
+    Institution,
+    License,
+    SsoIdentity,
+)
+from .audit import audit_event_record
+
+logger = logging.getLogger("gateway")
+
+MAX_GROUPS = 200  # groups of one claim looked at (Entra sends up to 200 in an id_token)
+MAX_GROUP_LENGTH = 255
+STAFF_ORDER = (AdminProfile.Role.ADMIN, AdminProfile.Role.REVIEWER, AdminProfile.Role.TEACHER)
+
+
+class SignInRefused(Exception):
+    """A verified token whose holder may not sign in: `reason` (audit), `message` (people)."""
+
+    def __init__(self, reason: str, message: str, *, status: int = 403, contacts=()):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.status = status
+        self.contacts: tuple[str, ...] = tuple(contacts)
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+def validate_groups(value: Any, name: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise ValidationError(f"{name}: a list of group names")
+    groups: list[str] = []
+    for group in value:
+        if not isinstance(group, str) or not group.strip():
+            raise ValidationError(f"{name}: group names are non-empty strings")
+        if "\x00" in group or any(0xD800 <= ord(c) <= 0xDFFF for c in group):
+            raise ValidationError(f"{name}: a group name holds a NUL or a lone surrogate")
+        if len(group) > MAX_GROUP_LENGTH:
+            raise ValidationError(f"{name}: a group name is longer than {MAX_GROUP_LENGTH}")
+        if group not in groups:
+            groups.append(group)
+    return groups
+
+
+def validate_domains(value: Any) -> str:
+    if isinstance(value, str):
+        value = [part for part in value.split(",")]
+    domains = []
+    for raw in value or []:
+        domain = str(raw).strip().lower().lstrip("@")
+        if not domain:
+            continue
+        if (
+            not domain.isascii()
+            or "." not in domain
+            or any(not (c.isalnum() or c in ".-") for c in domain)
+        ):
+            raise ValidationError(f"Not an e-mail domain: {domain!r} (xn-- form for IDNs)")
+        if domain not in domains:
+            domains.append(domain)
+    text = ",".join(domains)
+    if len(text) > 500:
+        raise ValidationError("Too many e-mail domains (500 characters in all)")
+    return text
+
+
+def _text(value: Any, name: str, limit: int, *, required: bool = False) -> str:
+    if not isinstance(value, str):
+        value = "" if value is None else str(value)
+    if "\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise ValidationError(f"{name} holds a NUL or a lone surrogate")
+    value = value.strip()
+    if required and not value:
+        raise ValidationError(f"{name} is required")
+    if len(value) > limit:
+        raise ValidationError(f"{name} is longer than {limit} characters")
+    return value
+
+
+def validate_issuer(value: Any) -> str:
+    """The issuer URL as stored (no trailing slash), checked by the outbound URL guard."""
+    issuer = _text(value, "The issuer", 500, required=True).rstrip("/")
+    try:
+        validate_outbound_url(issuer)
+    except Refused as exc:
+        raise ValidationError(f"The issuer URL is refused: {exc.message}") from exc
+    return issuer
+
+
+@transaction.atomic
+def identity_provider_configure(
+    *,
+    institution: Institution,
+    issuer: str,
+    client_id: str,
+    client_secret: str | None = None,
+    client_secret_env: str | None = None,
+    groups_claim: str = "groups",
+    admin_groups: list[str] | None = None,
+    reviewer_groups: list[str] | None = None,
+    teacher_groups: list[str] | None = None,
+    student_groups: list[str] | None = None,
+    student_license: License | None = None,
+    sso_only: bool = False,
+    email_domains: list[str] | str | None = None,
+    active: bool = True,
+    actor=None,
+    request=None,
+) -> IdentityProvider:
+    """Create or update the institution's provider (the command and the admin's form both
+    come here). Exactly one of `client_secret` / `client_secret_env` when creating; on update
+    a None keeps what is stored."""
+    issuer = validate_issuer(issuer)
+    client_id = _text(client_id, "The client id", 255, required=True)
+    groups_claim = _text(groups_claim, "The groups claim", 100, required=True)
+    if student_license is not None and student_license.institution_id != institution.pk:
+        raise ValidationError("The student license must belong to the same institution")
+    mapped = {
+        "admin_groups": validate_groups(admin_groups, "admin groups"),
+        "reviewer_groups": validate_groups(reviewer_groups, "reviewer groups"),
+        "teacher_groups": validate_groups(teacher_groups, "teacher groups"),
+        "student_groups": validate_groups(student_groups, "student groups"),
+    }
+    if mapped["student_groups"] and student_license is None:
+        raise ValidationError("Student groups need a student license")
+    other = IdentityProvider.objects.filter(issuer=issuer).exclude(institution=institution)
+    if other.exists():
+        raise ValidationError("Another institution already uses this issuer")
+    provider = IdentityProvider.objects.select_for_update().filter(institution=institution).first()
+    created = provider is None
+    if provider is None:
+        provider = IdentityProvider(institution=institution)
+    if client_secret is not None and client_secret_env is not None:
+        raise ValidationError("Give the client secret or its environment variable, not both")
+    if client_secret is not None:
+        provider.client_secret = _text(client_secret, "The client secret", 1000, required=True)
+        provider.client_secret_env = ""
+    elif client_secret_env is not None:
+        name = _text(client_secret_env, "The variable name", 100, required=True)
+        if not name.replace("_", "").isalnum() or not name.isascii() or name[0].isdigit():
+            raise ValidationError(f"Not an environment variable name: {name!r}")
+        provider.client_secret_env, provider.client_secret = name, ""
+    elif created:
+        raise ValidationError("A new provider needs a client secret or its environment variable")
+    provider.issuer = issuer
+    provider.client_id = client_id
+    provider.groups_claim = groups_claim
+    for name, groups in mapped.items():
+        setattr(provider, name, groups)
+    provider.student_license = student_license
+    provider.sso_only = sso_only
+    provider.email_domains = validate_domains(email_domains)
+    provider.active = active
+    provider.save()
+    audit_event_record(
+        action=AuditEvent.Action.SSO_CONFIGURED,
+        request=request,
+        actor=actor,
+        actor_name="" if actor or request else "manage.py configure_sso",
+        institution=institution,
+        target=f"identity_provider:{provider.pk}",
+        detail={
+            "created": created,
+            "issuer": issuer,
+            "client_id": client_id,
+            "sso_only": sso_only,
+            **mapped,
+        },
+    )
+    logger.info(
+        "SSO %s for %s: issuer %s", "configured" if created else "updated", institution, issuer
+    )
+    return provider
+
+
+def client_secret_of(provider: IdentityProvider) -> str:
+    """The secret, from the environment when the row names a variable (read at each use)."""
+    if provider.client_secret_env:
+        return os.environ.get(provider.client_secret_env, "")
+    return reveal(provider.client_secret)
+
+
+# --- selectors -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProviderChoice:
+    id: int
+    institution: str
+
+
+def sign_in_providers(*, students_only: bool = False) -> list[ProviderChoice]:
+    """The buttons of the login pages: every active provider (the portal: those with a
+    student license), by institution name."""
+    rows = IdentityProvider.objects.filter(active=True).select_related("institution")
+    if students_only:
+        rows = rows.filter(student_license__isnull=False)
+    return [ProviderChoice(p.pk, p.institution.name) for p in rows.order_by("institution__name")]
+
+
+def provider_for_email(email: str) -> IdentityProvider | None:
+    """The active provider whose e-mail domains hold this address's domain."""
+    if not isinstance(email, str) or "@" not in email or len(email) > 254:
+        return None
+    domain = email.rsplit("@", 1)[1].strip().lower()
+    if not domain:
+        return None
+    for provider in IdentityProvider.objects.filter(active=True, email_domains__icontains=domain):
+        if domain in provider.email_domains.split(","):
+            return provider
+    return None
+
+
+def admin_contacts(institution_id: int) -> list[str]:
+    """Whom a refused person may ask: the e-mails of the institution's admins."""
+    emails = (
+        AdminProfile.objects.filter(
+            institution_id=institution_id, role=AdminProfile.Role.ADMIN, user__is_active=True
+        )
+        .exclude(user__email="")
+        .order_by("user__email")
+        .values_list("user__email", flat=True)
+    )
+    return list(emails[:5])
+
+
+# --- sign-in ---------------------------------------------------------------------------------
+
+
+@dataclass
+class SignedIn:
+    user: Any
+    staff_role: str | None
+    student: bool
+    changes: list[str] = field(default_factory=list)
+
+
+def groups_of(claims: dict[str, Any], claim: str) -> list[str]:
+    """The groups claim as a list of strings (one string is one group; anything else: none)."""
+    value = claims.get(claim)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        return []
+    return [g for g in value[:MAX_GROUPS] if isinstance(g, str) and 0 < len(g) <= 255]
+
+
+def _mapped_roles(provider: IdentityProvider, groups: list[str]) -> tuple[str | None, bool]:
+    held = set(groups)
+    staff = None
+    for role, mapped in zip(
+        STAFF_ORDER,
+        (provider.admin_groups, provider.reviewer_groups, provider.teacher_groups),
+        strict=True,
+    ):
+        if held & set(mapped or []):
+            staff = role.value
+            break
+    student = bool(held & set(provider.student_groups or [])) and (
+        provider.student_license_id is not None
+    )
+    return staff, student
+
+
+def _verified_email(claims: dict[str, Any]) -> str | None:
+    email = claims.get("email")
+    if not isinstance(email, str) or not email or len(email) > 254 or "@" not in email:
+        return None
+    if "\x00" in email or any(0xD800 <= ord(c) <= 0xDFFF for c in email):
+        return None
+    return email.strip().lower()
+
+
+def _username_for(provider: IdentityProvider, sub: str, email: str | None) -> str:
+    User = get_user_model()
+    if email and not User.objects.filter(username__iexact=email).exists():
+        return email
+    digest = hashlib.sha256(sub.encode("utf-8")).hexdigest()[:12]
+    return f"sso{provider.pk}-{digest}"
+
+
+def sign_in_complete(
+    *, provider: IdentityProvider, claims: dict[str, Any], request=None
+) -> SignedIn:
+    """What a verified id_token does: the user (found or created by provider and `sub`), their
+    roles from the groups claim in the provider's institution. Raises SignInRefused; a refusal
+    for lack of a mapped group still takes away the roles the user held (committed)."""
+    try:
+        with transaction.atomic():
+            outcome = _sign_in(provider=provider, claims=claims, request=request)
+    except IntegrityError:
+        # Two first sign-ins of one person at once (or of one e-mail address as user name):
+        # the other one made the user; this one may simply start again.
+        outcome = SignInRefused(
+            "concurrent_sign_in",
+            "Another sign-in of this account was under way at the same moment. Try again.",
+            status=409,
+        )
+    if isinstance(outcome, SignInRefused):
+        raise outcome
+    return outcome
+
+
+def _verified(claims: dict[str, Any]) -> bool:
+    # `email_verified` is OpenID Connect's; Entra ID sends none and offers the optional claim
+    # `xms_edov` (the e-mail's domain is verified by the tenant) instead (docs/sso.md).
+    return claims.get("email_verified") is True or claims.get("xms_edov") is True
+
+
+def _sign_in(
+    *, provider: IdentityProvider, claims: dict[str, Any], request
+) -> SignedIn | SignInRefused:
+    sub: str = claims["sub"]
+    raw_email = claims.get("email")
+    email = _verified_email(claims)
+    if raw_email is not None and not _verified(claims):
+        # An unverified address is never a user name nor stored: refuse rather than guess.
+        return SignInRefused(
+            "email_not_verified",
+            "Your identity provider says your e-mail address is not verified.",
+            contacts=admin_contacts(provider.institution_id),
+        )
+    groups = groups_of(claims, provider.groups_claim)
+    staff_role, student = _mapped_roles(provider, groups)
+    identity = (
+        SsoIdentity.objects.select_for_update()
+        .select_related("user")
+        .filter(provider=provider, subject=sub)
+        .first()
+    )
+    user = identity.user if identity is not None else None
+    if user is not None:
+        foreign = AdminProfile.objects.filter(user=user).exclude(
+            institution_id=provider.institution_id
+        )
+        if foreign.exists() or user.is_superuser:
+            # A superuser signs in with their password (break-glass), never through an IdP.
+            return SignInRefused(
+                "role_in_other_institution",
+                "This account holds a role in another institution.",
+                contacts=admin_contacts(provider.institution_id),
+            )
+        if not user.is_active:
+            return SignInRefused(
+                "user_inactive",
+                "This account has been deactivated.",
+                contacts=admin_contacts(provider.institution_id),
+            )
+    if staff_role is None and not student:
+        if user is not None:
+            _apply_roles(provider, user, None, False, request, sub)  # groups gone: roles gone
+        return SignInRefused(
+            "no_mapped_group",
+            "None of your groups at your identity provider is one this gateway gives a role to.",
+            contacts=admin_contacts(provider.institution_id),
+        )
+    if user is None:
+        User = get_user_model()
+        user = User.objects.create_user(
+            _username_for(provider, sub, email), email=email or "", password=None
+        )
+        identity = SsoIdentity.objects.create(provider=provider, subject=sub, user=user)
+    assert identity is not None
+    if email and user.email != email:
+        user.email = email
+        user.save(update_fields=["email"])
+    changes = _apply_roles(provider, user, staff_role, student, request, sub)
+    identity.email = email or ""
+    identity.groups = groups
+    identity.last_sign_in = timezone.now()
+    identity.save(update_fields=["email", "groups", "last_sign_in"])
+    return SignedIn(user=user, staff_role=staff_role, student=student, changes=changes)
+
+
+def _apply_roles(
+    provider: IdentityProvider, user, staff_role: str | None, student: bool, request, sub: str
+) -> list[str]:
+    """Make the user's roles in the provider's institution what the groups say; every change
+    is an audit row `role_changed`."""
+    changes: list[str] = []
+    institution_id = provider.institution_id
+    profile = AdminProfile.objects.select_for_update().filter(user=user).first()
+    if profile is not None and profile.institution_id != institution_id:
+        return changes  # never touched from another institution's IdP (refused above)
+    before = profile.role if profile is not None else None
+    if staff_role is None and profile is not None:
+        profile.delete()
+        changes.append(f"staff role {before} removed")
+    elif staff_role is not None and profile is None:
+        AdminProfile.objects.create(
+            user=user, institution_id=institution_id, role=staff_role, managed_by_idp=True
+        )
+        changes.append(f"staff role {staff_role} given")
+    elif (
+        staff_role is not None
+        and profile is not None
+        and (profile.role != staff_role or not profile.managed_by_idp)
+    ):
+        profile.role, profile.managed_by_idp = staff_role, True
+        profile.save(update_fields=["role", "managed_by_idp"])
+        if before != staff_role:
+            changes.append(f"staff role {before} -> {staff_role}")
+    is_staff = staff_role is not None or user.is_superuser
+    if user.is_staff != is_staff:
+        user.is_staff = is_staff
+        user.save(update_fields=["is_staff"])
+    changes += _apply_student(provider, user, student, sub)
+    for change in changes:
+        audit_event_record(
+            action=AuditEvent.Action.ROLE_CHANGED,
+            request=request,
+            actor=user,
+            institution=institution_id,
+            target=f"user:{user.pk}",
+            detail={"change": change, "by": "identity provider", "provider": provider.pk},
+        )
+        logger.info("SSO role change for user %s in %s: %s", user.pk, institution_id, change)
+    return changes
+
+
+def _apply_student(provider: IdentityProvider, user, student: bool, sub: str) -> list[str]:
+    license_id = provider.student_license_id
+    end_users = EndUser.objects.select_for_update().filter(
+        user=user, license__institution_id=provider.institution_id
+    )
+    changes: list[str] = []
+    if student and license_id is not None:
+        end_user = next((e for e in end_users if e.license_id == license_id), None)
+        if end_user is None:
+            EndUser.objects.create(
+                license_id=license_id, user=user, subject=sub, issuer=None, active=True
+            )
+            changes.append("student role given")
+        elif not end_user.active:
+            end_user.active = True
+            end_user.save(update_fields=["active"])
+            changes.append("student role given back")
+        others = [e for e in end_users if e.license_id != license_id and e.active]
+    else:
+        others = [e for e in end_users if e.active]
+    for end_user in others:
+        end_user.active = False
+        end_user.save(update_fields=["active"])
+        revoked = 0
+        for key in ApiKey.objects.select_for_update().filter(end_user=end_user, active=True):
+            key.active = False
+            key.save(update_fields=["active", "updated_at"])  # post_save clears the API caches
+            revoked += 1
+        changes.append(f"student role removed ({revoked} portal keys revoked)")
+    return changes
+
+
+# --- the audit rows of sign-ins --------------------------------------------------------------
+
+
+def sign_in_record(*, provider: IdentityProvider, signed_in: SignedIn, request) -> None:
+    audit_event_record(
+        action=AuditEvent.Action.SIGN_IN,
+        request=request,
+        actor=signed_in.user,
+        institution=provider.institution_id,
+        target=f"user:{signed_in.user.pk}",
+        detail={
+            "method": "sso",
+            "provider": provider.pk,
+            "staff_role": signed_in.staff_role,
+            "student": signed_in.student,
+        },
+    )
+    logger.info(
+        "SSO sign-in: user %s through provider %s (%s, student=%s)",
+        signed_in.user.pk,
+        provider.pk,
+        signed_in.staff_role,
+        signed_in.student,
+    )
+
+
+def sign_in_refusal_record(
+    *,
+    reason: str,
+    message: str,
+    request,
+    provider: IdentityProvider | None = None,
+    who: str = "",
+) -> None:
+    """A refused sign-in: an audit row `sign_in_refused` with the reason, and a warning line."""
+    audit_event_record(
+        action=AuditEvent.Action.SIGN_IN_REFUSED,
+        request=request,
+        actor_name=who,
+        institution=provider.institution_id if provider is not None else None,
+        target=f"identity_provider:{provider.pk}" if provider is not None else "",
+        detail={"reason": reason, "message": message[:300]},
+    )
+    logger.warning(
+        "SSO sign-in refused (%s) at provider %s: %s",
+        reason,
+        provider.pk if provider is not None else "-",
+        message,
+    )
+
+
+def sso_only_provider_of(user) -> IdentityProvider | None:
+    """The `sso_only` provider of an institution the user belongs to (a role, an SSO identity
+    or a portal end user), if any."""
+    institutions = set(
+        AdminProfile.objects.filter(user=user).values_list("institution_id", flat=True)
+    )
+    institutions |= set(
+        SsoIdentity.objects.filter(user=user).values_list("provider__institution_id", flat=True)
+    )
+    institutions |= set(
+        EndUser.objects.filter(user=user).values_list("license__institution_id", flat=True)
+    )
+    if not institutions:
+        return None
+    return (
+        IdentityProvider.objects.select_related("institution")
+        .filter(institution_id__in=institutions, sso_only=True, active=True)
+        .first()
+    )
+
+
+def redirect_uri_of(provider_id: int, base_url: str | None = None) -> str:
+    """The callback URL to register at the IdP: GATEWAY_PUBLIC_URL (or `base_url`) and the
+    provider's own callback path (one per provider: an answer is never taken as another's)."""
+    base = (base_url or get_config().GATEWAY_PUBLIC_URL).rstrip("/")
+    return base + reverse("sso-callback", args=[provider_id])
