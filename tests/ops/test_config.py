@@ -136,6 +136,8 @@ def test_settings_gateway_keeps_its_keys_and_value_types():
         "FAILOVER_BUDGET": float,
         "CIRCUIT_FAILURES": int,
         "CIRCUIT_COOLDOWN": float,
+        "CURRENCY": str,
+        "CREDITS_PER_CURRENCY_UNIT": int,
         "OUTBOUND_ALLOW": str,
         "OUTBOUND_ALLOWED_PORTS": frozenset,
     }
