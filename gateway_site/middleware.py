@@ -7,9 +7,11 @@ CSRF, auth, messages) is applied to everything else by `AdminStack`.
 import logging
 import time
 import uuid
+from inspect import iscoroutine
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpResponse, JsonResponse
+from django.urls import Resolver404, get_resolver
 from django.utils.module_loading import import_string
 
 from core import metrics
@@ -138,13 +140,34 @@ class AdminStack:
         from django.conf import settings
 
         self.get_response = get_response
-        handler = get_response
+        # Django's handler calls the `process_view` hooks of settings.MIDDLEWARE only, so the
+        # stack's own (CsrfViewMiddleware's: the CSRF check of every POST outside /v1) run
+        # here, innermost, after sessions and auth, as Django would run them.
+        self.view_hooks: list = []
+        handler = self._view_hooks_then_view
         for path in reversed(settings.ADMIN_MIDDLEWARE):
             handler = import_string(path)(handler)
             if not iscoroutinefunction(handler):  # pragma: no cover - all built-ins adapt
                 raise RuntimeError(f"{path} must support async")
+            if hasattr(handler, "process_view"):
+                self.view_hooks.insert(0, handler.process_view)
         self.admin_chain = handler
         markcoroutinefunction(self)
+
+    async def _view_hooks_then_view(self, request):
+        if self.view_hooks:
+            try:
+                match = get_resolver(getattr(request, "urlconf", None)).resolve(request.path_info)
+            except Resolver404:
+                match = None  # the handler answers its 404
+            if match is not None:
+                for hook in self.view_hooks:
+                    answer = hook(request, match.func, match.args, match.kwargs)
+                    if iscoroutine(answer):
+                        answer = await answer
+                    if answer is not None:
+                        return answer
+        return await self.get_response(request)
 
     async def __call__(self, request):
         if request.path.startswith(API_PREFIX):

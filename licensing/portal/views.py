@@ -14,7 +14,6 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import mark_safe
 from django.views.decorators.cache import never_cache
-from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from ..console import charts
@@ -47,10 +46,7 @@ def student_required(view):
             )
         return view(request, end_user, *args, **kwargs)
 
-    # CSRF is checked here, not by the middleware: gateway_site.middleware.AdminStack runs
-    # the admin stack's middlewares without their process_view, where CsrfViewMiddleware
-    # checks (the admin's own views carry csrf_protect the same way).
-    return never_cache(csrf_protect(wrapper))
+    return never_cache(wrapper)
 
 
 def _page(request, end_user: EndUser, template: str, context: dict, status: int = 200):
@@ -105,7 +101,6 @@ def _next_of(request) -> str:
 
 
 @require_POST
-@csrf_protect
 def logout(request):
     end_user = selectors.portal_end_user(request.user)
     if request.user.is_authenticated:
