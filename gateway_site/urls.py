@@ -12,6 +12,7 @@ admin.site.site_title = "Inference Gateway admin"
 urlpatterns = [
     path("v1/", api.urls),
     re_path(r"^v1/", api_not_found_view),
+    path("admin/", include("licensing.console.account")),  # before the admin's catch-all
     path("admin/", admin.site.urls),
     path("manage/v1/", include("licensing.console.manage_api")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),

@@ -1,4 +1,4 @@
 """The licensing admin pages, for Django's admin autodiscovery: they live in
 `licensing.console.admin`, one module per subject, and importing them registers them."""
 
-from .console.admin import keys, licenses, transactions, users, wallets  # noqa: F401
+from .console.admin import audit, colleagues, keys, licenses, transactions, users, wallets  # noqa: F401

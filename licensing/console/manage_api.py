@@ -39,6 +39,7 @@ from .review import (
     export_filename,
     scoped_ledger,
 )
+from .money import institution_rate
 from .usage import licenses_usage
 
 # What each view action needs of the role (licensing.access.scoping.ROLE_PERMISSIONS).
@@ -289,10 +290,16 @@ class TransactionSerializer(serializers.ModelSerializer):
     api_key_prefix = serializers.CharField(source="api_key.prefix", default=None)
     end_user_subject = serializers.CharField(source="end_user.subject", default=None)
     status = serializers.IntegerField(source="status_code", help_text="The HTTP status answered")
+    cost = serializers.SerializerMethodField(
+        help_text="The credits as money at the institution's rate, e.g. `0.25 EUR`"
+    )
 
     class Meta:
         model = Transaction
         fields = tuple(column.api for column in LEDGER_COLUMNS if column.api)
+
+    def get_cost(self, obj) -> str:
+        return institution_rate(obj.license.institution).format(obj.credits)
 
 
 class CsvRenderer(BaseRenderer):
