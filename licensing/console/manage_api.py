@@ -27,6 +27,7 @@ from catalog.circuit import CLOSED, HALF_OPEN, OPEN
 from catalog.models import Connection, parse_tags
 from catalog.selectors import ConnectionHealth, connections_health, shown_base_url, tagged
 
+from ..access.changes import audit_api_key
 from ..access.credentials import api_key_create
 from ..access.scoping import scope_of, scoped
 from ..access.services import api_key_revoke, api_key_rotate
@@ -226,6 +227,7 @@ class ApiKeyViewSet(
         row, key = api_key_create(
             license=data["license"], name=data.get("name", ""), expires_at=data.get("expires_at")
         )
+        audit_api_key(row, created=True, via="management API", request=request)
         return self._created(row, key)
 
     def _created(self, row, key):
@@ -238,8 +240,11 @@ class ApiKeyViewSet(
     def revoke(self, request, pk=None):
         """Deactivate the key (it stops authenticating within the cache TTL in every process)."""
         row = self.get_object()
+        was_active = row.active
         api_key_revoke(key_id=row.pk)
         row.refresh_from_db()
+        if was_active:
+            audit_api_key(row, created=False, via="management API", request=request)
         return Response(self.get_serializer(row).data)
 
     @extend_schema(request=None, responses={201: NewApiKeySerializer})
@@ -248,6 +253,10 @@ class ApiKeyViewSet(
         """A new key (same license, name and expiry) in the answer, once; the old one revoked."""
         row = self.get_object()
         new_row, key = api_key_rotate(key_id=row.pk)
+        rotated = {"rotated": f"api_key:{row.pk}"}
+        audit_api_key(new_row, created=True, via="management API", request=request, extra=rotated)
+        if row.active:
+            audit_api_key(row, created=False, via="management API", request=request, extra=rotated)
         return self._created(new_row, key)
 
 

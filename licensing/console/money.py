@@ -30,7 +30,9 @@ def ledger_money(queryset, institution_path: str = "license__institution") -> st
     amount per currency (`12.50 EUR + 3.00 USD`); one query grouped by rate."""
     rows = (
         queryset.order_by()
-        .values(f"{institution_path}__currency", f"{institution_path}__micro_credits_per_currency_unit")
+        .values(
+            f"{institution_path}__currency", f"{institution_path}__micro_credits_per_currency_unit"
+        )
         .annotate(total=Sum("credits"))
     )
     amounts: dict[str, Decimal] = {}

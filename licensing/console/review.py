@@ -368,9 +368,7 @@ def _row_reader(columns, computed):
         makers.append((start, len(paths), make))
 
     def cells(row):
-        return [
-            _csv_cell(make(*row[a:b]) if make else row[a]) for a, b, make in makers
-        ]
+        return [_csv_cell(make(*row[a:b]) if make else row[a]) for a, b, make in makers]
 
     return paths, cells
 
