@@ -23,7 +23,13 @@ class InstitutionForm(forms.ModelForm):
 
     class Meta:
         model = Institution
-        fields = "__all__"
+        fields = (
+            "name",
+            "terms_of_use",
+            "portal_key_limit",
+            "currency",
+            "micro_credits_per_currency_unit",
+        )
 
     def clean_currency(self):
         currency = (self.cleaned_data.get("currency") or "").strip()
