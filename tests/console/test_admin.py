@@ -22,7 +22,9 @@ from core.crypto import reveal
 from licensing.models import (
     AdminProfile,
     ApiKey,
+    AuditEvent,
     BudgetAlert,
+    Colleague,
     EndUser,
     Institution,
     JwtIssuer,
@@ -51,8 +53,9 @@ ADDABLE = {
     ApiKey,
     JwtIssuer,
     AdminProfile,
+    Colleague,
 }
-READ_ONLY = {EndUser, Wallet, Transaction, BudgetAlert}
+READ_ONLY = {EndUser, Wallet, Transaction, BudgetAlert, AuditEvent}
 ALL_MODELS = sorted(ADDABLE | READ_ONLY, key=lambda m: m._meta.label)
 
 
@@ -174,6 +177,15 @@ def make_licensing(suffix: str) -> dict:
 
     staff = get_user_model().objects.create_user(f"staff-{suffix}", is_staff=True)
     profile = AdminProfile.objects.create(user=staff, institution=lic.institution)
+    from licensing.access.audit import audit_event_record
+
+    event = audit_event_record(
+        action=AuditEvent.Action.ROLE_CHANGED,
+        actor=staff,
+        institution=lic.institution,
+        target=f"user:{staff.pk}",
+        detail={"before": {"role": "reviewer"}, "after": {"role": "admin"}},
+    )
     alert = BudgetAlert.objects.create(
         license=lic,
         period="monthly",
@@ -187,6 +199,8 @@ def make_licensing(suffix: str) -> dict:
         "license": lic,
         "license_type": lic.license_type,
         "admin_profile": profile,
+        "colleague": Colleague.objects.get(pk=staff.pk),
+        "audit_event": event,
         "budget_alert": alert,
         "institution": lic.institution,
         "api_key": key_row,
