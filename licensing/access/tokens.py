@@ -52,7 +52,7 @@ def _audit(user, *, request, actor_name: str, rotated: bool) -> None:
     audit_event_record(
         action=AuditEvent.Action.TOKEN_CREATED,
         request=request,
-        actor=user if request is None else None,
+        actor=user if request is None and not actor_name else None,
         actor_name=actor_name,
         institution=scope.institution_id,
         target=f"user:{user.pk}",
