@@ -253,3 +253,39 @@ def test_manage_api_audit_is_scoped_filtered_and_exports_csv(world):
     superuser = User.objects.create_superuser("root", "root@example.test", "pw")
     everything = token_client(superuser).get("/manage/v1/audit").json()["results"]
     assert {row["actor"] for row in everything} == {"staff-a", "staff-b"}
+
+
+def test_a_superusers_role_and_user_changes_are_audited(world, admin_client, admin_user):
+    profile = world["a"]["admin_profile"]
+    change = url(AdminProfile, "change", profile.pk)
+    data = form_data(admin_client.get(change))
+    data["role"] = "reviewer"
+    assert admin_client.post(change, data).status_code == 302
+    event = AuditEvent.objects.get(action="role_changed", actor=admin_user)
+    assert event.detail == {"before": {"role": "admin"}, "after": {"role": "reviewer"}}
+    assert event.target == f"user:{profile.user_id}"
+
+    user_change = f"/admin/auth/user/{profile.user_id}/change/"
+    data = form_data(admin_client.get(user_change))
+    data.pop("is_active")
+    data["gateway_profile-0-role"] = "admin"
+    response = admin_client.post(user_change, data)
+    assert response.status_code == 302, response.content[:3000]
+    actions = list(
+        AuditEvent.objects.filter(actor=admin_user).order_by("id").values_list("action", "detail")
+    )
+    assert actions[1:] == [
+        ("user_deactivated", {"before": {"active": True}, "after": {"active": False}}),
+        ("role_changed", {"before": {"role": "reviewer"}, "after": {"role": "admin"}}),
+    ]
+
+
+def test_create_institution_admin_command_is_audited(world, monkeypatch):
+    monkeypatch.setenv("DJANGO_SUPERUSER_PASSWORD", "pw-cli-long-enough")
+    call_command(
+        "create_institution_admin", "Institution a", "cli-admin", "--role", "reviewer", "--noinput"
+    )
+    event = AuditEvent.objects.get(action="user_created")
+    assert event.actor_name == "manage.py create_institution_admin"
+    assert event.detail["after"]["role"] == "reviewer"
+    assert "pw-cli" not in json.dumps(event.detail)
