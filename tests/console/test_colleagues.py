@@ -411,6 +411,7 @@ def test_staff_without_a_usable_role_get_no_token(world):
     plain = staff("plain", None, None)
     for user in (teacher, plain):
         assert client_of(user).post("/admin/my-token/").status_code == 403
+        assert b"my-token-link" not in client_of(user).get("/admin/").content
     assert Client().get("/admin/my-token/").status_code == 302  # to the login page
     assert not Token.objects.exists()
 
