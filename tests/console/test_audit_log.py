@@ -289,3 +289,11 @@ def test_create_institution_admin_command_is_audited(world, monkeypatch):
     assert event.actor_name == "manage.py create_institution_admin"
     assert event.detail["after"]["role"] == "reviewer"
     assert "pw-cli" not in json.dumps(event.detail)
+
+
+@pytest.mark.parametrize("object_id", [str(2**64), "abc", "%00", "-1", "%ED%A0%80"])
+def test_hostile_event_ids_are_404(world, admin_client, object_id):
+    assert admin_client.get(f"{LIST}{object_id}/change/").status_code in (302, 404)
+    superuser = User.objects.get(is_superuser=True)
+    api = token_client(superuser)
+    assert api.get(f"/manage/v1/audit/{object_id}").status_code == 404
