@@ -21,7 +21,6 @@ from django.utils import formats
 
 from ..access.scoping import scope_of, scoped
 from ..models import ApiKey, EndUser, Institution, License, Transaction
-from ..rules.money import rate_of
 from .money import ledger_money
 from .review import InstantField, TransactionFilter, transaction_totals
 
@@ -272,7 +271,7 @@ class ReviewChangeList(ChangeList):
             "review_totals": {
                 "rows": _number(totals.rows),
                 "credits": _number(totals.credits),
-                "money": ledger_money(self.queryset) if totals.rows else rate_of().format(0),
+                "money": ledger_money(self.queryset),
                 "tokens": _number(totals.tokens),
                 "images": _number(totals.images),
             },

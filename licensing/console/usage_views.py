@@ -20,7 +20,6 @@ from django.utils.safestring import mark_safe
 
 from ..access.scoping import scope_of, scoped
 from ..models import Institution, License, Outcome, Transaction
-from ..rules.money import rate_of
 from . import charts
 from .money import ledger_money
 from .usage_report import (
@@ -134,7 +133,7 @@ def usage_view(request, model_admin):
         institution_id=keep["institution"],
         license_id=keep["license"],
     )
-    money = ledger_money(rows) if report.total.total_requests else rate_of().format(0)
+    money = ledger_money(rows)
     # Beside the credits: their worth at each institution's rate (licensing.console.money).
     context["totals"].insert(
         1, {"key": "money", "label": "Cost", "value": money, "title": "The credits as money"}
