@@ -160,7 +160,8 @@ def test_an_institution_admin_invites_a_colleague(server, page):
     principal.fill("#id_new_password2", "Springfield-principal-2026")
     shot(principal, "10-invitation-set-password")
     principal.click("input[type=submit]")
-    principal.wait_for_selector("#content-main")
+    principal.wait_for_url("**/admin/invitation/done/")
+    assert "Your password has been set" in principal.inner_text("#content")
     login(principal, server, "principal", "Springfield-principal-2026")
     assert "Colleagues" in principal.inner_text("#content-main")
     assert principal.locator("a[href='/admin/auth/user/']").count() == 0  # not theirs

@@ -82,4 +82,4 @@ class AuditEventAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     @admin.display(description="what")
     def what(self, obj):
         summary = detail_summary(obj.detail)
-        return format_html('<span title="{}">{}</span>', summary, summary[:80])
+        return format_html('<span title="{}">{}</span>', summary, summary[:120])
