@@ -39,7 +39,7 @@ def colleagues_of(scope: Scope):
     users = User.objects.filter(gateway_profile__isnull=False)
     if scope.superuser:
         return users
-    if not may_manage_colleagues(scope):
+    if not may_manage_colleagues(scope) or scope.institution_id is None:
         return users.none()
     return users.filter(gateway_profile__institution_id=scope.institution_id, is_superuser=False)
 
@@ -107,7 +107,7 @@ def colleague_create(
     if not may_manage_colleagues(scope):
         raise PermissionDenied("You cannot manage users")
     _check_role(scope, role)
-    if not scope.superuser:
+    if not scope.superuser and scope.institution_id is not None:
         institution = Institution.objects.get(pk=scope.institution_id)
     if institution is None:
         raise ValidationError("Choose the institution")
@@ -145,8 +145,7 @@ def colleague_update(
     profile = _check_target(scope, actor, user)
     own = user.pk == actor.pk
     role_changes = role is not None and role != profile.role
-    if role_changes:
-        assert role is not None
+    if role is not None and role_changes:
         _check_role(scope, role)
         if profile.managed_by_idp:
             raise PermissionDenied(f"This role is {MANAGED_BY_IDP}")
@@ -156,7 +155,7 @@ def colleague_update(
         raise PermissionDenied("You cannot deactivate yourself")
 
     target = f"user:{user.pk}"
-    if role_changes:
+    if role is not None and role_changes:
         before = profile.role
         profile.role = role
         profile.save(update_fields=["role"])
