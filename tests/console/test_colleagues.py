@@ -426,3 +426,20 @@ def test_create_management_token_command_audits_a_new_token(world, capsys):
     assert event.actor_name == "manage.py create_management_token"
     assert event.institution == world["a"]["institution"]
     assert Token.objects.get(user=user).key not in str(event.detail)
+
+
+def test_a_new_invitation_link_only_for_who_never_signed_in(world, admin_a, as_admin_a):
+    from django.utils import timezone
+
+    waiting = staff("waiting", "reviewer", world["a"]["institution"])
+    active = staff("active", "admin", world["a"]["institution"])
+    User.objects.filter(pk=active.pk).update(last_login=timezone.now())
+    response = as_admin_a.post(
+        LIST,
+        {"action": "new_invitation", "_selected_action": [str(waiting.pk), str(active.pk)]},
+        follow=True,
+    )
+    text = response.content.decode()
+    links = LINK_RE.findall(text)
+    assert len(links) == 1 and "waiting sets their password" in text
+    assert "1 selected colleague(s) got no link" in text

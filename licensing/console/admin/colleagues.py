@@ -176,10 +176,20 @@ class ColleagueAdmin(admin.ModelAdmin):
             f"shown once here{where}.",
         )
 
-    @admin.action(description="New invitation link (sets a new password)", permissions=["change"])
+    @admin.action(description="New invitation link (not signed in yet)", permissions=["change"])
     def new_invitation(self, request, queryset):
-        for user in queryset.exclude(pk=request.user.pk)[:20]:
+        # Only for colleagues who never signed in: a link sets a password, and one admin must
+        # not take over another's account with it.
+        invited = queryset.exclude(pk=request.user.pk).filter(last_login__isnull=True)
+        for user in invited[:20]:
             self._tell_invitation(request, user)
+        skipped = queryset.count() - min(invited.count(), 20)
+        if skipped:
+            messages.warning(
+                request,
+                f"{skipped} selected colleague(s) got no link: they have signed in already "
+                "(they reset their own password) or there were more than 20.",
+            )
 
     # --- the columns ----------------------------------------------------------------------
 
