@@ -441,5 +441,5 @@ def test_a_new_invitation_link_only_for_who_never_signed_in(world, admin_a, as_a
     )
     text = response.content.decode()
     links = LINK_RE.findall(text)
-    assert len(links) == 1 and "waiting sets their password" in text
+    assert len(links) == 1 and "Waiting sets their password" in text
     assert "1 selected colleague(s) got no link" in text
