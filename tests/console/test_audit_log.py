@@ -297,3 +297,19 @@ def test_hostile_event_ids_are_404(world, admin_client, object_id):
     superuser = User.objects.get(is_superuser=True)
     api = token_client(superuser)
     assert api.get(f"/manage/v1/audit/{object_id}").status_code == 404
+
+
+def test_deleting_an_unused_active_key_is_audited_as_revoked(world, admin_client):
+    from licensing.access.credentials import api_key_create
+
+    row, _ = api_key_create(license=world["a"]["license"], name="spare")
+    response = admin_client.post(url(ApiKey, "delete", row.pk), {"post": "yes"})
+    assert response.status_code == 302 and not ApiKey.objects.filter(pk=row.pk).exists()
+    event = AuditEvent.objects.get(action="api_key_revoked", target=f"api_key:{row.pk}")
+    assert event.detail == {
+        "prefix": row.prefix,
+        "name": "spare",
+        "license": world["a"]["license"].name,
+        "via": "admin",
+        "deleted": True,
+    }

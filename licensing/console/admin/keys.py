@@ -102,6 +102,12 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
             "shown again.",
         )
 
+    def delete_model(self, request, obj):
+        # Only an unused key can be deleted (KeepLedgerIntactMixin); it is revoked for good.
+        if obj.active:
+            audit_api_key(obj, created=False, via="admin", request=request, extra={"deleted": True})
+        super().delete_model(request, obj)
+
     def _set_active(self, request, queryset, active: bool):
         changing = list(queryset.filter(active=not active).select_related("license"))
         updated = queryset.update(active=active)
