@@ -313,3 +313,16 @@ def test_deleting_an_unused_active_key_is_audited_as_revoked(world, admin_client
         "via": "admin",
         "deleted": True,
     }
+
+
+def test_create_license_command_is_audited(db, tmp_path):
+    policy = tmp_path / "policy.json"
+    from licensing.rules.policy import open_policy_document
+
+    policy.write_text(json.dumps(open_policy_document()))
+    call_command("create_license", "cli-class", "--limit", "5000", "--policy-file", str(policy))
+    lic = License.objects.get(name="cli-class")
+    events = {e.action: e for e in AuditEvent.objects.filter(actor_name="manage.py create_license")}
+    assert events["budget_changed"].detail["after"]["budget_limit"] == 5000
+    assert events["budget_changed"].detail["created"] is True
+    assert events["policy_changed"].target == f"licensetype:{lic.license_type_id}"
