@@ -224,7 +224,9 @@ def test_the_admin_page_filters_and_exports_csv(world, admin_client):
     admin_a = client_of(staff("adm-a", "admin", inst))
     assert {row["institution"] for row in csv_rows(admin_a.get(EXPORT))} == {"Institution a"}
     assert admin_client.get(EXPORT, {"created_at__gte": "not-a-date"}).status_code in (200, 400)
-    assert admin_client.get(LIST, {"action__exact": "\x00"}).status_code in (200, 302, 400)
+    for params in ({"action__exact": "\x00"}, {"actor_name": "a\x00"}, {"q": "\x00"}):
+        assert admin_client.get(LIST, params).status_code == 400  # not a 500 on PostgreSQL
+        assert admin_client.get(EXPORT, params).status_code == 400
 
 
 def test_manage_api_audit_is_scoped_filtered_and_exports_csv(world):

@@ -443,3 +443,8 @@ def test_a_new_invitation_link_only_for_who_never_signed_in(world, admin_a, as_a
     links = LINK_RE.findall(text)
     assert len(links) == 1 and "Waiting sets their password" in text
     assert "1 selected colleague(s) got no link" in text
+
+
+@pytest.mark.parametrize("params", [{"q": "\x00"}, {"is_active__exact": "\x00"}, {"x\x00": "1"}])
+def test_nul_in_the_list_parameters_is_400(world, as_admin_a, params):
+    assert as_admin_a.get(LIST, params).status_code == 400

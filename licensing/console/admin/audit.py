@@ -17,11 +17,17 @@ from ...access.scoping import scope_of
 from ...models import AuditEvent
 from ..audit_log import AUDIT_CSV_COLUMNS, detail_summary
 from ..review import csv_response
-from .base import ReadOnlyAdminMixin, ScopedAdminMixin, _short_time
+from .base import (
+    ReadOnlyAdminMixin,
+    RefuseNulParamsMixin,
+    ScopedAdminMixin,
+    _short_time,
+    has_nul,
+)
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
+class AuditEventAdmin(RefuseNulParamsMixin, ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     list_display = ("time", "actor_name", "action", "target", "what", "institution", "ip")
     # The actors offered are those of the events the user may see (get_queryset is scoped).
     list_filter = (
@@ -66,6 +72,8 @@ class AuditEventAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
         """The filtered events as CSV (the list's filters and search)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
+        if has_nul(request.GET):
+            return HttpResponseBadRequest("A parameter holds a NUL character.")
         try:
             cl = self.get_changelist_instance(request)
         except IncorrectLookupParameters as error:

@@ -26,7 +26,7 @@ from ...access.colleagues import (
 )
 from ...access.scoping import scope_of
 from ...models import AdminProfile, Colleague, Institution
-from .base import _short_time
+from .base import RefuseNulParamsMixin, _short_time
 
 
 class ColleagueForm(forms.ModelForm):
@@ -60,7 +60,7 @@ class SuperuserColleagueForm(ColleagueForm):
 
 
 @admin.register(Colleague)
-class ColleagueAdmin(admin.ModelAdmin):
+class ColleagueAdmin(RefuseNulParamsMixin, admin.ModelAdmin):
     list_display = ("username", "email", "role", "institution", "active", "last_login_display")
     list_filter = ("is_active", "gateway_profile__role")
     search_fields = ("username", "email")
