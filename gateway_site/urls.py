@@ -15,5 +15,6 @@ urlpatterns = [
     path("admin/", include("licensing.console.account")),  # before the admin's catch-all
     path("admin/", admin.site.urls),
     path("manage/v1/", include("licensing.console.manage_api")),
+    path("portal/", include("licensing.portal.urls")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

@@ -61,11 +61,21 @@ def key_lookup_prefix(key: str) -> str:
     return key[: len(KEY_PREFIX) + LOOKUP_CHARS]
 
 
-def api_key_create(*, license: License, name: str = "", expires_at: datetime | None = None):
-    """Create a key; returns (row, full key). The full key is never stored."""
+def api_key_create(
+    *,
+    license: License,
+    name: str = "",
+    expires_at: datetime | None = None,
+    end_user: EndUser | None = None,
+):
+    """Create a key; returns (row, full key). The full key is never stored. A key with an
+    `end_user` (a student's, made in the portal) bills that end user's wallet."""
+    if end_user is not None and end_user.license_id != license.pk:
+        raise ValueError("The end user is not on this license")
     key = generate_api_key()
     row = ApiKey.objects.create(
         license=license,
+        end_user=end_user,
         name=name,
         prefix=key_lookup_prefix(key),
         digest=key_digest(key),

@@ -234,9 +234,12 @@ async def _read_wallets(ids: list[int]) -> dict[int, tuple[int, str]]:
 _wallet_reads = pgpool.per_loop(WalletReads)
 
 
-def budget_usage(*, license_id: int, config: BudgetConfig, holder: str) -> dict:
-    """The `budget` object of GET /v1/license for this caller's wallet."""
-    key = wallet_key(license_id=license_id, config=config, holder=holder)
+def budget_usage(
+    *, license_id: int, config: BudgetConfig, holder: str, now: datetime | None = None
+) -> dict:
+    """The `budget` object of GET /v1/license for this caller's wallet (`now`: the portal's
+    tests pass their own instant; the request path reads the clock)."""
+    key = wallet_key(license_id=license_id, config=config, holder=holder, now=now)
     row = _wallet_by_key(key)
     if row is not None and row[2] != config.unit:
         raise BudgetConfigurationError()

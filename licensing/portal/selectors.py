@@ -1,0 +1,386 @@
+"""Reads for the student portal: who may come in, their wallet, their usage, the models they
+may use and where their requests may go. Every read is of the signed-in student's own rows
+(`EndUser` found by `user=request.user`); nothing here takes another student's id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+
+from django.db.models import Count, Sum
+from django.db.models.functions import TruncDate
+
+from catalog.registry import SERVICES
+from catalog.routing import Catalog, ProviderPin, load_catalog_snapshot, select_routes
+from core import clock
+from core.errors import GatewayError
+
+from ..ledger.budget import BudgetConfig, budget_usage, window_start
+from ..models import AdminProfile, ApiKey, EndUser, IdentityProvider, Institution, Transaction
+from ..rules.money import Rate, rate_of
+from ..rules.policy import Policy, PolicyDocumentError, compile_policy
+
+USAGE_DAYS = 30
+# More providers than this: the login page also finds the institution by e-mail domain.
+PROVIDERS_LISTED_ALONE = 5
+# A key id in a URL: a positive bigint. Anything else (2**64, "abc", NUL) is a 404.
+MAX_KEY_ID = 2**63 - 1
+
+
+def portal_end_user(user) -> EndUser | None:
+    """The student's end user: active, on an active license of an active license type. A user
+    on several student licenses (two institutions) gets the newest."""
+    if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
+        return None
+    return (
+        EndUser.objects.select_related("license__institution", "license__license_type")
+        .filter(
+            user=user,
+            active=True,
+            license__active=True,
+            license__license_type__active=True,
+        )
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+
+
+@dataclass(frozen=True)
+class Contact:
+    """Whom a signed-in user without student access should ask."""
+
+    institution: Institution | None
+    emails: list[str]
+
+
+def no_access_contact(user) -> Contact:
+    """The institution the user came from (an end user of theirs, even inactive, or the
+    identity provider they signed in with) and its admins' e-mail addresses."""
+    institution = None
+    end_user = (
+        EndUser.objects.select_related("license__institution")
+        .filter(user=user)
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+    if end_user is not None:
+        institution = end_user.license.institution
+    else:
+        provider = (
+            IdentityProvider.objects.select_related("institution")
+            .filter(identities__user=user)
+            .first()
+        )
+        if provider is not None:
+            institution = provider.institution
+    emails: list[str] = []
+    if institution is not None:
+        emails = sorted(
+            set(
+                AdminProfile.objects.filter(
+                    institution=institution,
+                    role=AdminProfile.Role.ADMIN,
+                    user__is_active=True,
+                )
+                .exclude(user__email="")
+                .values_list("user__email", flat=True)
+            )
+        )
+    return Contact(institution=institution, emails=emails)
+
+
+def sign_in_providers() -> list[IdentityProvider]:
+    """The identity providers students may sign in with: active, with a student license."""
+    return list(
+        IdentityProvider.objects.select_related("institution")
+        .filter(active=True, student_license__isnull=False)
+        .order_by("institution__name")
+    )
+
+
+def institution_rate(institution: Institution) -> Rate:
+    return rate_of(institution.currency, institution.micro_credits_per_currency_unit)
+
+
+# --- the wallet ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WalletView:
+    pooled: bool  # True: the license's one wallet, shared by everyone on it
+    period: str
+    limit: int | None  # micro-credits per period; None = unlimited
+    used: int
+    remaining: int | None
+    window_start: datetime | None  # None: lifetime
+    resets_at: datetime | None  # None: never (lifetime)
+    rate: Rate
+
+    @property
+    def unlimited(self) -> bool:
+        return self.limit is None
+
+    @property
+    def period_noun(self) -> str:
+        """ "day", "week", "month"; "" for a lifetime budget."""
+        return {"daily": "day", "weekly": "week", "monthly": "month"}.get(self.period, "")
+
+    @property
+    def used_text(self) -> str:
+        return f"{self.used:,}"
+
+    @property
+    def remaining_text(self) -> str:
+        return "" if self.remaining is None else f"{self.remaining:,}"
+
+    @property
+    def limit_text(self) -> str:
+        return "" if self.limit is None else f"{self.limit:,}"
+
+    @property
+    def remaining_money(self) -> str:
+        return self.rate.format(self.remaining)
+
+    @property
+    def used_money(self) -> str:
+        return self.rate.format(self.used)
+
+    @property
+    def limit_money(self) -> str:
+        return self.rate.format(self.limit)
+
+    @property
+    def used_percent(self) -> int:
+        if not self.limit:
+            return 0
+        return min(100, self.used * 100 // self.limit)
+
+
+# A length that always reaches into the next window from a window's start; window_start of
+# that instant is the next window's start (the budget's own computation, not a second one).
+_INTO_NEXT = {
+    "daily": timedelta(days=1),
+    "weekly": timedelta(days=7),
+    "monthly": timedelta(days=32),
+}
+
+
+def next_window_start(period: str, now: datetime) -> datetime | None:
+    step = _INTO_NEXT.get(period)
+    if step is None:  # lifetime
+        return None
+    return window_start(period, window_start(period, now) + step)
+
+
+def wallet_view(end_user: EndUser, now: datetime | None = None) -> WalletView:
+    """What the budget step would read for this student's requests (licensing.ledger.budget):
+    the per-user wallet `user:<end user id>` or, on a pooled license, the license's."""
+    license = end_user.license
+    now = now or clock.utcnow()
+    config = BudgetConfig(
+        unit=license.budget_unit,
+        strategy=license.budget_strategy,
+        period=license.budget_period,
+        limit=license.budget_limit,
+    )
+    usage = budget_usage(
+        license_id=license.pk, config=config, holder=f"user:{end_user.pk}", now=now
+    )
+    lifetime = license.budget_period == "lifetime"
+    return WalletView(
+        pooled=license.budget_strategy == "pooled",
+        period=license.budget_period,
+        limit=usage["limit"],
+        used=usage["used"],
+        remaining=usage["remaining"],
+        window_start=None if lifetime else window_start(license.budget_period, now),
+        resets_at=next_window_start(license.budget_period, now),
+        rate=institution_rate(license.institution),
+    )
+
+
+# --- usage from the ledger ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    label: str
+    requests: int
+    credits: int
+    money: str
+
+    @property
+    def credits_text(self) -> str:
+        return f"{self.credits:,}"
+
+    @property
+    def requests_text(self) -> str:
+        return f"{self.requests:,}"
+
+
+@dataclass(frozen=True)
+class Usage:
+    days: list[date]
+    by_day: list[UsageRow]  # one per day, oldest first, zero days included
+    by_model: list[UsageRow]  # most credits first
+    total: UsageRow
+
+
+def usage_of(end_user: EndUser, now: datetime | None = None) -> Usage:
+    """The student's ledger rows of the last 30 UTC days (today included): counts, credits and
+    money by day and by model. Only counts: the ledger holds no prompts or answers."""
+    now = (now or clock.utcnow()).astimezone(UTC)
+    today = now.date()
+    first = today - timedelta(days=USAGE_DAYS - 1)
+    since = datetime(first.year, first.month, first.day, tzinfo=UTC)
+    rows = Transaction.objects.filter(end_user=end_user, created_at__gte=since)
+    rate = institution_rate(end_user.license.institution)
+    per_day = {
+        row["day"]: (row["requests"], row["credits"] or 0)
+        for row in rows.annotate(day=TruncDate("created_at", tzinfo=UTC))
+        .values("day")
+        .annotate(requests=Count("id"), credits=Sum("credits"))
+    }
+    days = [first + timedelta(days=n) for n in range(USAGE_DAYS)]
+    by_day = []
+    for day in days:
+        requests, credits = per_day.get(day, (0, 0))
+        by_day.append(UsageRow(day.isoformat(), requests, credits, rate.format(credits)))
+    by_model = [
+        UsageRow(
+            row["requested_model"] or "(none)",
+            row["requests"],
+            row["credits"] or 0,
+            rate.format(row["credits"] or 0),
+        )
+        for row in rows.values("requested_model")
+        .annotate(requests=Count("id"), credits=Sum("credits"))
+        .order_by("-credits", "-requests", "requested_model")
+    ]
+    requests = sum(r.requests for r in by_day)
+    credits = sum(r.credits for r in by_day)
+    total = UsageRow("Total", requests, credits, rate.format(credits))
+    return Usage(days=days, by_day=by_day, by_model=by_model, total=total)
+
+
+# --- the models they may use and where their requests may go ------------------------------
+
+
+@dataclass(frozen=True)
+class Destination:
+    provider: str
+    connection: str
+    tags: tuple[str, ...]
+    region: str
+
+
+@dataclass
+class ModelAccess:
+    model_id: str
+    services: list[str] = field(default_factory=list)
+    destinations: list[Destination] = field(default_factory=list)
+
+
+def _policy(end_user: EndUser) -> Policy | None:
+    try:
+        return compile_policy(end_user.license.license_type.policy)
+    except PolicyDocumentError:
+        return None  # every request would be a 503: no model is usable
+
+
+def usable_models(end_user: EndUser, catalog: Catalog | None = None) -> list[ModelAccess]:
+    """The listed catalog models the student's license lets them use, and for each where a
+    request for it may go. The same test as GET /v1/models (inference.model_access, which
+    this wing may not import): for a service the model's features map to, the policy admits
+    `{"model": id}` and provider selection (catalog.routing) finds a route. Where it may go:
+    every route of the unpinned request (first and failovers) and of the request pinned to
+    each of the model's providers (X-Service-Provider), with the residency tags applied."""
+    policy = _policy(end_user)
+    if policy is None:
+        return []
+    catalog = catalog or load_catalog_snapshot()
+    found: list[ModelAccess] = []
+    for model_id, entry in catalog.models.items():
+        if not entry.listed:
+            continue
+        access = ModelAccess(model_id=model_id)
+        seen: set[Destination] = set()
+        for service in SERVICES:
+            if service.feature not in entry.supported_features:
+                continue
+            try:
+                service_policy = policy.check_request(service.service, {"model": model_id})
+            except GatewayError:
+                continue
+            pins: list[ProviderPin | None] = [None]
+            pins += [
+                ProviderPin(slug, None) for slug in dict.fromkeys(r.provider for r in entry.rows)
+            ]
+            usable = False
+            for pin in pins:
+                try:
+                    routes = select_routes(
+                        catalog,
+                        endpoint=service.endpoint,
+                        model=model_id,
+                        pin=pin,
+                        allowed=service_policy.providers,
+                        output_modality=service.output_modality,
+                        tags=policy.connection_tags,
+                        pick=False,
+                    )
+                except GatewayError:
+                    continue
+                if pin is None:
+                    usable = True
+                for route in routes:
+                    destination = Destination(
+                        provider=route.provider.slug,
+                        connection=route.connection.name,
+                        tags=tuple(sorted(route.connection.tags)),
+                        region=route.connection.region,
+                    )
+                    if destination not in seen:
+                        seen.add(destination)
+                        access.destinations.append(destination)
+            if usable and service.service not in access.services:
+                access.services.append(service.service)
+        if access.services:
+            found.append(access)
+    return found
+
+
+def destinations_of(models: list[ModelAccess]) -> list[Destination]:
+    """Every place any of the models' requests may go, once each, by provider."""
+    unique = {d for m in models for d in m.destinations}
+    return sorted(unique, key=lambda d: (d.provider, d.connection))
+
+
+# --- keys --------------------------------------------------------------------------------
+
+
+def keys_of(end_user: EndUser) -> list[ApiKey]:
+    return list(ApiKey.objects.filter(end_user=end_user).order_by("-created_at", "-pk"))
+
+
+def active_key_count(end_user: EndUser) -> int:
+    return ApiKey.objects.filter(end_user=end_user, active=True).count()
+
+
+def parse_key_id(raw: str) -> int | None:
+    """A key id from a URL, or None for anything that is not a positive bigint."""
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
+        return None
+    value = int(raw)
+    return value if 0 < value <= MAX_KEY_ID else None
+
+
+def own_key(end_user: EndUser, key_id: int) -> ApiKey | None:
+    """The student's own active key by id; another student's, a revoked one: None."""
+    return ApiKey.objects.filter(pk=key_id, end_user=end_user, active=True).first()
+
+
+def terms_pending(end_user: EndUser) -> bool:
+    return bool(end_user.license.institution.terms_of_use.strip()) and (
+        end_user.terms_accepted_at is None
+    )

@@ -1,0 +1,125 @@
+"""Writes of the student portal: accepting the terms of use, making and revoking the
+student's own API keys. Each is one transaction and leaves one audit event
+(licensing.access.audit, the audit log's one door)."""
+
+from __future__ import annotations
+
+import unicodedata
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from ..access.audit import audit_event_record
+from ..access.credentials import api_key_create
+from ..models import ApiKey, AuditEvent, EndUser
+from .selectors import active_key_count, terms_pending
+
+MAX_KEY_NAME = 100
+
+
+class PortalRefused(Exception):
+    """A write the student may not do now (terms not accepted, key limit reached): shown on
+    the page as a message, with a 4xx status."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def key_name_clean(raw: str) -> str:
+    """The key's name as typed, trimmed. No control characters (NUL among them), no lone
+    surrogates, at most 100 characters."""
+    name = raw.strip()
+    if len(name) > MAX_KEY_NAME:
+        raise ValidationError(f"At most {MAX_KEY_NAME} characters.")
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in name):
+        raise ValidationError("The name cannot hold control characters.")
+    return name
+
+
+def _locked(end_user: EndUser) -> EndUser:
+    """The end user's row, locked until the transaction ends: two key creations at once
+    cannot both pass the limit (PostgreSQL; SQLite writes one at a time anyway)."""
+    return (
+        EndUser.objects.select_for_update()
+        .select_related("license__institution")
+        .get(pk=end_user.pk)
+    )
+
+
+@transaction.atomic
+def terms_accept(*, end_user: EndUser, request=None) -> EndUser:
+    locked = _locked(end_user)
+    if locked.terms_accepted_at is not None:
+        return locked  # accepted already: nothing new to record
+    locked.terms_accepted_at = timezone.now()
+    locked.save(update_fields=["terms_accepted_at"])
+    audit_event_record(
+        action=AuditEvent.Action.TERMS_ACCEPTED,
+        request=request,
+        institution=locked.license.institution_id,
+        target=f"end_user:{locked.pk}",
+        detail={"license": locked.license.name},
+    )
+    return locked
+
+
+@transaction.atomic
+def portal_key_create(*, end_user: EndUser, name: str = "", request=None) -> tuple[ApiKey, str]:
+    """The student's own key on their license (their wallet, their ledger rows); returns
+    (row, full key), the key shown once. Refused before the terms are accepted and at the
+    institution's limit of active keys per student."""
+    locked = _locked(end_user)
+    if not locked.active:
+        raise PortalRefused("Your student access has ended.", status=403)
+    if terms_pending(locked):
+        raise PortalRefused("Accept the terms of use before you create a key.", status=403)
+    limit = locked.license.institution.portal_key_limit
+    if active_key_count(locked) >= limit:
+        raise PortalRefused(
+            f"You have {limit} active key{'s' if limit != 1 else ''}, the most allowed: "
+            "revoke one first.",
+            status=409,
+        )
+    row, key = api_key_create(license=locked.license, end_user=locked, name=key_name_clean(name))
+    audit_event_record(
+        action=AuditEvent.Action.API_KEY_CREATED,
+        request=request,
+        institution=locked.license.institution_id,
+        target=f"api_key:{row.pk}",
+        detail={"prefix": row.prefix, "name": row.name, "end_user": locked.pk, "portal": True},
+    )
+    return row, key
+
+
+@transaction.atomic
+def portal_key_revoke(*, end_user: EndUser, key_id: int, request=None) -> ApiKey | None:
+    """Revoke the student's own active key; None when it is not theirs or not active. Saving
+    the row clears the credential caches (licensing.signals), so /v1 refuses it at once."""
+    row = (
+        ApiKey.objects.select_for_update().filter(pk=key_id, end_user=end_user, active=True).first()
+    )
+    if row is None:
+        return None
+    row.active = False
+    row.save(update_fields=["active", "updated_at"])
+    audit_event_record(
+        action=AuditEvent.Action.API_KEY_REVOKED,
+        request=request,
+        institution=end_user.license.institution_id,
+        target=f"api_key:{row.pk}",
+        detail={"prefix": row.prefix, "name": row.name, "end_user": end_user.pk, "portal": True},
+    )
+    return row
+
+
+def sign_out_record(*, request, institution_id: int | None = None) -> None:
+    """Before the session ends (the actor is still the signed-in user)."""
+    audit_event_record(
+        action=AuditEvent.Action.SIGN_OUT,
+        request=request,
+        institution=institution_id,
+        detail={"portal": True},
+    )

@@ -1,0 +1,16 @@
+from django.urls import path
+
+from . import views
+
+app_name = "portal"
+
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("login/", views.login, name="login"),
+    path("logout/", views.logout, name="logout"),
+    path("data/", views.data_flow, name="data"),
+    path("terms/", views.terms, name="terms"),
+    path("keys/", views.keys, name="keys"),
+    # The id is parsed in the view: anything but a positive bigint is a 404, never a 500.
+    path("keys/<str:key_id>/revoke/", views.key_revoke, name="key_revoke"),
+]

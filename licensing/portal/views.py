@@ -1,0 +1,258 @@
+"""The student portal's pages. Views parse the request and call the selectors and services;
+every page but the login page needs a signed-in student (`student_required`)."""
+
+from __future__ import annotations
+
+from functools import wraps
+from urllib.parse import urlencode
+
+from django import forms
+from django.contrib import auth
+from django.http import Http404, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import mark_safe
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_protect
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from ..console import charts
+from ..models import EndUser
+from . import selectors, services
+
+SESSION_NEW_KEY = "portal_new_key"  # the key just made, shown once on the next GET of the list
+
+
+def _login_url(request) -> str:
+    return reverse("portal:login") + "?" + urlencode({"next": request.path})
+
+
+def student_required(view):
+    """Not signed in: the login page. Signed in without student access (no active end user
+    on an active license): the 403 page saying whom to ask."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return HttpResponseRedirect(_login_url(request))
+        end_user = selectors.portal_end_user(request.user)
+        if end_user is None:
+            contact = selectors.no_access_contact(request.user)
+            return render(
+                request,
+                "portal/no_access.html",
+                {"title": "No student access", "contact": contact},
+                status=403,
+            )
+        return view(request, end_user, *args, **kwargs)
+
+    # CSRF is checked here, not by the middleware: gateway_site.middleware.AdminStack runs
+    # the admin stack's middlewares without their process_view, where CsrfViewMiddleware
+    # checks (the admin's own views carry csrf_protect the same way).
+    return never_cache(csrf_protect(wrapper))
+
+
+def _page(request, end_user: EndUser, template: str, context: dict, status: int = 200):
+    base = {
+        "end_user": end_user,
+        "license": end_user.license,
+        "institution": end_user.license.institution,
+        "terms_pending": selectors.terms_pending(end_user),
+    }
+    return render(request, template, {**base, **context}, status=status)
+
+
+# --- signing in and out ---------------------------------------------------------------------
+
+
+@require_GET
+@never_cache
+def login(request):
+    if request.user.is_authenticated and selectors.portal_end_user(request.user) is not None:
+        return HttpResponseRedirect(reverse("portal:dashboard"))
+    providers = selectors.sign_in_providers()
+    next_url = _next_of(request)
+    query = urlencode({"next": next_url})
+    return render(
+        request,
+        "portal/login.html",
+        {
+            "title": "Sign in",
+            "providers": [
+                {"name": p.institution.name, "url": f"/sso/{p.pk}/login/?{query}"}
+                for p in providers
+            ],
+            "find_by_email": len(providers) > selectors.PROVIDERS_LISTED_ALONE,
+            "next": next_url,
+        },
+    )
+
+
+def _next_of(request) -> str:
+    """Where to come back after signing in: a portal page of this site, else the overview
+    (never another host: `next` is typed by whoever sent the link)."""
+    wanted = request.GET.get("next", "")
+    home = reverse("portal:dashboard")
+    if (
+        wanted.startswith(home)
+        and "\\" not in wanted
+        and url_has_allowed_host_and_scheme(wanted, allowed_hosts=None)
+        and wanted.isprintable()
+    ):
+        return wanted
+    return home
+
+
+@require_POST
+@csrf_protect
+def logout(request):
+    end_user = selectors.portal_end_user(request.user)
+    if request.user.is_authenticated:
+        services.sign_out_record(
+            request=request,
+            institution_id=end_user.license.institution_id if end_user is not None else None,
+        )
+    auth.logout(request)
+    return HttpResponseRedirect(reverse("portal:login"))
+
+
+# --- pages ----------------------------------------------------------------------------------
+
+
+@require_GET
+@student_required
+def dashboard(request, end_user: EndUser):
+    wallet = selectors.wallet_view(end_user)
+    usage = selectors.usage_of(end_user)
+    bands = [charts.Band("Credits", [row.credits for row in usage.by_day], charts.PALETTE[0])]
+    # Safe: licensing.console.charts escapes every label it writes.
+    chart = mark_safe(
+        charts.stacked_bars(usage.days, bands, title="Micro-credits by day", unit="micro-credits")
+    )
+    return _page(
+        request,
+        end_user,
+        "portal/dashboard.html",
+        {
+            "title": end_user.license.name,
+            "wallet": wallet,
+            "usage": usage,
+            "usage_chart": chart,
+            "used_days": [row for row in usage.by_day if row.requests],
+            "models": selectors.usable_models(end_user),
+        },
+    )
+
+
+@require_GET
+@student_required
+def data_flow(request, end_user: EndUser):
+    models = selectors.usable_models(end_user)
+    return _page(
+        request,
+        end_user,
+        "portal/data.html",
+        {
+            "title": "Where your requests go",
+            "models": models,
+            "destinations": selectors.destinations_of(models),
+        },
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@student_required
+def terms(request, end_user: EndUser):
+    institution = end_user.license.institution
+    if request.method == "POST":
+        if not institution.terms_of_use.strip():
+            return HttpResponseRedirect(reverse("portal:keys"))
+        if request.POST.get("accept") != "yes":
+            return _page(
+                request,
+                end_user,
+                "portal/terms.html",
+                {"title": "Terms of use", "error": "Tick the box to accept the terms."},
+                status=400,
+            )
+        services.terms_accept(end_user=end_user, request=request)
+        return HttpResponseRedirect(reverse("portal:keys"))
+    return _page(request, end_user, "portal/terms.html", {"title": "Terms of use"})
+
+
+def _key_name_valid(value: str) -> None:
+    services.key_name_clean(value)  # raises ValidationError
+
+
+class KeyForm(forms.Form):
+    name = forms.CharField(
+        required=False,
+        max_length=services.MAX_KEY_NAME,
+        strip=True,
+        validators=[_key_name_valid],
+        widget=forms.TextInput(attrs={"placeholder": "e.g. laptop, thesis project"}),
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@student_required
+def keys(request, end_user: EndUser):
+    form = KeyForm()
+    error = ""
+    status = 200
+    if request.method == "POST":
+        form = KeyForm(request.POST)
+        if form.is_valid():
+            try:
+                row, key = services.portal_key_create(
+                    end_user=end_user, name=form.cleaned_data["name"], request=request
+                )
+            except services.PortalRefused as exc:
+                error, status = exc.message, exc.status
+            else:
+                # Kept server-side in the session (not a cookie) for the one GET that shows it.
+                request.session[SESSION_NEW_KEY] = {"id": row.pk, "key": key}
+                return HttpResponseRedirect(reverse("portal:keys"))
+        else:
+            status = 400
+    new_key = request.session.pop(SESSION_NEW_KEY, None) if request.method == "GET" else None
+    rows = selectors.keys_of(end_user)
+    active = sum(1 for row in rows if row.active)
+    return _page(
+        request,
+        end_user,
+        "portal/keys.html",
+        {
+            "title": "Your API keys",
+            "form": form,
+            "error": error,
+            "keys": rows,
+            "active_count": active,
+            "limit": end_user.license.institution.portal_key_limit,
+            "new_key": new_key,
+            "first_model": _example_model(end_user) if new_key else "",
+            "base_url": request.build_absolute_uri("/v1"),
+        },
+        status=status,
+    )
+
+
+def _example_model(end_user: EndUser) -> str:
+    """A chat model the student may use, for the example under a new key."""
+    for model in selectors.usable_models(end_user):
+        if "chat_completions" in model.services:
+            return model.model_id
+    return ""
+
+
+@require_POST
+@student_required
+def key_revoke(request, end_user: EndUser, key_id: str):
+    parsed = selectors.parse_key_id(key_id)
+    if (
+        parsed is None
+        or services.portal_key_revoke(end_user=end_user, key_id=parsed, request=request) is None
+    ):
+        raise Http404("No such key")
+    return HttpResponseRedirect(reverse("portal:keys"))
