@@ -31,18 +31,35 @@ def my_token_view(request):
     return response
 
 
+class _AdminLook:
+    """The admin's header and title on the invitation pages (Django's own templates)."""
+
+    title = ""
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)  # type: ignore[misc]
+        site = admin.site
+        return {
+            **context,
+            "site_header": site.site_header,
+            "site_title": site.site_title,
+            "title": self.title or context.get("title", ""),
+        }
+
+
+class InvitationView(_AdminLook, auth_views.PasswordResetConfirmView):
+    """Where an invited colleague sets their password (the link shown to the admin)."""
+
+    title = "Set your password"
+    success_url = reverse_lazy("password_reset_complete")
+
+
+class InvitationDoneView(_AdminLook, auth_views.PasswordResetCompleteView):
+    title = "Your password is set"
+
+
 urlpatterns = [
     path("my-token/", admin.site.admin_view(my_token_view), name="licensing_my_token"),
-    path(
-        "invitation/<uidb64>/<token>/",
-        auth_views.PasswordResetConfirmView.as_view(
-            success_url=reverse_lazy("password_reset_complete")
-        ),
-        name="password_reset_confirm",
-    ),
-    path(
-        "invitation/done/",
-        auth_views.PasswordResetCompleteView.as_view(),
-        name="password_reset_complete",
-    ),
+    path("invitation/<uidb64>/<token>/", InvitationView.as_view(), name="password_reset_confirm"),
+    path("invitation/done/", InvitationDoneView.as_view(), name="password_reset_complete"),
 ]
