@@ -59,7 +59,9 @@ WSGI_APPLICATION = None
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        # The admin's base_site.html with "My API token" in the user tools (apps come after
+        # django.contrib.admin, so an app's template could not override it).
+        "DIRS": [BASE_DIR / "gateway_site" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

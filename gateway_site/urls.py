@@ -13,8 +13,10 @@ admin.site.site_title = "Inference Gateway admin"
 urlpatterns = [
     path("v1/", api.urls),
     re_path(r"^v1/", api_not_found_view),
-    # Before admin.site.urls: the admin's login page with the single sign-on buttons.
+    # Before admin.site.urls: the admin's login page with the single sign-on buttons, and the
+    # account pages (my token, invitations).
     path("admin/login/", sso_views.admin_login, name="gateway-admin-login"),
+    path("admin/", include("licensing.console.account")),
     path("admin/", admin.site.urls),
     path("sso/find/", sso_views.sso_find, name="sso-find"),
     path("sso/<int:provider_id>/login/", sso_views.sso_login, name="sso-login"),

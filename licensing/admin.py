@@ -1,4 +1,13 @@
 """The licensing admin pages, for Django's admin autodiscovery: they live in
 `licensing.console.admin`, one module per subject, and importing them registers them."""
 
-from .console.admin import keys, licenses, sso, transactions, users, wallets  # noqa: F401
+from .console.admin import (  # noqa: F401
+    audit,
+    colleagues,
+    keys,
+    licenses,
+    sso,
+    transactions,
+    users,
+    wallets,
+)

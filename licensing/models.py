@@ -1,4 +1,5 @@
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
@@ -563,3 +564,12 @@ class AuditEvent(models.Model):
 
     def __str__(self):
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action}"
+
+
+class Colleague(User):
+    """A staff user of one institution, as its institution admins see them in the admin
+    ("Colleagues", licensing.console.admin.colleagues): a proxy, no table of its own."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "colleague"

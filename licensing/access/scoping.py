@@ -3,7 +3,8 @@ only the rows of its institution, by role. The admin and the management API both
 
 Roles:
 - `admin` (institution admin): manages its licenses, license types, API keys, end users and
-  JWT issuers; reads its wallets, transactions and budget alerts, and the catalog.
+  JWT issuers; reads its wallets, transactions and budget alerts, its audit log, and the
+  catalog; manages its colleagues (licensing.access.colleagues).
 - `reviewer`: reads its licenses, wallets and transactions.
 Anyone else (not staff, inactive, or staff without a profile) sees no licensing row at all.
 Shared license types (no institution) are visible to institution admins, read-only.
@@ -18,6 +19,7 @@ from django.db.models import Model, Q, QuerySet
 from ..models import (
     AdminProfile,
     ApiKey,
+    AuditEvent,
     BudgetAlert,
     EndUser,
     Institution,
@@ -44,6 +46,7 @@ INSTITUTION_PATHS: dict[type[Model], str] = {
     Wallet: "license__institution",
     Transaction: "license__institution",
     BudgetAlert: "license__institution",
+    AuditEvent: "institution",
 }
 
 # What each role may do, per model; anything not listed is refused.
@@ -58,6 +61,7 @@ ROLE_PERMISSIONS: dict[str, dict[type[Model], frozenset[str]]] = {
         Wallet: VIEW,
         Transaction: VIEW,
         BudgetAlert: VIEW,
+        AuditEvent: VIEW,
     },
     REVIEWER: {License: VIEW, Wallet: VIEW, Transaction: VIEW},
 }

@@ -10,9 +10,41 @@ from django import forms
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
 
-from ..models import ApiKey, JwtIssuer, License, LicenseType
+from ..models import ApiKey, Institution, JwtIssuer, License, LicenseType
 
 SUPPORTED_BUDGET_UNITS = ("micro_credits",)
+# Micro-credits per currency unit: at most a trillion (one micro-credit is then worth 10**-12 of
+# a unit); anything larger is a typo, and 2**64 would not fit the column.
+MAX_CREDITS_PER_UNIT = 10**12
+
+
+class InstitutionForm(forms.ModelForm):
+    """The display currency (three capitals) and rate, checked before anything is saved."""
+
+    class Meta:
+        model = Institution
+        fields = (
+            "name",
+            "terms_of_use",
+            "portal_key_limit",
+            "currency",
+            "micro_credits_per_currency_unit",
+        )
+
+    def clean_currency(self):
+        currency = (self.cleaned_data.get("currency") or "").strip()
+        if currency and not (len(currency) == 3 and currency.isascii() and currency.isupper()):
+            raise forms.ValidationError("Three capital letters (ISO 4217), e.g. EUR.")
+        return currency
+
+    def clean_micro_credits_per_currency_unit(self):
+        rate = self.cleaned_data.get("micro_credits_per_currency_unit")
+        if rate is not None and not 1 <= rate <= MAX_CREDITS_PER_UNIT:
+            raise forms.ValidationError(
+                f"Between 1 and {MAX_CREDITS_PER_UNIT:,} micro-credits per unit "
+                "(empty = the gateway's rate)."
+            )
+        return rate
 
 
 class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):

@@ -8,6 +8,7 @@ Authentication: `Authorization: Token <token>` (DRF tokens) or the admin's sessi
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import cast
 
 import django_filters
@@ -27,11 +28,14 @@ from catalog.circuit import CLOSED, HALF_OPEN, OPEN
 from catalog.models import Connection, parse_tags
 from catalog.selectors import ConnectionHealth, connections_health, shown_base_url, tagged
 
+from ..access.changes import audit_api_key
 from ..access.credentials import api_key_create
 from ..access.scoping import scope_of, scoped
 from ..access.services import api_key_revoke, api_key_rotate
 from ..ledger.record import LEDGER_COLUMNS
-from ..models import ApiKey, EndUser, JwtIssuer, License, LicenseType, Transaction
+from ..models import ApiKey, AuditEvent, EndUser, JwtIssuer, License, LicenseType, Transaction
+from .audit_log import AUDIT_CSV_COLUMNS
+from .money import institution_rate
 from .review import (
     CSV_COLUMNS,
     TransactionFilter,
@@ -225,6 +229,7 @@ class ApiKeyViewSet(
         row, key = api_key_create(
             license=data["license"], name=data.get("name", ""), expires_at=data.get("expires_at")
         )
+        audit_api_key(row, created=True, via="management API", request=request)
         return self._created(row, key)
 
     def _created(self, row, key):
@@ -237,8 +242,11 @@ class ApiKeyViewSet(
     def revoke(self, request, pk=None):
         """Deactivate the key (it stops authenticating within the cache TTL in every process)."""
         row = self.get_object()
+        was_active = row.active
         api_key_revoke(key_id=row.pk)
         row.refresh_from_db()
+        if was_active:
+            audit_api_key(row, created=False, via="management API", request=request)
         return Response(self.get_serializer(row).data)
 
     @extend_schema(request=None, responses={201: NewApiKeySerializer})
@@ -247,6 +255,10 @@ class ApiKeyViewSet(
         """A new key (same license, name and expiry) in the answer, once; the old one revoked."""
         row = self.get_object()
         new_row, key = api_key_rotate(key_id=row.pk)
+        rotated = {"rotated": f"api_key:{row.pk}"}
+        audit_api_key(new_row, created=True, via="management API", request=request, extra=rotated)
+        if row.active:
+            audit_api_key(row, created=False, via="management API", request=request, extra=rotated)
         return self._created(new_row, key)
 
 
@@ -289,10 +301,16 @@ class TransactionSerializer(serializers.ModelSerializer):
     api_key_prefix = serializers.CharField(source="api_key.prefix", default=None)
     end_user_subject = serializers.CharField(source="end_user.subject", default=None)
     status = serializers.IntegerField(source="status_code", help_text="The HTTP status answered")
+    cost = serializers.SerializerMethodField(
+        help_text="The credits as money at the institution's rate, e.g. `0.25 EUR`"
+    )
 
     class Meta:
         model = Transaction
         fields = tuple(column.api for column in LEDGER_COLUMNS if column.api)
+
+    def get_cost(self, obj) -> str:
+        return institution_rate(obj.license.institution).format(obj.credits)
 
 
 class CsvRenderer(BaseRenderer):
@@ -306,6 +324,19 @@ class CsvRenderer(BaseRenderer):
 
     def render(self, data, accepted_media_type=None, renderer_context=None):
         raise NotImplementedError("CSV answers are streamed by the view")
+
+
+class CsvErrorsAsJson(viewsets.GenericViewSet):
+    """A view that streams its CSV itself: an error answer keeps DRF's JSON shape."""
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        if isinstance(response, Response) and isinstance(
+            getattr(request, "accepted_renderer", None), CsvRenderer
+        ):
+            # Only errors get here with CSV chosen: they keep DRF's JSON shape.
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
 
 
 class LedgerNewestFirst(NewestFirst):
@@ -326,7 +357,9 @@ CSV_DESCRIPTION = (
         )
     ]
 )
-class TransactionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+class TransactionViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, CsvErrorsAsJson, ScopedViewSet
+):
     """Ledger rows of the caller's institution, newest first, with the review filters; search
     `q`: request-id or answer-id prefix, `key=value` in the metadata, or a bare value."""
 
@@ -364,14 +397,78 @@ class TransactionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Scope
             return csv_response(request, Transaction.objects.filter(pk=row.pk), export_filename())
         return super().retrieve(request, *args, **kwargs)
 
-    def finalize_response(self, request, response, *args, **kwargs):
-        if isinstance(response, Response) and isinstance(
-            getattr(request, "accepted_renderer", None), CsvRenderer
-        ):
-            # Only errors get here with CSV chosen: they keep DRF's JSON shape.
-            request.accepted_renderer = JSONRenderer()
-            request.accepted_media_type = JSONRenderer.media_type
-        return super().finalize_response(request, response, *args, **kwargs)
+
+# --- the audit log -----------------------------------------------------------------------------
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    institution = serializers.CharField(source="institution.name", default=None)
+    actor = serializers.CharField(source="actor_name", help_text="Who acted (kept if they go)")
+
+    class Meta:
+        model = AuditEvent
+        fields = (
+            "id",
+            "created_at",
+            "institution",
+            "actor",
+            "action",
+            "target",
+            "detail",
+            "ip",
+            "user_agent",
+        )
+
+
+class AuditEventFilter(django_filters.FilterSet):
+    action = django_filters.ChoiceFilter(choices=AuditEvent.Action.choices)
+    actor = django_filters.CharFilter(field_name="actor_name", max_length=254)
+    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+
+    class Meta:
+        model = AuditEvent
+        fields = ("action", "actor", "since", "until")
+
+
+AUDIT_CSV_DESCRIPTION = (
+    "`csv`: every event of the filtered set (not a page), streamed, with the columns "
+    + ", ".join(header for header, _ in AUDIT_CSV_COLUMNS)
+    + "; times in ISO 8601 UTC."
+)
+
+
+@extend_schema(
+    parameters=[
+        OpenApiParameter(
+            "format", OpenApiTypes.STR, enum=["json", "csv"], description=AUDIT_CSV_DESCRIPTION
+        )
+    ]
+)
+class AuditEventViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, CsvErrorsAsJson, ScopedViewSet
+):
+    """The audit log of the caller's institution (superusers: all), newest first: sign-ins,
+    roles, users, API keys, policies, budgets, tokens. Institution admins and superusers only."""
+
+    queryset = AuditEvent.objects.select_related("institution")
+    serializer_class = AuditEventSerializer
+    filterset_class = AuditEventFilter
+    pagination_class = LedgerNewestFirst
+    renderer_classes = [*viewsets.GenericViewSet.renderer_classes, CsvRenderer]
+
+    @extend_schema(
+        responses={
+            (200, "application/json"): AuditEventSerializer(many=True),
+            (200, "text/csv"): OpenApiTypes.STR,
+        }
+    )
+    def list(self, request, *args, **kwargs):
+        if isinstance(request.accepted_renderer, CsvRenderer):
+            queryset = self.filter_queryset(self.get_queryset())
+            name = f"audit-{datetime.now(UTC):%Y%m%d-%H%M%S}.csv"
+            return csv_response(request, queryset, name, columns=AUDIT_CSV_COLUMNS, computed={})
+        return super().list(request, *args, **kwargs)
 
 
 # --- connections (the catalog; superusers only) ------------------------------------------------
@@ -478,6 +575,7 @@ router.register("licenses", LicenseViewSet, basename="manage-license")
 router.register("keys", ApiKeyViewSet, basename="manage-key")
 router.register("end-users", EndUserViewSet, basename="manage-end-user")
 router.register("transactions", TransactionViewSet, basename="manage-transaction")
+router.register("audit", AuditEventViewSet, basename="manage-audit")
 router.register("connections", ConnectionViewSet, basename="manage-connection")
 
 urlpatterns = [

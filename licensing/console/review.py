@@ -32,6 +32,7 @@ from catalog.models import Provider
 from ..access.scoping import scope_of, scoped
 from ..ledger.record import LEDGER_COLUMNS
 from ..models import ApiKey, EndUser, Institution, License, Outcome, Transaction
+from ..rules.money import rate_of
 from ..rules.policy import SERVICES
 
 SEARCH_MAX_CHARS = 500
@@ -308,6 +309,14 @@ def transaction_totals(queryset) -> Totals:
 
 # (header, queryset path): names rather than ids, through joins.
 CSV_COLUMNS = tuple((column.csv, column.path) for column in LEDGER_COLUMNS if column.csv)
+# Columns that are no database path: what each is made of, and how.
+RATE_PATHS = (
+    "license__institution__currency",
+    "license__institution__micro_credits_per_currency_unit",
+)
+COMPUTED_COLUMNS = {
+    "cost": (("credits", *RATE_PATHS), lambda credits, *rate: rate_of(*rate).format(credits)),
+}
 CSV_CHUNK_ROWS = 2000
 # What a spreadsheet runs as a formula (OWASP, "CSV Injection"): a cell starting with one of
 # these, also after leading whitespace (spreadsheets skip spaces and line breaks before "="), or
@@ -348,20 +357,37 @@ class _Line:
         return value
 
 
-def csv_chunks(queryset, chunk_rows: int = CSV_CHUNK_ROWS):
+def _row_reader(columns, computed):
+    """The database paths to read, and a function from one read row to the CSV's cells."""
+    paths: list[str] = []
+    makers = []
+    for _, path in columns:
+        sources, make = computed.get(path, ((path,), None))
+        start = len(paths)
+        paths.extend(sources)
+        makers.append((start, len(paths), make))
+
+    def cells(row):
+        return [_csv_cell(make(*row[a:b]) if make else row[a]) for a, b, make in makers]
+
+    return paths, cells
+
+
+def csv_chunks(
+    queryset, chunk_rows: int = CSV_CHUNK_ROWS, columns=CSV_COLUMNS, computed=COMPUTED_COLUMNS
+):
     """The CSV of a queryset, newest first, in pieces of `chunk_rows` lines. Rows are read
     through a server-side cursor on PostgreSQL (`iterator`), so memory does not grow with
-    the number of rows."""
+    the number of rows. `columns`: (header, path) pairs; `computed`: paths made from others."""
     writer = csv.writer(_Line())
-    yield writer.writerow([header for header, _ in CSV_COLUMNS])
+    yield writer.writerow([header for header, _ in columns])
+    paths, cells = _row_reader(columns, computed)
     rows = (
-        queryset.order_by("-created_at", "-id")
-        .values_list(*(path for _, path in CSV_COLUMNS))
-        .iterator(chunk_size=chunk_rows)
+        queryset.order_by("-created_at", "-id").values_list(*paths).iterator(chunk_size=chunk_rows)
     )
     lines = []
     for row in rows:
-        lines.append(writer.writerow([_csv_cell(value) for value in row]))
+        lines.append(writer.writerow(cells(row)))
         if len(lines) >= chunk_rows:
             yield "".join(lines)
             lines = []
@@ -395,10 +421,14 @@ class _AsyncChunks:
         self._chunks.close()
 
 
-def csv_response(request, queryset, filename: str = "transactions.csv") -> StreamingHttpResponse:
-    """A streamed CSV download of `queryset`. Under ASGI the content is an async iterator:
-    Django would otherwise read a sync one into a list before sending it."""
-    chunks = csv_chunks(queryset)
+def csv_response(
+    request, queryset, filename: str = "transactions.csv", columns=CSV_COLUMNS, computed=None
+) -> StreamingHttpResponse:
+    """A streamed CSV download of `queryset` (the ledger's columns unless told). Under ASGI the
+    content is an async iterator: Django would otherwise read a sync one into a list first."""
+    chunks = csv_chunks(
+        queryset, columns=columns, computed=COMPUTED_COLUMNS if computed is None else computed
+    )
     django_request = getattr(request, "_request", request)  # DRF wraps Django's request
     content: _AsyncChunks | Iterator[bytes]
     if isinstance(django_request, ASGIRequest):

@@ -21,6 +21,7 @@ from django.utils import formats
 
 from ..access.scoping import scope_of, scoped
 from ..models import ApiKey, EndUser, Institution, License, Transaction
+from .money import ledger_money
 from .review import InstantField, TransactionFilter, transaction_totals
 
 CHOICES_PER_PAGE = 20
@@ -270,6 +271,7 @@ class ReviewChangeList(ChangeList):
             "review_totals": {
                 "rows": _number(totals.rows),
                 "credits": _number(totals.credits),
+                "money": ledger_money(self.queryset),
                 "tokens": _number(totals.tokens),
                 "images": _number(totals.images),
             },

@@ -21,10 +21,12 @@ from django.utils.safestring import mark_safe
 from ..access.scoping import scope_of, scoped
 from ..models import Institution, License, Outcome, Transaction
 from . import charts
+from .money import ledger_money
 from .usage_report import (
     PRESETS,
     RangeError,
     UsageReport,
+    in_range,
     preset_range,
     resolve_range,
     usage_report,
@@ -124,6 +126,18 @@ def usage_view(request, model_admin):
         license_id=keep["license"],
     )
     context.update(_report_context(report, form, keep, scope))
+    rows = in_range(
+        scoped(Transaction.objects.all(), scope),
+        data["since"],
+        data["until"],
+        institution_id=keep["institution"],
+        license_id=keep["license"],
+    )
+    money = ledger_money(rows)
+    # Beside the credits: their worth at each institution's rate (licensing.console.money).
+    context["totals"].insert(
+        1, {"key": "money", "label": "Cost", "value": money, "title": "The credits as money"}
+    )
     return TemplateResponse(request, TEMPLATE, context)
 
 

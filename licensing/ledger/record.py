@@ -185,6 +185,8 @@ LEDGER_COLUMNS = (
     LedgerColumn("megapixels", csv="megapixels", api="megapixels", detail=_USAGE),
     LedgerColumn("units", csv="units", api="units", detail=_USAGE),
     LedgerColumn("credits", csv="credits", api="credits", feed="credits", detail=_USAGE),
+    # The credits as money at the institution's rate (licensing.rules.money), e.g. "0.25 EUR".
+    LedgerColumn("cost", csv="cost", api="cost", detail=_USAGE),
     LedgerColumn("latency_ms", csv="latency_ms", api="latency_ms", feed="latency_ms", detail=_MAIN),
     LedgerColumn("metadata", csv="metadata", api="metadata", detail=_METADATA),
 )

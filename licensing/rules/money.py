@@ -27,11 +27,13 @@ class Rate:
         """`12.35 EUR`; below one cent four decimals (`0.0004 EUR`); None (unlimited) as ``."""
         if micro_credits is None:
             return ""
-        value = self.amount(micro_credits)
-        places = (
-            Decimal("0.01") if value == 0 or abs(value) >= Decimal("0.01") else Decimal("0.0001")
-        )
-        return f"{value.quantize(places, rounding=ROUND_HALF_EVEN):,} {self.currency}"
+        return format_amount(self.amount(micro_credits), self.currency)
+
+
+def format_amount(value: Decimal, currency: str) -> str:
+    """An amount of money in the one format (Rate.format's): for sums across rates."""
+    places = Decimal("0.01") if value == 0 or abs(value) >= Decimal("0.01") else Decimal("0.0001")
+    return f"{value.quantize(places, rounding=ROUND_HALF_EVEN):,} {currency}"
 
 
 def default_rate() -> Rate:

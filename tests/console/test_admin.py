@@ -23,7 +23,9 @@ from core.crypto import reveal
 from licensing.models import (
     AdminProfile,
     ApiKey,
+    AuditEvent,
     BudgetAlert,
+    Colleague,
     EndUser,
     IdentityProvider,
     Institution,
@@ -55,8 +57,9 @@ ADDABLE = {
     JwtIssuer,
     AdminProfile,
     IdentityProvider,
+    Colleague,
 }
-READ_ONLY = {EndUser, Wallet, Transaction, BudgetAlert, SsoIdentity}
+READ_ONLY = {EndUser, Wallet, Transaction, BudgetAlert, SsoIdentity, AuditEvent}
 ALL_MODELS = sorted(ADDABLE | READ_ONLY, key=lambda m: m._meta.label)
 
 
@@ -178,6 +181,15 @@ def make_licensing(suffix: str) -> dict:
 
     staff = get_user_model().objects.create_user(f"staff-{suffix}", is_staff=True)
     profile = AdminProfile.objects.create(user=staff, institution=lic.institution)
+    from licensing.access.audit import audit_event_record
+
+    event = audit_event_record(
+        action=AuditEvent.Action.ROLE_CHANGED,
+        actor=staff,
+        institution=lic.institution,
+        target=f"user:{staff.pk}",
+        detail={"before": {"role": "reviewer"}, "after": {"role": "admin"}},
+    )
     alert = BudgetAlert.objects.create(
         license=lic,
         period="monthly",
@@ -191,6 +203,8 @@ def make_licensing(suffix: str) -> dict:
         "license": lic,
         "license_type": lic.license_type,
         "admin_profile": profile,
+        "colleague": Colleague.objects.get(pk=staff.pk),
+        "audit_event": event,
         "budget_alert": alert,
         "institution": lic.institution,
         "api_key": key_row,

@@ -12,7 +12,7 @@ import sys
 
 import httpx
 
-from tests.browser import BROWSER_TEST, ROOT, SHOTS, pick, shot
+from tests.browser import BROWSER_TEST, ROOT, SHOTS, login, pick, shot
 
 pytestmark = BROWSER_TEST
 
@@ -125,6 +125,77 @@ def test_the_admin_in_a_browser(server, page):
     page.wait_for_selector(".swagger-ui .opblock")
     assert "/v1/embeddings" in page.inner_text(".swagger-ui")
     shot(page, "09-v1-docs")
+
+
+def test_an_institution_admin_invites_a_colleague(server, page):
+    """A superuser invites an institution admin, who sets a password through the invitation
+    link, invites a reviewer, makes their own API token and reads the audit log."""
+    password = server.printed(r"Admin user created: admin / (\S+)")
+    browser = page.context.browser
+
+    def fresh_page():
+        new = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
+        new.set_default_timeout(20_000)
+        return new
+
+    def invitation(p) -> str:
+        p.wait_for_selector(".messagelist .success")
+        found = re.search(r"https?://\S+/admin/invitation/\S+/\S+/", p.inner_text(".messagelist"))
+        assert found, p.inner_text(".messagelist")
+        return found.group(0)
+
+    root = fresh_page()
+    login(root, server, "admin", password)
+    root.goto(server.url + "/admin/licensing/colleague/add/")
+    root.fill("#id_username", "principal")
+    root.select_option("#id_role", "admin")
+    root.select_option("#id_institution", label="Demo school")
+    root.click("input[name=_save]")
+    link = invitation(root)
+
+    principal = fresh_page()
+    principal.goto(link)
+    principal.wait_for_selector("#id_new_password1")
+    principal.fill("#id_new_password1", "Springfield-principal-2026")
+    principal.fill("#id_new_password2", "Springfield-principal-2026")
+    shot(principal, "10-invitation-set-password")
+    principal.click("input[type=submit]")
+    principal.wait_for_url("**/admin/invitation/done/")
+    assert "Your password has been set" in principal.inner_text("#content")
+    login(principal, server, "principal", "Springfield-principal-2026")
+    assert "Colleagues" in principal.inner_text("#content-main")
+    assert principal.locator("a[href='/admin/auth/user/']").count() == 0  # not theirs
+
+    principal.goto(server.url + "/admin/licensing/colleague/add/")
+    assert principal.locator("#id_institution").count() == 0  # always their own
+    principal.fill("#id_username", "ms-reviewer")
+    principal.fill("#id_email", "reviewer@demo-school.example")
+    principal.select_option("#id_role", "reviewer")
+    shot(principal, "11-colleague-add")
+    principal.click("input[name=_save]")
+    assert "/admin/invitation/" in invitation(principal)
+    shot(principal, "12-colleague-invited")
+    names = principal.locator("#result_list tbody th a").all_inner_texts()
+    assert sorted(names) == ["ms-reviewer", "principal"]  # no superuser, no other school
+
+    principal.click("#my-token-link")
+    principal.click("#rotate-token")
+    token = principal.inner_text("#new-token").strip()
+    assert re.fullmatch(r"[0-9a-f]{40}", token)
+    shot(principal, "13-my-api-token")
+
+    principal.goto(server.url + "/admin/licensing/auditevent/")
+    log = principal.inner_text("#result_list tbody")
+    assert "User created" in log and "Management token created" in log
+    shot(principal, "14-audit-log")
+    api = httpx.get(
+        server.url + "/manage/v1/audit",
+        headers={"Authorization": f"Token {token}"},
+        timeout=30,
+    )
+    assert api.status_code == 200, api.text
+    actions = {row["action"] for row in api.json()["results"]}
+    assert {"user_created", "token_created"} <= actions
 
 
 def test_screenshots_are_ignored_by_git():

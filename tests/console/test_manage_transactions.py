@@ -94,6 +94,7 @@ def test_a_row_in_full(ledger, superuser):
         "megapixels": None,
         "units": None,
         "credits": 0,
+        "cost": "0.00 USD",
         "latency_ms": 0,
         "metadata": {},
     }

@@ -6,7 +6,7 @@ from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
-from django.http import Http404
+from django.http import Http404, HttpResponseBadRequest
 from django.utils.html import format_html
 
 from ...access.scoping import institution_id_of, owns, scope_of, scoped
@@ -38,6 +38,24 @@ if TYPE_CHECKING:  # what the mixin is mixed into, for mypy; a plain mixin at ru
     _ModelAdmin = admin.ModelAdmin
 else:
     _ModelAdmin = object
+
+
+def has_nul(params) -> bool:
+    """A NUL in any query parameter: PostgreSQL refuses it in a text comparison (a 500)."""
+    return any(
+        "\x00" in key or "\x00" in value for key, values in params.lists() for value in values
+    )
+
+
+class RefuseNulParamsMixin(_ModelAdmin):
+    """A list whose search or filter parameters hold a NUL answers 400, on every database."""
+
+    def changelist_view(self, request, extra_context=None):
+        if has_nul(request.GET):
+            return HttpResponseBadRequest(
+                "A parameter holds a NUL character.", content_type="text/plain; charset=utf-8"
+            )
+        return super().changelist_view(request, extra_context)
 
 
 class ScopedAdminMixin(_ModelAdmin):

@@ -9,6 +9,7 @@ from django.contrib import admin, messages
 from catalog.forms import FORMFIELD_OVERRIDES
 from gateway_site.localcache import clear_all
 
+from ...access.changes import audit_api_key
 from ...access.credentials import api_key_create
 from ...models import ApiKey, EndUser, JwtIssuer, Transaction
 from ..forms import ApiKeyForm, JwtIssuerForm
@@ -74,12 +75,22 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         if change:
+            was_active = ApiKey.objects.filter(pk=obj.pk).values_list("active", flat=True).first()
             super().save_model(request, obj, form, change)
+            if was_active is not None and was_active != obj.active:
+                audit_api_key(
+                    obj,
+                    created=obj.active,
+                    via="admin",
+                    request=request,
+                    extra={"before": {"active": was_active}, "after": {"active": obj.active}},
+                )
             return
         row, key = api_key_create(license=obj.license, name=obj.name, expires_at=obj.expires_at)
         if not obj.active:
             row.active = False
             row.save(update_fields=["active", "updated_at"])
+        audit_api_key(row, created=True, via="admin", request=request)
         # The admin goes on with `obj` (log entry, redirect): make it the created row.
         for field in ApiKey._meta.concrete_fields:
             setattr(obj, field.attname, getattr(row, field.attname))
@@ -91,9 +102,24 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
             "shown again.",
         )
 
+    def delete_model(self, request, obj):
+        # Only an unused key can be deleted (KeepLedgerIntactMixin); it is revoked for good.
+        if obj.active:
+            audit_api_key(obj, created=False, via="admin", request=request, extra={"deleted": True})
+        super().delete_model(request, obj)
+
     def _set_active(self, request, queryset, active: bool):
+        changing = list(queryset.filter(active=not active).select_related("license"))
         updated = queryset.update(active=active)
         clear_all()  # update() sends no post_save: drop the API's cached keys here
+        for row in changing:  # a re-activation is logged as a key (re)created
+            audit_api_key(
+                row,
+                created=active,
+                via="admin",
+                request=request,
+                extra={"before": {"active": not active}, "after": {"active": active}},
+            )
         state = "activated" if active else "deactivated"
         self.message_user(request, f"{updated} API key(s) {state}.", messages.SUCCESS)
 

@@ -14,19 +14,31 @@ from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES
 
+from ...access.changes import audit_row_change, stored_snapshot
 from ...access.scoping import scope_of
 from ...models import ApiKey, Institution, License, LicenseType
 from ...rules.policy import SERVICES
-from ..forms import LicenseForm, LicenseTypeForm
+from ..forms import InstitutionForm, LicenseForm, LicenseTypeForm
+from ..money import with_money
 from ..policy_try import try_request
 from ..usage import licenses_usage
-from .base import ScopedAdminMixin, _credits
+from .base import ScopedAdminMixin
 
 POLICY_DOCS = settings.BASE_DIR / "docs" / "policy.md"
 
 
+class AuditedSaveMixin:
+    """Policy, budget and money-rate changes land in the audit log with before and after."""
+
+    def save_model(self, request, obj, form, change):
+        before = stored_snapshot(obj) if change else None
+        super().save_model(request, obj, form, change)  # type: ignore[misc]
+        audit_row_change(obj, before, request=request)
+
+
 @admin.register(Institution)
-class InstitutionAdmin(ScopedAdminMixin, admin.ModelAdmin):
+class InstitutionAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
+    form = InstitutionForm
     list_display = ("name", "license_count", "license_type_count", "issuer_count", "created_at")
     search_fields = ("name",)
     date_hierarchy = "created_at"
@@ -57,7 +69,7 @@ class InstitutionAdmin(ScopedAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(LicenseType)
-class LicenseTypeAdmin(ScopedAdminMixin, admin.ModelAdmin):
+class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = LicenseTypeForm
     formfield_overrides = FORMFIELD_OVERRIDES
     list_display = ("name", "institution", "active", "services", "license_count", "updated_at")
@@ -163,7 +175,7 @@ class UsageChangeList(ChangeList):
 
 
 @admin.register(License)
-class LicenseAdmin(ScopedAdminMixin, admin.ModelAdmin):
+class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = LicenseForm
     list_display = (
         "name",
@@ -225,7 +237,7 @@ class LicenseAdmin(ScopedAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="limit", ordering="budget_limit")
     def budget_limit_display(self, obj):
-        limit = _credits(obj.budget_limit)
+        limit = with_money(obj.budget_limit, obj.institution)
         if obj.budget_limit is not None:
             limit = f"{limit} {obj.get_budget_period_display().lower()}"
             if obj.budget_strategy == License.Strategy.PER_USER:
@@ -235,14 +247,15 @@ class LicenseAdmin(ScopedAdminMixin, admin.ModelAdmin):
     @admin.display(description="spent")
     def spent_display(self, obj):
         usage = self._usage(obj)
+        spent = with_money(usage.spent, obj.institution)
         if not usage.pooled and usage.holders:
-            return f"{usage.spent:,} ({usage.holders} holders, highest {usage.highest:,})"
-        return f"{usage.spent:,}"
+            return f"{spent}; {usage.holders} holders, highest {usage.highest:,}"
+        return spent
 
     @admin.display(description="remaining")
     def remaining_display(self, obj):
         usage = self._usage(obj)
-        text = _credits(usage.remaining)
+        text = with_money(usage.remaining, obj.institution)
         if usage.remaining is not None and not usage.pooled:
             return f"{text} (least-left holder)"
         return text

@@ -15,6 +15,7 @@ from ...access.scoping import scope_of
 from ...ledger.record import detail_fieldsets
 from ...models import Transaction
 from .. import review_admin
+from ..money import institution_rate
 from ..review import csv_response, export_filename, iso_utc, scoped_ledger
 from .base import ReadOnlyAdminMixin, ScopedAdminMixin
 
@@ -181,6 +182,10 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     @admin.display(description="credits", ordering="credits")
     def credits_display(self, obj):
         return f"{obj.credits:,}"
+
+    @admin.display(description="cost")
+    def cost(self, obj):
+        return institution_rate(obj.license.institution).format(obj.credits)
 
     @admin.display(description="tokens")
     def tokens(self, obj):

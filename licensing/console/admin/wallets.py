@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 
 from ...models import BudgetAlert, Wallet
+from ..money import with_money
 from ..usage import holder_names
 from .base import ReadOnlyAdminMixin, ScopedAdminMixin
 
@@ -28,10 +29,11 @@ class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
         "unit",
         "spent_display",
         "limit_display",
+        "remaining_display",
         "updated_at",
     )
     list_filter = ("period", "unit", "license")
-    list_select_related = ("license",)
+    list_select_related = ("license__institution",)
     search_fields = ("holder", "license__name")
     date_hierarchy = "window_start"
 
@@ -49,20 +51,46 @@ class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="spent", ordering="spent")
     def spent_display(self, obj):
-        return f"{obj.spent:,}"
+        return with_money(obj.spent, obj.license.institution)
 
     @admin.display(description="license limit")
     def limit_display(self, obj):
+        return with_money(obj.license.budget_limit, obj.license.institution)
+
+    @admin.display(description="remaining")
+    def remaining_display(self, obj):
         limit = obj.license.budget_limit
-        return "unlimited" if limit is None else f"{limit:,}"
+        if limit is None:
+            return "unlimited"
+        return with_money(max(limit - obj.spent, 0), obj.license.institution)
 
 
 @admin.register(BudgetAlert)
 class BudgetAlertAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     """One row per license and window whose alert threshold was crossed."""
 
-    list_display = ("license", "window_start", "holder", "spent", "threshold", "limit", "sent_at")
+    list_display = (
+        "license",
+        "window_start",
+        "holder",
+        "spent_display",
+        "threshold_display",
+        "limit_display",
+        "sent_at",
+    )
     list_filter = ("license",)
-    list_select_related = ("license",)
+    list_select_related = ("license__institution",)
     search_fields = ("license__name",)
     date_hierarchy = "created_at"
+
+    @admin.display(description="spent", ordering="spent")
+    def spent_display(self, obj):
+        return with_money(obj.spent, obj.license.institution)
+
+    @admin.display(description="threshold", ordering="threshold")
+    def threshold_display(self, obj):
+        return with_money(obj.threshold, obj.license.institution)
+
+    @admin.display(description="limit", ordering="limit")
+    def limit_display(self, obj):
+        return with_money(obj.limit, obj.license.institution)

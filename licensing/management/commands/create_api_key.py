@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from licensing.access.changes import audit_api_key
 from licensing.access.credentials import api_key_create_for_days
 from licensing.models import License
 
@@ -20,5 +21,6 @@ class Command(BaseCommand):
         days = options["expires_in_days"]
         if days is not None and days < 1:
             raise CommandError("--expires-in-days must be at least 1")
-        _, key = api_key_create_for_days(license=license, name=options["name"], days=days)
+        row, key = api_key_create_for_days(license=license, name=options["name"], days=days)
+        audit_api_key(row, created=True, via="command", actor_name="manage.py create_api_key")
         self.stdout.write(key)

@@ -4,8 +4,9 @@ import os
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from licensing.access.audit import audit_event_record
 from licensing.access.services import institution_admin_create
-from licensing.models import AdminProfile
+from licensing.models import AdminProfile, AuditEvent
 
 
 class Command(BaseCommand):
@@ -56,6 +57,21 @@ class Command(BaseCommand):
             )
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from exc
+        profile = user.gateway_profile
+        audit_event_record(
+            action=AuditEvent.Action.USER_CREATED,
+            actor_name="manage.py create_institution_admin",
+            institution=profile.institution_id,
+            target=f"user:{user.pk}",
+            detail={
+                "after": {
+                    "username": user.username,
+                    "email": user.email,
+                    "role": profile.role,
+                    "active": True,
+                }
+            },
+        )
         self.stdout.write(
             f"User {user.username!r} created: {options['role']} of {options['institution']!r}"
         )

@@ -3,6 +3,7 @@ import json
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from licensing.access.changes import audit_row_change
 from licensing.access.services import DEFAULT_INSTITUTION, license_create
 
 
@@ -40,6 +41,10 @@ class Command(BaseCommand):
             )
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from exc
+        me = "manage.py create_license"
+        if policy is not None:  # its own license type, made with it
+            audit_row_change(license.license_type, None, actor_name=me)
+        audit_row_change(license, None, actor_name=me)
         limit = "unlimited" if license.budget_limit is None else f"{license.budget_limit:,}"
         self.stdout.write(
             f"License {license.name!r} created (type {license.license_type.name!r}, "
