@@ -225,6 +225,11 @@ class ProviderChoice:
     institution: str
 
 
+# More buttons than this, and the login pages also offer the e-mail field that finds the
+# institution by its domain.
+PROVIDERS_LISTED_ALONE = 5
+
+
 def sign_in_providers(*, students_only: bool = False) -> list[ProviderChoice]:
     """The buttons of the login pages: every active provider (the portal: those with a
     student license), by institution name."""

@@ -31,6 +31,7 @@ from django.views.decorators.http import require_GET
 from ..access import oidc
 from ..access.backends import BACKEND
 from ..access.sso import (
+    PROVIDERS_LISTED_ALONE,
     SignInRefused,
     admin_contacts,
     client_secret_of,
@@ -301,7 +302,7 @@ def admin_login(request: HttpRequest) -> HttpResponseBase:
         "app_path": request.get_full_path(),
         "username": request.user.get_username(),
         "sso_providers": providers,
-        "sso_find": len(providers) > 5,
+        "sso_find": len(providers) > PROVIDERS_LISTED_ALONE,
     }
     if REDIRECT_FIELD_NAME not in request.GET and REDIRECT_FIELD_NAME not in request.POST:
         context[REDIRECT_FIELD_NAME] = reverse("admin:index", current_app=site.name)

@@ -22,7 +22,6 @@ from ..rules.policy import Policy, PolicyDocumentError, compile_policy
 
 USAGE_DAYS = 30
 # More providers than this: the login page also finds the institution by e-mail domain.
-PROVIDERS_LISTED_ALONE = 5
 # A key id in a URL: a positive bigint. Anything else (2**64, "abc", NUL) is a 404.
 MAX_KEY_ID = 2**63 - 1
 
@@ -87,15 +86,6 @@ def no_access_contact(user) -> Contact:
             )
         )
     return Contact(institution=institution, emails=emails)
-
-
-def sign_in_providers() -> list[IdentityProvider]:
-    """The identity providers students may sign in with: active, with a student license."""
-    return list(
-        IdentityProvider.objects.select_related("institution")
-        .filter(active=True, student_license__isnull=False)
-        .order_by("institution__name")
-    )
 
 
 def institution_rate(institution: Institution) -> Rate:

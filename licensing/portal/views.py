@@ -16,6 +16,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from ..access.sso import PROVIDERS_LISTED_ALONE, sign_in_providers
 from ..console import charts
 from ..models import EndUser
 from . import selectors, services
@@ -67,20 +68,15 @@ def _page(request, end_user: EndUser, template: str, context: dict, status: int 
 def login(request):
     if request.user.is_authenticated and selectors.portal_end_user(request.user) is not None:
         return HttpResponseRedirect(reverse("portal:dashboard"))
-    providers = selectors.sign_in_providers()
-    next_url = _next_of(request)
-    query = urlencode({"next": next_url})
+    providers = sign_in_providers(students_only=True)
     return render(
         request,
         "portal/login.html",
         {
             "title": "Sign in",
-            "providers": [
-                {"name": p.institution.name, "url": f"/sso/{p.pk}/login/?{query}"}
-                for p in providers
-            ],
-            "find_by_email": len(providers) > selectors.PROVIDERS_LISTED_ALONE,
-            "next": next_url,
+            "providers": providers,
+            "find_by_email": len(providers) > PROVIDERS_LISTED_ALONE,
+            "next": _next_of(request),
         },
     )
 

@@ -33,7 +33,7 @@ def test_the_admin_login_page_lists_the_buttons(browser, world):
     assert page.status_code == 200
     html = page.content.decode()
     assert "Sign in with Alpha School" in html and "Sign in with Beta College" in html
-    assert f'href="/sso/{alpha.provider.pk}/login/?next=/admin/licensing/"' in html
+    assert f'href="/sso/{alpha.provider.pk}/login/?next=%2Fadmin%2Flicensing%2F"' in html
     assert 'name="password"' in html  # the local form stays
     assert "/sso/find/" not in html  # two institutions: no finder
     # The admin's own redirect to its login page lands here too.
