@@ -4,6 +4,7 @@
 from .console.admin import (  # noqa: F401
     audit,
     colleagues,
+    courses,
     keys,
     licenses,
     sso,

@@ -42,6 +42,13 @@ class Institution(models.Model):
         validators=[RegexValidator(r"^[A-Z]{3}\Z", "Three capital letters (ISO 4217), e.g. EUR")],
         help_text="ISO 4217 code shown beside micro-credits (e.g. EUR); empty = the gateway's",
     )
+    # Courses' periods (day, week, month) and access windows are read in this time zone.
+    timezone = models.CharField(
+        max_length=64,
+        default="UTC",
+        db_default="UTC",
+        help_text="IANA time zone of the institution's course periods, e.g. Europe/Berlin",
+    )
     micro_credits_per_currency_unit = models.BigIntegerField(
         null=True,
         blank=True,
@@ -156,6 +163,10 @@ class ApiKey(models.Model):
     # A student's own key (the portal): the wallet and the ledger rows are the end user's.
     end_user = models.ForeignKey(
         "EndUser", on_delete=models.CASCADE, null=True, blank=True, related_name="api_keys"
+    )
+    # A course member's key: charged to the course's levels too (a key pays for one course).
+    course = models.ForeignKey(
+        "Course", on_delete=models.CASCADE, null=True, blank=True, related_name="api_keys"
     )
     name = models.CharField(max_length=200, blank=True)
     prefix = models.CharField(max_length=32, db_index=True, editable=False)
@@ -320,6 +331,15 @@ class Transaction(models.Model):
     )
     wallet = models.ForeignKey(
         Wallet, on_delete=models.SET_NULL, null=True, blank=True, related_name="transactions"
+    )
+    # The course that paid (its allowance and pool), when the caller is a course member.
+    course = models.ForeignKey(
+        "Course",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="transactions",
+        db_index=False,
     )
     service = models.CharField(max_length=64, db_index=True)
     requested_model = models.CharField(max_length=200)
@@ -573,3 +593,125 @@ class Colleague(User):
     class Meta:
         proxy = True
         verbose_name = "colleague"
+
+
+class Course(models.Model):
+    """A class under a license (same institution): each member student has an allowance per
+    period, the course may have a pool per period, and its policy overlay may only narrow the
+    license type's policy. Access windows and exam mode switch it off (or narrower) in time."""
+
+    class Period(models.TextChoices):
+        DAY = "day", "Day"
+        WEEK = "week", "Week"
+        MONTH = "month", "Month"
+
+    institution = models.ForeignKey(Institution, on_delete=models.CASCADE, related_name="courses")
+    license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="courses")
+    name = models.CharField(max_length=200)
+    code = models.CharField(max_length=64, help_text="Unique in the institution, e.g. CS101")
+    allowance = models.BigIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Micro-credits per student and period; empty = no per-student limit",
+    )
+    allowance_period = models.CharField(max_length=8, choices=Period.choices, default=Period.DAY)
+    pool_limit = models.BigIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Micro-credits for the whole course per period; empty = no course pool",
+    )
+    policy = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Overlay: may only narrow the license type's policy ({} = as the license type)",
+    )
+    exam_mode = models.BooleanField(default=False)
+    exam_policy = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What exam mode allows: empty = every service off; else a narrower overlay",
+    )
+    lti_context_id = models.CharField(max_length=255, blank=True, default="")
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["code"]
+        constraints = [
+            models.UniqueConstraint(fields=["institution", "code"], name="uniq_course_code")
+        ]
+
+    def __str__(self):
+        return f"{self.code} {self.name}"
+
+
+class CourseWindow(models.Model):
+    """A date-time range of a course: when it is open (`access`; none = always open) or in
+    exam mode (`exam`, beside the switch)."""
+
+    class Kind(models.TextChoices):
+        ACCESS = "access", "Open"
+        EXAM = "exam", "Exam"
+
+    course = models.ForeignKey(Course, on_delete=models.CASCADE, related_name="windows")
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.ACCESS)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["starts_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(ends_at__gt=models.F("starts_at")),
+                name="course_window_ends_after_start",
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.course.code} {self.kind} {self.starts_at:%Y-%m-%d %H:%M}"
+
+
+class CourseMember(models.Model):
+    """A student in a course (an end user of the course's license): paused members are
+    refused; a top-up adds to their allowance in one period."""
+
+    course = models.ForeignKey(Course, on_delete=models.CASCADE, related_name="members")
+    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="memberships")
+    paused = models.BooleanField(default=False)
+    top_up = models.BigIntegerField(
+        default=0, validators=[MinValueValidator(0)], help_text="Extra micro-credits"
+    )
+    top_up_window_start = models.DateTimeField(
+        null=True, blank=True, help_text="The period the top-up is for"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["course", "created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["course", "end_user"], name="uniq_course_member")
+        ]
+
+    def __str__(self):
+        return f"{self.course.code} {self.end_user}"
+
+
+class CourseTeacher(models.Model):
+    """A teacher of a course (a staff user with the teacher role, or an institution admin)."""
+
+    course = models.ForeignKey(Course, on_delete=models.CASCADE, related_name="teachers")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="taught_courses"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["course", "user"], name="uniq_course_teacher")
+        ]
+
+    def __str__(self):
+        return f"{self.course.code} {self.user}"

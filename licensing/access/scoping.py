@@ -21,6 +21,10 @@ from ..models import (
     ApiKey,
     AuditEvent,
     BudgetAlert,
+    Course,
+    CourseMember,
+    CourseTeacher,
+    CourseWindow,
     EndUser,
     Institution,
     JwtIssuer,
@@ -47,6 +51,10 @@ INSTITUTION_PATHS: dict[type[Model], str] = {
     Transaction: "license__institution",
     BudgetAlert: "license__institution",
     AuditEvent: "institution",
+    Course: "institution",
+    CourseWindow: "course__institution",
+    CourseMember: "course__institution",
+    CourseTeacher: "course__institution",
 }
 
 # What each role may do, per model; anything not listed is refused.
@@ -62,6 +70,10 @@ ROLE_PERMISSIONS: dict[str, dict[type[Model], frozenset[str]]] = {
         Transaction: VIEW,
         BudgetAlert: VIEW,
         AuditEvent: VIEW,
+        Course: ALL,
+        CourseWindow: ALL,
+        CourseMember: ALL,
+        CourseTeacher: ALL,
     },
     REVIEWER: {License: VIEW, Wallet: VIEW, Transaction: VIEW},
 }

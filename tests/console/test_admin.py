@@ -26,6 +26,10 @@ from licensing.models import (
     AuditEvent,
     BudgetAlert,
     Colleague,
+    Course,
+    CourseMember,
+    CourseTeacher,
+    CourseWindow,
     EndUser,
     IdentityProvider,
     Institution,
@@ -58,6 +62,10 @@ ADDABLE = {
     AdminProfile,
     IdentityProvider,
     Colleague,
+    Course,
+    CourseWindow,
+    CourseMember,
+    CourseTeacher,
 }
 READ_ONLY = {EndUser, Wallet, Transaction, BudgetAlert, SsoIdentity, AuditEvent}
 ALL_MODELS = sorted(ADDABLE | READ_ONLY, key=lambda m: m._meta.label)
@@ -190,6 +198,16 @@ def make_licensing(suffix: str) -> dict:
         target=f"user:{staff.pk}",
         detail={"before": {"role": "reviewer"}, "after": {"role": "admin"}},
     )
+    course = Course.objects.create(
+        institution=lic.institution, license=lic, code=f"CS-{suffix}", name=f"Course {suffix}"
+    )
+    window = CourseWindow.objects.create(
+        course=course,
+        starts_at=timezone.now(),
+        ends_at=timezone.now() + timedelta(days=1),
+    )
+    member = CourseMember.objects.create(course=course, end_user=user)
+    teacher = CourseTeacher.objects.create(course=course, user=staff)
     alert = BudgetAlert.objects.create(
         license=lic,
         period="monthly",
@@ -205,6 +223,10 @@ def make_licensing(suffix: str) -> dict:
         "admin_profile": profile,
         "colleague": Colleague.objects.get(pk=staff.pk),
         "audit_event": event,
+        "course": course,
+        "course_window": window,
+        "course_member": member,
+        "course_teacher": teacher,
         "budget_alert": alert,
         "institution": lic.institution,
         "api_key": key_row,
