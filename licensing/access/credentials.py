@@ -116,6 +116,7 @@ class Principal:
     license: LicenseInfo
     api_key_id: int | None = None
     end_user_id: int | None = None
+    course_id: int | None = None  # the course that pays beside the license (issue 26)
 
     @property
     def license_name(self) -> str:
@@ -137,6 +138,7 @@ class _KeyInfo:
     active: bool
     expires_at: datetime | None
     end_user_id: int | None  # a student's portal key: the end user's wallet
+    course_id: int | None  # a course member's key: the course's levels pay too
 
 
 def _license_info(license_id: int) -> LicenseInfo | None:
@@ -186,7 +188,7 @@ def _resolve_api_key(credential: str) -> Principal | None:
     if info is None:
         generation = _key_cache.generation
         rows = ApiKey.objects.filter(prefix=key_lookup_prefix(credential)).values_list(
-            "id", "digest", "license_id", "active", "expires_at", "end_user_id"
+            "id", "digest", "license_id", "active", "expires_at", "end_user_id", "course_id"
         )
         for row in rows:
             if hmac.compare_digest(row[1], digest):
@@ -200,7 +202,12 @@ def _resolve_api_key(credential: str) -> Principal | None:
     license_info = _license_info(info.license_id)
     if license_info is None or not license_info.usable:
         return None
-    return Principal(license=license_info, api_key_id=info.id, end_user_id=info.end_user_id)
+    return Principal(
+        license=license_info,
+        api_key_id=info.id,
+        end_user_id=info.end_user_id,
+        course_id=info.course_id,
+    )
 
 
 # --- JWT -----------------------------------------------------------------------------------
