@@ -781,6 +781,13 @@ class LtiPlatform(models.Model):
     def __str__(self):
         return f"{self.issuer} ({self.client_id})"
 
+    def save(self, *args, **kwargs):
+        # The URLs are checked on every save, not only through forms (the SSRF guard's rules).
+        errors = _outbound_url_errors(jwks_url=self.jwks_url, auth_login_url=self.auth_login_url)
+        if errors:
+            raise ValidationError(errors)
+        super().save(*args, **kwargs)
+
     def clean(self):
         errors: dict[str, str] = _outbound_url_errors(
             jwks_url=self.jwks_url, auth_login_url=self.auth_login_url
@@ -798,13 +805,6 @@ class LtiPlatform(models.Model):
             errors["license"] = "The license must belong to the platform's institution."
         if errors:
             raise ValidationError(errors)
-
-    def save(self, *args, **kwargs):
-        # The URLs are checked on every save, not only through forms (the SSRF guard's rules).
-        errors = _outbound_url_errors(jwks_url=self.jwks_url, auth_login_url=self.auth_login_url)
-        if errors:
-            raise ValidationError(errors)
-        super().save(*args, **kwargs)
 
 
 class LtiLaunchState(models.Model):

@@ -93,7 +93,7 @@ jwks_cache = JwksCache()
 class LtiError(Exception):
     """A launch that cannot go on: `reason` for the audit log, `message` for people."""
 
-    def __init__(self, reason: str, message: str, *, status: int = 403):
+    def __init__(self, reason: str, message: str, status: int = 403):
         super().__init__(message)
         self.reason = reason
         self.message = message
