@@ -210,7 +210,7 @@ class JwtIssuer(models.Model):
     issuer = models.CharField(max_length=500, unique=True, help_text="The `iss` claim")
     audience = models.CharField(max_length=500, help_text="The required `aud` claim")
     algorithms = models.JSONField(default=list, help_text='e.g. ["RS256"] or ["HS256"]')
-    jwks_url = models.URLField(max_length=500, blank=True)
+    jwks_url = models.CharField(max_length=500, blank=True)
     public_keys = models.TextField(blank=True, help_text="PEM public keys, one or more")
     hs256_secret = EncryptedTextField(max_length=500, blank=True)  # encrypted at rest
     active = models.BooleanField(default=True)
@@ -748,8 +748,8 @@ class LtiPlatform(models.Model):
     deployment_ids = models.JSONField(
         default=list, blank=True, help_text='The deployment ids accepted, e.g. ["1"]'
     )
-    jwks_url = models.URLField(max_length=500, help_text="The platform's public keyset URL")
-    auth_login_url = models.URLField(
+    jwks_url = models.CharField(max_length=500, help_text="The platform's public keyset URL")
+    auth_login_url = models.CharField(
         max_length=500, help_text="The platform's OIDC authentication request URL"
     )
     license = models.ForeignKey(

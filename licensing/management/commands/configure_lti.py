@@ -84,6 +84,10 @@ class Command(BaseCommand):
                 allowance_period=options["allowance_period"],
             )
         except ValidationError as exc:
+            if hasattr(exc, "error_dict"):
+                raise CommandError(
+                    "; ".join(f"{field}: {' '.join(m)}" for field, m in exc.message_dict.items())
+                ) from exc
             raise CommandError("; ".join(exc.messages)) from exc
         login_url, launch_url = lti_urls()
         self.stdout.write(f"login_url: {login_url}")
