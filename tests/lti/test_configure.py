@@ -147,3 +147,44 @@ def client_factory():
         return c
 
     return make
+
+
+def test_the_admin_form_checks_urls_and_the_license(licenses, client_factory):
+    alpha, beta = licenses
+    user = get_user_model().objects.create_user("alpha-admin", is_staff=True)
+    AdminProfile.objects.create(user=user, institution=alpha.institution, role="admin")
+    browser = client_factory(user)
+    form = {
+        "institution": str(alpha.institution.pk),
+        "issuer": ISSUER,
+        "client_id": "tool-9",
+        "deployment_ids": '["1"]',
+        "jwks_url": "http://10.0.0.1/certs",
+        "auth_login_url": ISSUER + "/auth",
+        "license": str(alpha.pk),
+        "allowance": "1000",
+        "allowance_period": "week",
+        "active": "on",
+    }
+    refused = browser.post("/admin/licensing/ltiplatform/add/", form)
+    assert refused.status_code == 200
+    assert b"not a public address" in refused.content
+    other = browser.post(
+        "/admin/licensing/ltiplatform/add/",
+        {**form, "jwks_url": ISSUER + "/certs", "license": str(beta.pk)},
+    )
+    assert other.status_code == 200 and b"errorlist" in other.content
+    huge = browser.post(
+        "/admin/licensing/ltiplatform/add/",
+        {**form, "jwks_url": ISSUER + "/certs", "allowance": str(2**64)},
+    )
+    assert huge.status_code == 200 and b"errorlist" in huge.content
+    assert not LtiPlatform.objects.exists()
+    saved = browser.post(
+        "/admin/licensing/ltiplatform/add/", {**form, "jwks_url": ISSUER + "/certs"}
+    )
+    assert saved.status_code == 302
+    platform = LtiPlatform.objects.get()
+    assert platform.institution == alpha.institution and platform.deployment_ids == ["1"]
+    event = AuditEvent.objects.get(action=AuditEvent.Action.SSO_CONFIGURED)
+    assert event.actor == user and event.detail["method"] == "lti"
