@@ -368,7 +368,9 @@ def verify_launch_token(token: Any, *, launch: LtiLaunchState) -> dict[str, Any]
         raise _decode_error(error)
     now = clock()
     exp, iat = claims.get("exp"), claims.get("iat")
-    if not _number(exp) or not _number(iat):
+    if not isinstance(exp, int | float) or not isinstance(iat, int | float):
+        raise LtiError("invalid_token", "The id_token's exp or iat is not a number.")
+    if isinstance(exp, bool) or isinstance(iat, bool):
         raise LtiError("invalid_token", "The id_token's exp or iat is not a number.")
     if exp + LEEWAY < now:
         raise LtiError("expired", "The id_token has expired.")
@@ -404,10 +406,6 @@ def verify_launch_token(token: Any, *, launch: LtiLaunchState) -> dict[str, Any]
     if claims.get(CLAIM + "version") != VERSION:
         raise LtiError("unsupported_version", "Only LTI 1.3.0 launches are supported.", 400)
     return claims
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _decode_error(error: Exception | None) -> LtiError:
@@ -470,8 +468,12 @@ def launch_of(claims: dict[str, Any]) -> Launch:
     label = _claim_text(context.get("label"), "course label", MAX_LABEL)
     title = _claim_text(context.get("title"), "course title", MAX_TITLE)
     name = _claim_text(claims.get("name"), "name", MAX_TITLE)[:200]
-    email = claims.get("email")
-    email = email.strip()[:254] if _clean_text(email) and "@" in email else ""
+    raw_email = claims.get("email")
+    email = (
+        raw_email.strip()[:254]
+        if isinstance(raw_email, str) and _clean_text(raw_email) and "@" in raw_email
+        else ""
+    )
     return Launch(
         sub=sub,
         instructor=instructor,
