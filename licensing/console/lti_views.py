@@ -59,17 +59,20 @@ def lti_login(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_POST
 def lti_launch(request: HttpRequest) -> HttpResponse:
-    platform = None
+    platform, who = None, ""
     try:
         state = lti.launch_state_take(request.POST.get("state"))
         platform = state.platform
         if not platform.active:
             raise lti.LtiError("unknown_platform", "This LMS is not registered on the gateway.")
         claims = lti.verify_launch_token(request.POST.get("id_token"), launch=state)
+        sub = claims.get("sub")
+        # Who, for the audit row of a refusal after the signature held (printable only).
+        who = "".join(c for c in sub if c.isprintable())[:254] if isinstance(sub, str) else ""
         launch = lti.launch_of(claims)
         launched = lti.launch_complete(platform=platform, launch=launch, request=request)
     except lti.LtiError as exc:
-        return _refused(request, exc, platform)
+        return _refused(request, exc, platform, who)
     # login() rotates the session key (a fixed session cannot be planted) and its CSRF token.
     login(request, launched.user, backend=BACKEND)
     lti.launch_record(platform=platform, launched=launched, request=request)

@@ -280,6 +280,8 @@ def test_an_inactive_platform_is_refused(world, browser):
 def test_a_learner_before_any_instructor_is_refused(world, browser):
     response = launch(browser, world.fake, "student-1", roles=LEARNER)
     assert_refused(response, 403, "course_not_open", browser)
+    event = AuditEvent.objects.get(action=AuditEvent.Action.SIGN_IN_REFUSED)
+    assert event.actor_name == "student-1" and event.actor is None
     assert b"Your teacher has not opened this course" in response.content
     assert not User.objects.exists() and not EndUser.objects.exists()
 
