@@ -30,6 +30,9 @@ from ..models import (
     JwtIssuer,
     License,
     LicenseType,
+    LtiIdentity,
+    LtiLaunchState,
+    LtiPlatform,
     Transaction,
     Wallet,
 )
@@ -55,6 +58,9 @@ INSTITUTION_PATHS: dict[type[Model], str] = {
     CourseWindow: "course__institution",
     CourseMember: "course__institution",
     CourseTeacher: "course__institution",
+    LtiPlatform: "institution",
+    LtiIdentity: "platform__institution",
+    LtiLaunchState: "platform__institution",
 }
 
 # What each role may do, per model; anything not listed is refused.
@@ -74,6 +80,9 @@ ROLE_PERMISSIONS: dict[str, dict[type[Model], frozenset[str]]] = {
         CourseWindow: ALL,
         CourseMember: ALL,
         CourseTeacher: ALL,
+        LtiPlatform: ALL,
+        LtiIdentity: VIEW,
+        LtiLaunchState: VIEW,
     },
     REVIEWER: {License: VIEW, Wallet: VIEW, Transaction: VIEW},
 }
