@@ -48,17 +48,23 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def _check_finite(document: Any, where: str) -> None:
-    """NaN never compares, and an infinite bound is no bound a person meant: refused."""
-    stack = [document]
+MAX_DEPTH = 32
+
+
+def _check_values(document: Any, where: str) -> None:
+    """NaN never compares, and an infinite bound is no bound a person meant; a value nested
+    deeper than any request field would be is refused before anything recurses into it."""
+    stack = [(document, 0)]
     while stack:
-        value = stack.pop()
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise PolicyDocumentError(f"{where}: values nested deeper than {MAX_DEPTH} levels")
         if isinstance(value, float) and not math.isfinite(value):
             raise PolicyDocumentError(f"{where}: numbers must be finite")
         if isinstance(value, dict):
-            stack.extend(value.values())
+            stack.extend((v, depth + 1) for v in value.values())
         elif isinstance(value, list):
-            stack.extend(value)
+            stack.extend((v, depth + 1) for v in value)
 
 
 def _checked(document: Any, where: str) -> dict:
@@ -68,7 +74,7 @@ def _checked(document: Any, where: str) -> dict:
         raise PolicyDocumentError(f"{where}: {exc}") from exc
     except (RecursionError, TypeError, OverflowError) as exc:  # absurd nesting or values
         raise PolicyDocumentError(f"{where}: not a policy document ({type(exc).__name__})") from exc
-    _check_finite(document, where)
+    _check_values(document, where)
     return document
 
 
@@ -126,8 +132,7 @@ def _rule_widenings(where: str, base: dict | None, rule: dict) -> list[str]:
         for value in rule["allowed"]:
             if _freeze(value) not in allowed:
                 reasons.append(
-                    f"{where}.allowed: {_fmt(value)} is not among the license type's "
-                    "allowed values"
+                    f"{where}.allowed: {_fmt(value)} is not among the license type's allowed values"
                 )
     if "excluded" in rule and "excluded" in base:
         excluded = {_freeze(v) for v in rule["excluded"]}
@@ -138,7 +143,9 @@ def _rule_widenings(where: str, base: dict | None, rule: dict) -> list[str]:
                     "stay excluded"
                 )
     if "min" in rule and "min" in base and rule["min"] < base["min"]:
-        reasons.append(f"{where}.min: {_fmt(rule['min'])} is below the license type's {_fmt(base['min'])}")
+        reasons.append(
+            f"{where}.min: {_fmt(rule['min'])} is below the license type's {_fmt(base['min'])}"
+        )
     for key in ("max", "max_length", "max_items"):
         if key in rule and key in base and rule[key] > base[key]:
             reasons.append(
@@ -160,9 +167,7 @@ def _limits_widenings(base: Any, overlay: Any) -> list[str]:
             mine = ((overlay or {}).get(scope) or {}).get(key)
             theirs = ((base or {}).get(scope) or {}).get(key)
             if mine is not None and theirs is not None and mine > theirs:
-                reasons.append(
-                    f"limits.{scope}.{key}: {mine} is above the license type's {theirs}"
-                )
+                reasons.append(f"limits.{scope}.{key}: {mine} is above the license type's {theirs}")
     return reasons
 
 
