@@ -9,8 +9,10 @@ from __future__ import annotations
 from django import forms
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
+from catalog.selectors import policy_choices, provider_slugs
 
 from ..models import ApiKey, Institution, JwtIssuer, License, LicenseType
+from .policy_form import PolicyForm
 
 SUPPORTED_BUDGET_UNITS = ("micro_credits",)
 # Micro-credits per currency unit: at most a trillion (one micro-credit is then worth 10**-12 of
@@ -48,9 +50,34 @@ class InstitutionForm(forms.ModelForm):
 
 
 class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
+    """The policy is edited through the policy form (`self.policy_form`, rendered by the change
+    page) and the JSON view (the `policy` field) together: the form's changed fields are written
+    onto the JSON document, so rules only the JSON view shows are kept. A post without the policy
+    form (a script posting JSON only) saves the JSON as it is."""
+
     class Meta:
         model = LicenseType
         fields = ("name", "institution", "active", "policy", "guardrails")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.policy_form = PolicyForm(
+            self.data if self.is_bound else None,
+            document=self.instance.policy,
+            models=policy_choices(),
+            providers=provider_slugs(),
+            disabled="policy" not in self.fields,
+        )
+
+    def clean(self):
+        cleaned = super().clean()
+        if "policy" not in self.fields or not self.policy_form.submitted:
+            return cleaned
+        if not self.policy_form.is_valid():
+            self.add_error(None, "The policy form has errors: see the marked fields below.")
+        elif "policy" in self.cleaned_data:
+            self.cleaned_data["policy"] = self.policy_form.apply(self.cleaned_data["policy"])
+        return self.cleaned_data
 
 
 class LicenseForm(AdminModelFormMixin, forms.ModelForm):
