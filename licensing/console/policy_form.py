@@ -266,12 +266,12 @@ class PolicyForm(forms.Form):
                     services.pop(service, None)
             if service not in services:
                 continue
-            if services[service] is None:
-                services[service] = {}
-            config = services[service]
             for name in section["fields"]:
                 if name not in changed or name.endswith("__enabled"):
                     continue
+                if services[service] is None:  # `null` enables a service: kept until written
+                    services[service] = {}
+                config = services[service]
                 value = self.cleaned_data[name]
                 what = name.removeprefix(f"{service}__")
                 if what == "providers":
