@@ -120,6 +120,11 @@ def policy_choices() -> dict[str, list[str]]:
     return choices
 
 
-def provider_slugs() -> list[str]:
-    """Every provider of the catalog, for a policy's providers lists."""
-    return list(Provider.objects.order_by("slug").values_list("slug", flat=True))
+def service_providers() -> dict[str, list[str]]:
+    """Per policy service, the catalog's providers whose kind speaks its endpoint (a policy's
+    providers lists)."""
+    providers = list(Provider.objects.order_by("slug").values_list("slug", "kind"))
+    return {
+        s.service: [slug for slug, kind in providers if kind_serves(kind, s.endpoint)]
+        for s in SERVICES
+    }

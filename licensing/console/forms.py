@@ -9,7 +9,7 @@ from __future__ import annotations
 from django import forms
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
-from catalog.selectors import policy_choices, provider_slugs
+from catalog.selectors import policy_choices, service_providers
 
 from ..models import ApiKey, Institution, JwtIssuer, License, LicenseType
 from .policy_form import PolicyForm
@@ -65,7 +65,7 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
             self.data if self.is_bound else None,
             document=self.instance.policy,
             models=policy_choices(),
-            providers=provider_slugs(),
+            providers=service_providers(),
             disabled="policy" not in self.fields,
         )
 

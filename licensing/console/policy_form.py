@@ -93,8 +93,8 @@ def _number(value: float, whole: bool) -> int | float:
 class PolicyForm(forms.Form):
     """Edits a policy document (a license type's) or an overlay under a `ceiling` (a course's).
 
-    `models` maps each policy service to the model ids the catalog offers for it
-    (catalog.selectors.policy_choices); `providers` lists the provider slugs."""
+    `models` and `providers` map each policy service to the model ids and provider slugs the
+    catalog offers for it (catalog.selectors.policy_choices and service_providers)."""
 
     shown = forms.CharField(widget=forms.HiddenInput, initial="1", required=False)
 
@@ -104,7 +104,7 @@ class PolicyForm(forms.Form):
         *,
         document: Any,
         models: dict[str, list[str]],
-        providers: list[str],
+        providers: dict[str, list[str]],
         ceiling: dict | None = None,
         disabled: bool = False,
         prefix: str = "policyform",
@@ -129,7 +129,7 @@ class PolicyForm(forms.Form):
     def _ceiling_rule(self, service: str, param: str) -> dict:
         return _rule(self.ceiling, service, param) if self.ceiling is not None else {}
 
-    def _add_service(self, service: str, models: dict, providers: list[str]) -> dict:
+    def _add_service(self, service: str, models: dict, providers: dict) -> dict:
         config = _services(self.document).get(service)
         enabled = service in _services(self.document)
         config = config if isinstance(config, dict) else {}
@@ -152,21 +152,22 @@ class PolicyForm(forms.Form):
         choices = [(m, m) for m in offered] + [
             (m, f"{m} (not in the catalog)") for m in current if m not in offered
         ]
-        add(
-            "models",
-            forms.MultipleChoiceField(
-                required=False,
-                choices=choices,
-                widget=forms.CheckboxSelectMultiple,
-                label="Allowed models",
-                help_text="None ticked: every model"
-                + (" the license type allows" if self.ceiling is not None else "")
-                + ".",
-            ),
-            current,
-        )
+        if choices:  # search and fetch have no models to choose (their entries are unlisted)
+            add(
+                "models",
+                forms.MultipleChoiceField(
+                    required=False,
+                    choices=choices,
+                    widget=forms.CheckboxSelectMultiple,
+                    label="Allowed models",
+                    help_text="None ticked: every model"
+                    + (" the license type allows" if self.ceiling is not None else "")
+                    + ".",
+                ),
+                current,
+            )
 
-        slugs = list(providers)
+        slugs = list(providers.get(service, ()))
         ceiling_config = _services(self.ceiling).get(service) if self.ceiling else None
         ceiling_providers = (
             ceiling_config.get("providers") if isinstance(ceiling_config, dict) else None

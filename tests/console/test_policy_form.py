@@ -11,7 +11,7 @@ import json
 import pytest
 from django.test import Client
 
-from catalog.selectors import policy_choices, provider_slugs
+from catalog.selectors import policy_choices, service_providers
 from licensing.console.policy_form import PolicyForm
 from licensing.models import AuditEvent, LicenseType
 from licensing.rules.policy import validate_policy_document
@@ -278,7 +278,7 @@ def _ceiling_form(data=None, document=None):
         document=document if document is not None else {"version": 1, "services": {}},
         ceiling=CEILING,
         models=policy_choices(),
-        providers=provider_slugs(),
+        providers=service_providers(),
     )
 
 
