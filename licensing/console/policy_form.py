@@ -15,6 +15,7 @@ beside it, and a document that would widen it is refused with `overlay_widenings
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,8 +197,18 @@ class PolicyForm(forms.Form):
         )
 
         for limit in LIMITS.get(service, ()):
-            ceiling_value = self._ceiling_rule(service, limit.param).get(limit.key)
+            value = _rule(self.document, service, limit.param).get(limit.key)
+            current_number = (
+                value if isinstance(value, int | float) and not isinstance(value, bool) else None
+            )
             low, high = limit.low, limit.high
+            whole = limit.whole
+            if current_number is not None:
+                # A value written in the JSON view may lie outside the form's usual range (or be
+                # a decimal): shown as it is, and saving the page unchanged keeps it.
+                low, high = min(low, current_number), max(high, current_number)
+                whole = whole and isinstance(current_number, int)
+            ceiling_value = self._ceiling_rule(service, limit.param).get(limit.key)
             help_text = f"Rule: params.{limit.param}.{limit.key}. Empty: no limit"
             if ceiling_value is not None:
                 help_text = f"License type: {ceiling_value}. Empty: the license type's"
@@ -207,11 +218,12 @@ class PolicyForm(forms.Form):
                     low = max(low, ceiling_value)
             kwargs = {"required": False, "label": limit.label, "help_text": help_text + "."}
             field: forms.Field
-            if limit.whole:
-                field = forms.IntegerField(min_value=int(low), max_value=int(high), **kwargs)
+            if whole:
+                field = forms.IntegerField(
+                    min_value=math.ceil(low), max_value=math.floor(high), **kwargs
+                )
             else:
                 field = forms.FloatField(min_value=low, max_value=high, step_size=None, **kwargs)
-            value = _rule(self.document, service, limit.param).get(limit.key)
             add(f"{limit.param}__{limit.key}", field, value)
 
         for param, label, values in VALUE_LISTS.get(service, ()):
@@ -285,8 +297,10 @@ class PolicyForm(forms.Form):
                 if isinstance(value, list):
                     value = list(value) or None
                 elif value is not None:
-                    whole = not isinstance(self.fields[name], forms.FloatField)
-                    value = _number(value, whole)
+                    # (FloatField is a subclass of IntegerField)
+                    value = _number(
+                        value, whole=not isinstance(self.fields[name], forms.FloatField)
+                    )
                 _set_rule(config, param, key, value)
         return result
 

@@ -327,3 +327,27 @@ def test_an_anonymous_or_forged_post_changes_nothing(license_type):
     assert response.status_code == 302 and "/login/" in response["Location"]
     license_type.refresh_from_db()
     assert license_type.policy == DOCUMENT
+
+
+def test_values_written_in_json_outside_the_forms_range_survive_a_save(admin_client, found):
+    document = {
+        "version": 1,
+        "services": {
+            "chat_completions": {
+                "params": {"max_tokens": {"max": 2**60}, "temperature": {"max": 5}}
+            },
+            "responses": {"params": {"max_output_tokens": {"max": 10.5}}},
+        },
+    }
+    license_type = LicenseType.objects.create(
+        institution=found["institution"], name="odd", policy=document
+    )
+    _, data = _page(admin_client, license_type)
+    data[P + "embeddings__enabled"] = "on"
+    response = admin_client.post(url(LicenseType, "change", license_type.pk), data)
+    assert response.status_code == 302, _errors(response)
+    license_type.refresh_from_db()
+    assert license_type.policy == {
+        **document,
+        "services": {**document["services"], "embeddings": {}},
+    }
