@@ -25,7 +25,7 @@ from django.core.exceptions import ValidationError
 from catalog.registry import POLICY_SERVICES
 
 from ..rules.overlay import overlay_widenings
-from ..rules.policy import PolicyDocumentError
+from ..rules.policy import PolicyDocumentError, validate_policy_document
 
 # JSON numbers past this lose precision in browsers and other JSON readers.
 MAX_WHOLE = 2**53
@@ -317,6 +317,17 @@ class PolicyForm(forms.Form):
         reasons = self.widenings(document)
         if reasons:
             raise ValidationError(reasons)
+
+    def document_for(self, document: Any) -> dict:
+        """For a page that saves the result itself (a course's overlay): `apply`, then the
+        document's own check and the ceiling's; ValidationError with the reasons."""
+        result = self.apply(document)
+        try:
+            validate_policy_document(result)
+        except PolicyDocumentError as exc:
+            raise ValidationError(str(exc)) from exc
+        self.check_ceiling(result)
+        return result
 
 
 def _set_rule(config: dict, param: str, key: str, value: Any) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client
 
 from catalog.selectors import policy_choices, service_providers
@@ -318,6 +319,10 @@ def test_under_a_ceiling_only_what_it_allows_is_offered_and_its_values_are_shown
     assert form.is_valid()
     wide = form.apply({"version": 1, "services": {"image_generation": {}}})
     assert form.widenings(wide) == ["services.image_generation: not enabled by the license type"]
+    with pytest.raises(ValidationError) as refused:
+        form.document_for({"version": 1, "services": {"image_generation": {}}})
+    assert refused.value.messages == ["services.image_generation: not enabled by the license type"]
+    assert form.document_for({"version": 1, "services": {}}) == overlay
 
 
 def test_an_anonymous_or_forged_post_changes_nothing(license_type):
