@@ -6,6 +6,8 @@ and puts its errors on the `policy` / `guardrails` fields, so a bad document is 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
@@ -49,6 +51,20 @@ class InstitutionForm(forms.ModelForm):
         return rate
 
 
+def _has_nul(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) and "\x00" in item:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
     """The policy is edited through the policy form (`self.policy_form`, rendered by the change
     page) and the JSON view (the `policy` field) together: the form's changed fields are written
@@ -68,6 +84,13 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
             providers=service_providers(),
             disabled="policy" not in self.fields,
         )
+
+    def clean_policy(self):
+        policy = self.cleaned_data.get("policy")
+        # PostgreSQL's jsonb cannot store NUL (\u0000): refused here rather than a 500 on save.
+        if _has_nul(policy):
+            raise forms.ValidationError("The policy may not contain NUL characters (\\u0000).")
+        return policy
 
     def clean(self):
         cleaned = super().clean()

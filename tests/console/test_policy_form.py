@@ -356,3 +356,18 @@ def test_values_written_in_json_outside_the_forms_range_survive_a_save(admin_cli
         **document,
         "services": {**document["services"], "embeddings": {}},
     }
+
+
+def test_nul_in_the_json_view_is_a_form_error_on_both_databases(admin_client, license_type):
+    _, data = _page(admin_client, license_type)
+    data["policy"] = json.dumps(
+        {
+            "version": 1,
+            "services": {"chat_completions": {"params": {"user": {"excluded": ["\x00"]}}}},
+        }
+    )
+    response = admin_client.post(url(LicenseType, "change", license_type.pk), data)
+    assert response.status_code == 200
+    assert "NUL" in str(response.context["adminform"].form.errors["policy"])
+    license_type.refresh_from_db()
+    assert license_type.policy == DOCUMENT
