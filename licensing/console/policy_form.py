@@ -216,14 +216,13 @@ class PolicyForm(forms.Form):
                     high = min(high, ceiling_value)
                 else:
                     low = max(low, ceiling_value)
-            kwargs = {"required": False, "label": limit.label, "help_text": help_text + "."}
             field: forms.Field
             if whole:
-                field = forms.IntegerField(
-                    min_value=math.ceil(low), max_value=math.floor(high), **kwargs
-                )
+                field = forms.IntegerField(min_value=math.ceil(low), max_value=math.floor(high))
             else:
-                field = forms.FloatField(min_value=low, max_value=high, step_size=None, **kwargs)
+                field = forms.FloatField(min_value=low, max_value=high)
+            field.required = False
+            field.label, field.help_text = limit.label, help_text + "."
             add(f"{limit.param}__{limit.key}", field, value)
 
         for param, label, values in VALUE_LISTS.get(service, ()):
@@ -250,15 +249,12 @@ class PolicyForm(forms.Form):
         return section
 
     def clean(self):
-        cleaned = super().clean()
-        for service, limits in LIMITS.items():
+        cleaned = super().clean() or {}
+        for service in LIMITS:
             low = cleaned.get(f"{service}__temperature__min")
             high = cleaned.get(f"{service}__temperature__max")
-            if any(limit.param == "temperature" for limit in limits) and None not in (low, high):
-                if low > high:
-                    self.add_error(
-                        f"{service}__temperature__min", "The minimum is above the maximum."
-                    )
+            if low is not None and high is not None and low > high:
+                self.add_error(f"{service}__temperature__min", "The minimum is above the maximum.")
         return cleaned
 
     def apply(self, document: Any) -> dict:

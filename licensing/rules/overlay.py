@@ -206,8 +206,10 @@ def _effective_service(base: dict, overlay: dict) -> dict:
     base_providers, providers = base.get("providers"), overlay.get("providers")
     if base_providers is not None and providers is not None:
         out["providers"] = [slug for slug in providers if slug in base_providers]
-    elif base_providers is not None or providers is not None:
-        out["providers"] = list(base_providers if base_providers is not None else providers)
+    elif base_providers is not None:
+        out["providers"] = list(base_providers)
+    elif providers is not None:
+        out["providers"] = list(providers)
     base_params = base.get("params") or {}
     params = overlay.get("params") or {}
     merged: dict[str, dict] = {}
@@ -221,8 +223,8 @@ def _effective_service(base: dict, overlay: dict) -> dict:
 def _effective_rule(base: dict, overlay: dict) -> dict:
     rule: dict[str, Any] = copy.deepcopy(base)
     impossible = False
-    if overlay.get("forbidden") is True:
-        rule["forbidden"] = True
+    if "forbidden" in overlay:  # `false` is kept (a rule is never empty); base's `true` wins
+        rule["forbidden"] = base.get("forbidden") is True or overlay["forbidden"]
     if "fixed" in overlay:
         if "fixed" in base and _freeze(base["fixed"]) != _freeze(overlay["fixed"]):
             impossible = True

@@ -304,7 +304,9 @@ _requests = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(
     base=_documents(),
     overlay=_documents(),
@@ -328,3 +330,15 @@ def test_the_effective_policy_never_allows_what_the_base_refuses(base, overlay, 
         except PolicyDenied:
             with pytest.raises(PolicyDenied):
                 effective.check_request(service, body)
+
+
+def test_forbidden_false_alone_in_an_overlay_gives_a_valid_document():
+    base = {"version": 1, "services": {"chat_completions": {}}}
+    overlay = {
+        "version": 1,
+        "services": {"chat_completions": {"params": {"temperature": {"forbidden": False}}}},
+    }
+    assert overlay_widenings(base, overlay) == []
+    assert effective_policy(base, overlay)["services"]["chat_completions"] == {
+        "params": {"temperature": {"forbidden": False}}
+    }
