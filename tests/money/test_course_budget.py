@@ -301,3 +301,100 @@ def test_the_spool_replays_a_course_charge_once(make_license):
         f"course:{course.id}": 7,
     }
     assert Transaction.objects.get(request_id="req-spooled").course_id == course.id
+
+
+# --- two worker processes on PostgreSQL ---------------------------------------------------------
+
+THREADS = 12  # requests in flight at most: the overshoot bound of every level
+
+
+@pytest.fixture
+def two_workers(transactional_db, tmp_path, catalog):
+    from django.db import connection
+
+    from tests.processes import running_workers
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: SQLite serializes writers, the point here is row locking")
+    with running_workers(2, tmp_path) as workers:
+        yield workers
+
+
+def _fire(workers, keys: list[str], count: int):
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    clients = [httpx.Client(base_url=w.url, timeout=30) for w in workers]
+    try:
+
+        def one(n):
+            key = keys[n % len(keys)]
+            headers = {"Authorization": f"Bearer {key}"}
+            return key, clients[n % len(clients)].post("/v1/embeddings", headers=headers, json=BODY)
+
+        with ThreadPoolExecutor(THREADS) as pool:
+            return list(pool.map(one, range(count)))
+    finally:
+        for client in clients:
+            client.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("allowance", "pool", "license_limit", "first"),
+    [
+        (20, 200, 200, "allowance"),  # each student's allowance runs out, nothing else
+        (200, 30, 200, "pool"),  # the course pool runs out before any allowance
+        (200, 200, 30, "license"),  # the license runs out before the course's levels
+        # The first student sends three requests in five: their allowance runs out, then the
+        # pool while the two others still have some of theirs.
+        (15, 40, 200, "allowance, then pool"),
+    ],
+)
+def test_levels_hold_under_concurrent_requests_on_two_workers(
+    two_workers, make_license, make_key, allowance, pool, license_limit, first
+):
+    license = make_license(name="school", limit=license_limit, period="daily")
+    course = make_course(license, allowance=allowance, pool=pool)
+    students = [member_key(make_key, course, subject=f"s{n}") for n in range(3)]
+    keys = [key for key, _ in students]
+    if "then" in first:
+        keys = [keys[0], keys[0], keys[0], keys[1], keys[2]]
+    answers = _fire(two_workers, keys, 300)
+    ok = [(k, r) for k, r in answers if r.status_code == 200]
+    refused = [r for _, r in answers if r.status_code == 400]
+    assert len(ok) + len(refused) == len(answers), {r.status_code for _, r in answers}
+    assert ok and refused, first
+    assert {r.json()["error"]["message"] for r in refused} == {OUT_OF_BUDGET}
+
+    charged = Transaction.objects.filter(license=license, credits__gt=0)
+    assert {r.headers["X-Request-Id"] for _, r in ok} == set(
+        charged.values_list("request_id", flat=True)
+    )
+    assert set(charged.values_list("course_id", flat=True)) == {course.id}
+    spent = wallets(license)
+    # The ledger equals the wallets at every level.
+    assert spent["license"] == ledger_sum(license=license) == len(ok)
+    assert spent[f"course:{course.id}"] == len(ok)
+    for key, end_user in students:
+        mine = ledger_sum(license=license, end_user=end_user)
+        assert spent[f"course:{course.id}:user:{end_user.id}"] == mine
+        assert mine == sum(1 for k, _ in ok if k == key)
+        assert mine <= allowance + THREADS  # overshoot: the requests in flight at most
+    assert spent[f"course:{course.id}"] <= pool + THREADS
+    assert spent["license"] <= license_limit + THREADS
+    # The level that ran out is spent (to its limit at least); the others are not.
+    levels = {
+        "allowance": any(
+            spent[f"course:{course.id}:user:{u.id}"] >= allowance for _, u in students
+        ),
+        "pool": spent[f"course:{course.id}"] >= pool,
+        "license": spent["license"] >= license_limit,
+    }
+    assert {name for name, out in levels.items() if out} == {first.split(",")[0]} | (
+        {"pool"} if "pool" in first else set()
+    )
+    assert Transaction.objects.filter(license=license, error_code="out_of_budget").count() == len(
+        refused
+    )
