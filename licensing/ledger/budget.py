@@ -333,14 +333,10 @@ def course_levels(
     period its `top_up_window_start` falls in."""
     start = course_window_start(course.period, now or clock.utcnow(), course.timezone)
     allowance = course.allowance
-    if (
-        allowance is not None
-        and course.top_up
-        and course.top_up_window_start is not None
-        and course_window_start(course.period, course.top_up_window_start, course.timezone)
-        == start
-    ):
-        allowance += course.top_up
+    topped = course.top_up_window_start
+    if allowance is not None and course.top_up and topped is not None:
+        if course_window_start(course.period, topped, course.timezone) == start:
+            allowance += course.top_up
     student, pool = course_holders(course.course_id, holder)
     levels = [_level(license_id, student, course.period, start, allowance)]
     if course.pool_limit is not None:

@@ -202,7 +202,10 @@ def test_a_top_up_counts_only_in_its_period(make_license, make_key, monkeypatch)
     license = make_license(name="topped")
     course = make_course(license, allowance=10, period="week", tz="Europe/Berlin")
     _, end_user = member_key(
-        make_key, course, top_up=5, top_up_window_start=utc(2026, 3, 25, 12)  # a Wednesday
+        make_key,
+        course,
+        top_up=5,
+        top_up_window_start=utc(2026, 3, 25, 12),  # a Wednesday
     )
     found = course_budget(course.id, end_user.id)
     assert found is not None
