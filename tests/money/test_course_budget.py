@@ -401,3 +401,23 @@ def test_levels_hold_under_concurrent_requests_on_two_workers(
     assert Transaction.objects.filter(license=license, error_code="out_of_budget").count() == len(
         refused
     )
+
+
+def test_the_ledger_api_and_csv_name_the_course(catalog, client, make_license, make_key):
+    import csv
+    import io
+
+    from tests.console.test_manage_api import token_client, user_with
+
+    license = make_license(name="listed", limit=10)
+    course = make_course(license, allowance=5)
+    key, _ = member_key(make_key, course)
+    answer = client.post("/v1/embeddings", headers={"Authorization": f"Bearer {key}"}, json=BODY)
+    assert answer.status_code == 200
+    row = Transaction.objects.get(license=license)
+    manager = token_client(user_with(None, superuser=True))
+    body = manager.get(f"/manage/v1/transactions/{row.pk}").json()
+    assert (body["course"], body["course_code"]) == (course.id, "CS101")
+    exported = manager.get(f"/manage/v1/transactions/{row.pk}", {"format": "csv"})
+    text = b"".join(exported.streaming_content).decode()
+    assert [line["course"] for line in csv.DictReader(io.StringIO(text))] == ["CS101"]
