@@ -75,7 +75,7 @@ def _encode(entry, budget: BudgetState | None) -> bytes:
 
 
 def _encode_budget(budget: BudgetState) -> dict:
-    encoded = {
+    encoded: dict = {
         "config": asdict(budget.config),
         "key": {**asdict(budget.key), "window_start": budget.key.window_start.isoformat()},
         "wallet_id": budget.wallet_id,
