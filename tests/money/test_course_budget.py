@@ -421,3 +421,31 @@ def test_the_ledger_api_and_csv_name_the_course(catalog, client, make_license, m
     exported = manager.get(f"/manage/v1/transactions/{row.pk}", {"format": "csv"})
     text = b"".join(exported.streaming_content).decode()
     assert [line["course"] for line in csv.DictReader(io.StringIO(text))] == ["CS101"]
+
+
+def test_the_allowance_turns_over_at_local_midnight_on_a_dst_day(
+    catalog, client, make_license, make_key
+):
+    from core import clock
+
+    license = make_license(name="berlin")
+    course = make_course(license, allowance=2, tz="Europe/Berlin")
+    key, end_user = member_key(make_key, course)
+    headers = {"Authorization": f"Bearer {key}"}
+    holder = f"course:{course.id}:user:{end_user.id}"
+
+    def status() -> int:
+        return client.post("/v1/embeddings", headers=headers, json=BODY).status_code
+
+    # 25 October 2026, 25 hours long in Berlin: it starts at 24 Oct 22:00 UTC and ends at
+    # 25 Oct 23:00 UTC (an hour later than the UTC day).
+    with clock.frozen(utc(2026, 10, 25, 22, 30).timestamp()) as frozen:
+        assert [status(), status(), status()] == [200, 200, 400]
+        frozen.advance(29 * 60)  # 22:59 UTC, 23:59 in Berlin: still the same day
+        assert status() == 400
+        frozen.advance(60)  # local midnight: a new allowance
+        assert status() == 200
+    windows = dict(
+        Wallet.objects.filter(license=license, holder=holder).values_list("window_start", "spent")
+    )
+    assert windows == {utc(2026, 10, 24, 22): 2, utc(2026, 10, 25, 23): 1}
