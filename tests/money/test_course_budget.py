@@ -21,7 +21,7 @@ from licensing.ledger.budget import (
     course_levels,
     course_window_start,
 )
-from licensing.ledger.spool import _decode, _encode
+from licensing.ledger.spool import _decode, _encode, spool_depth
 from licensing.models import ApiKey, Course, CourseMember, EndUser, Transaction, Wallet
 from tests.ledger_helpers import entry_for
 
@@ -141,6 +141,7 @@ def test_each_level_refuses_once_spent_and_every_level_is_charged(
     calls_before = len(catalog["direct"].requests)
     answers = [client.post("/v1/embeddings", headers=headers, json=BODY) for _ in range(4)]
     assert [a.status_code for a in answers] == [200, 200, 200, 400], exhausted
+    assert spool_depth() == 0  # written by the store's statement, not replayed from the spool
     assert answers[3].json()["error"]["message"] == OUT_OF_BUDGET
     assert len(catalog["direct"].requests) - calls_before == 3  # no call for the refusal
     # credits_remaining: the smallest level, 3 - 1, 3 - 2, 3 - 3
@@ -269,6 +270,7 @@ def test_a_batch_charges_every_level_once_and_answers_the_smallest(make_license)
             await pgpool.close_all()
 
     remaining = asyncio.run(write_all())
+    assert spool_depth() == 0
     spent = wallets(license)
     assert spent == {
         "license": 1 + 2 + 4 + 5 + 7 + 8,
