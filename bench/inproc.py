@@ -22,6 +22,8 @@ refused there and fails over) and `gateway+dead/open` (default settings: after 5
 the warm-up, the circuit is open and the connection skipped); `gateway` is then the same
 connections without `dead`. The circuits are each process's own (no REDIS_URL).
 `--profile` runs cProfile over the measured requests (bench/README.md, "In one process").
+`--course` adds the target `gateway+course`: the same request by a course member's key (issue
+26: the student's allowance and the course pool are read and charged beside the license).
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ def main() -> int:
         choices=("refused",),
         help="also a connection on a closed port: targets gateway+dead/closed and /open",
     )
+    parser.add_argument(
+        "--course",
+        action="store_true",
+        help="also gateway+course: the same request by a course member (allowance and pool)",
+    )
     parser.add_argument("--dead", help=argparse.SUPPRESS)  # the child: off | closed | open
     parser.add_argument(
         "--profile",
@@ -110,6 +117,9 @@ def _parent(args) -> int:
                 dead = bench._base(closed.getsockname()[1])
             _set_up_connections(args, env, dead)
         rows: dict[str, list[dict]] = {t: [] for t in args.targets.split(",")}
+        if args.course:
+            env["INPROC_COURSE_KEY"] = _set_up_course(env)
+            rows["gateway+course"] = []
         if args.dead_connection:
             rows |= {f"gateway+dead/{state}": [] for state in DEAD_STATES}
         if worktree:
@@ -164,6 +174,42 @@ def _set_up_connections(args, env: dict, dead_url: str) -> None:
         raise RuntimeError(f"setting up the connections failed:\n{out.stdout}{out.stderr}")
 
 
+def _set_up_course(env: dict) -> str:
+    """A course on the bench license (allowance and pool per day, both far from spent), a
+    student in it and their course key, made by a child of this tree; returns the key."""
+    cmd = [bench.PY, __file__, "--serve", "course-setup", "--root", str(bench.ROOT)]
+    out = subprocess.run(
+        cmd, cwd=bench.ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    lines = [x for x in out.stdout.splitlines() if x.startswith("sk-")]
+    if out.returncode or not lines:
+        raise RuntimeError(f"setting up the course failed:\n{out.stdout}{out.stderr}")
+    return lines[-1]
+
+
+def _child_set_up_course() -> None:
+    from gateway_site.localcache import clear_all
+    from licensing.access.credentials import api_key_create
+    from licensing.models import ApiKey, Course, CourseMember, EndUser, License
+
+    license = License.objects.get(name="bench")
+    course = Course.objects.create(
+        institution=license.institution,
+        license=license,
+        name="Bench course",
+        code="BENCH",
+        allowance=10**15,
+        allowance_period="day",
+        pool_limit=10**15,
+    )
+    student = EndUser.objects.create(license=license, subject="bench-student")
+    CourseMember.objects.create(course=course, end_user=student)
+    row, key = api_key_create(license=license, end_user=student, name="bench course")
+    ApiKey.objects.filter(pk=row.pk).update(course=course)
+    clear_all()
+    print(key, flush=True)
+
+
 def _worktree(ref: str, parent: Path) -> Path:
     """REF checked out beside the tree, with this tree's secrets key (the database's secrets
     were encrypted with it)."""
@@ -184,6 +230,8 @@ def _round(args, target: str, env: dict, worktree: Path | None) -> dict:
     if "+dead/" in target:
         serve, dead = target.split("+dead/")
         env = {**env, **DEAD_STATES[dead]}
+    if target == "gateway+course":  # the same application, a course member's key
+        serve, env = "gateway", {**env, "INPROC_KEY": env["INPROC_COURSE_KEY"]}
     cmd = [bench.PY, __file__, "--serve", serve, "--case", args.case, "--root", str(root)]
     cmd += ["--requests", str(args.requests), "--dead", dead]
     if args.profile:
@@ -240,7 +288,10 @@ def _child(args) -> None:
     import uvloop  # the loop the gunicorn workers run on (uvicorn's `auto`)
 
     target, case = args.serve, args.case
-    app = _application("gateway" if target == "setup" else target, args.root)
+    app = _application("gateway" if "setup" in target else target, args.root)
+    if target == "course-setup":
+        _child_set_up_course()
+        return
     if target == "setup":
         _child_set_up_connections(args.connections, os.environ["INPROC_DEAD"])
         if args.against:

@@ -224,9 +224,18 @@ async def _admit(call: Call, operation: Operation, pin):
         await fairuse.admit(call.fair_use)
     # 5: an unlimited budget needs no read before the call.
     call.stage = _BUDGET
-    call.budget = await budget_check_async(
-        license_id=license.id, config=license.budget, holder=principal.holder
-    )
+    if principal.course_id is None:
+        call.budget = await budget_check_async(
+            license_id=license.id, config=license.budget, holder=principal.holder
+        )
+    else:  # a course member: the student's allowance and the course pool must have some left
+        call.budget = await budget_check_async(
+            license_id=license.id,
+            config=license.budget,
+            holder=principal.holder,
+            course_id=principal.course_id,
+            end_user_id=principal.end_user_id,
+        )
     # 6
     call.stage = _POLICY
     if license.policy is None:
@@ -491,6 +500,7 @@ async def _record(
         outcome=record.outcome_for(status, code),
         error_code=code,
         error_message=message,
+        course_id=call.principal.course_id,
         institution_id=license.institution_id,
         license_name=license.name,
     )

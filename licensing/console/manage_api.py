@@ -300,6 +300,9 @@ class TransactionSerializer(serializers.ModelSerializer):
     license_name = serializers.CharField(source="license.name")
     api_key_prefix = serializers.CharField(source="api_key.prefix", default=None)
     end_user_subject = serializers.CharField(source="end_user.subject", default=None)
+    course_code = serializers.CharField(
+        source="course.code", default=None, help_text="The course that paid too, if any"
+    )
     status = serializers.IntegerField(source="status_code", help_text="The HTTP status answered")
     cost = serializers.SerializerMethodField(
         help_text="The credits as money at the institution's rate, e.g. `0.25 EUR`"
@@ -363,7 +366,9 @@ class TransactionViewSet(
     """Ledger rows of the caller's institution, newest first, with the review filters; search
     `q`: request-id or answer-id prefix, `key=value` in the metadata, or a bare value."""
 
-    queryset = Transaction.objects.select_related("license__institution", "api_key", "end_user")
+    queryset = Transaction.objects.select_related(
+        "license__institution", "api_key", "end_user", "course"
+    )
     serializer_class = TransactionSerializer
     filterset_class = TransactionFilter
     pagination_class = LedgerNewestFirst

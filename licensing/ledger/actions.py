@@ -57,12 +57,15 @@ def transaction_record_once(*, entry: LedgerEntry, budget: BudgetState | None) -
     write committed and only the acknowledgement was lost). True when written."""
     batch = [Pending(entry=entry, budget=budget, future=None)]
     if not _known_wallets(batch) and budget is not None:
-        batch[0].wallet_id = wallet_open(budget)
+        _open_wallets(batch[0])
     try:
         spent = commit_batch_sync(batch)
-    except WalletGone:  # the wallet was deleted since (a refusal has none): open it again
+    except WalletGone:  # a wallet was deleted since (a refusal has none): open them again
         assert budget is not None
-        batch[0].wallet_id = wallet_open(budget)
+        batch[0].wallet_id = None
+        for level in budget.levels:
+            level.wallet_id = None
+        _open_wallets(batch[0])
         spent = commit_batch_sync(batch)
     try:
         _follow_ups_write(_follow_ups(batch, spent))
@@ -85,8 +88,8 @@ async def _record_batch(batch: list[Pending]) -> dict[int, int]:
     try:
         if not _known_wallets(batch):
             for item in batch:
-                if item.wallet_id is None and item.budget is not None and item.entry.credits:
-                    item.wallet_id = await run_db(wallet_open, item.budget)
+                if item.budget is not None and item.entry.credits:
+                    await run_db(_open_wallets, item)
         spent = await store().commit(batch)
         note_database_up()
     except Exception as exc:
@@ -116,14 +119,27 @@ _group_commit = pgpool.per_loop(
 
 def _known_wallets(batch: list[Pending]) -> bool:
     """Wallet ids from the budget check or the cache; False when a charge needs a wallet not
-    opened yet (an unlimited license's first charge in a window)."""
+    opened yet (an unlimited level's first charge in a window)."""
     known = True
     for item in batch:
         if item.budget is None:
             continue
         item.wallet_id = item.budget.wallet_id or known_wallet_id(item.budget)
         known = known and (item.wallet_id is not None or not item.entry.credits)
+        for level in item.budget.levels:  # a course member's: the same for each level
+            level.wallet_id = level.wallet_id or known_wallet_id(level)
+            known = known and (level.wallet_id is not None or not item.entry.credits)
     return known
+
+
+def _open_wallets(item: Pending) -> None:
+    """Open the wallets an item's charge needs and has not got (license and course levels)."""
+    assert item.budget is not None
+    if item.wallet_id is None:
+        item.wallet_id = wallet_open(item.budget)
+    for level in item.budget.levels:
+        if level.wallet_id is None:
+            level.wallet_id = wallet_open(level)
 
 
 def _follow_ups(batch: list[Pending], spent_after: dict[int, int]) -> list[FollowUp]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from datetime import time as dt_time
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db import IntegrityError, connection, transaction
 
@@ -20,7 +22,7 @@ from gateway_site import pgpool
 from gateway_site.db import run_db
 from gateway_site.localcache import TTLCache
 
-from ..models import Wallet
+from ..models import Course, CourseMember, Wallet
 
 UNITS = ("micro_credits",)
 STRATEGIES = ("pooled", "per_user")
@@ -64,6 +66,31 @@ def window_start(period: str, now: datetime) -> datetime:
     raise BudgetConfigurationError()
 
 
+COURSE_PERIODS = ("day", "week", "month")
+
+
+def course_window_start(period: str, now: datetime, tz: str) -> datetime:
+    """The start (an aware UTC instant) of the course period holding `now`: midnight, Monday's
+    midnight or the 1st's midnight in the institution's time zone `tz`. A period is a run of
+    local calendar days, so a day with a DST change lasts 23 or 25 hours; a midnight that
+    does not exist (a zone that springs forward at 00:00) starts at the day's first instant."""
+    try:
+        zone = ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise BudgetConfigurationError() from exc
+    day = now.astimezone(zone).date()
+    if period == "day":
+        first = day
+    elif period == "week":
+        first = day - timedelta(days=day.weekday())
+    elif period == "month":
+        first = day.replace(day=1)
+    else:
+        raise BudgetConfigurationError()
+    # fold=0 in a gap takes the offset before it: the UTC instant is the day's first one.
+    return datetime.combine(first, dt_time(), tzinfo=zone).astimezone(UTC)
+
+
 @dataclass(frozen=True)
 class WalletKey:
     license_id: int
@@ -80,6 +107,9 @@ class BudgetState:
     key: WalletKey
     wallet_id: int | None = None
     spent: int = 0
+    # A course member's request: the course's levels (the student's allowance, then the pool
+    # when it has one), each a wallet charged with the license's in the same transaction.
+    levels: tuple[BudgetState, ...] = ()
 
     def remaining_after(self, spent: int) -> int | None:
         if self.config.limit is None:
@@ -142,13 +172,28 @@ def _wallet(key: WalletKey, unit: str) -> tuple[int, int]:
     return row[0], row[1]
 
 
-def budget_check(*, license_id: int, config: BudgetConfig, holder: str) -> BudgetState:
-    """Refuse (400) when the wallet has nothing left; reads nothing for unlimited licenses."""
+def budget_check(
+    *,
+    license_id: int,
+    config: BudgetConfig,
+    holder: str,
+    course_id: int | None = None,
+    end_user_id: int | None = None,
+) -> BudgetState:
+    """Refuse (400) when the wallet has nothing left; reads nothing for unlimited licenses.
+    A course member's request (`course_id`) needs budget left at every level too."""
     key = wallet_key(license_id=license_id, config=config, holder=holder)
     state = BudgetState(config=config, key=key)
     if config.limit is not None:
         wallet_id, spent = _wallet(key, config.unit)
         _checked(state, wallet_id, spent, config.unit)
+    if course_id is not None:
+        course = course_budget(course_id, end_user_id)
+        if course is not None:
+            state.levels = course_levels(course, license_id=license_id, holder=holder)
+            for level in state.levels:
+                if level.config.limit is not None:
+                    _checked(level, *_wallet(level.key, level.config.unit), level.config.unit)
     return state
 
 
@@ -171,11 +216,20 @@ def _checked(state: BudgetState, wallet_id: int, spent: int, unit: str) -> Budge
     return state
 
 
-async def budget_check_async(*, license_id: int, config: BudgetConfig, holder: str) -> BudgetState:
+async def budget_check_async(
+    *,
+    license_id: int,
+    config: BudgetConfig,
+    holder: str,
+    course_id: int | None = None,
+    end_user_id: int | None = None,
+) -> BudgetState:
     """`budget_check` from the event loop: a known wallet is read over the async pool (no
     thread hop); the first read of a window, or SQLite, goes through the ORM on a thread."""
     key = wallet_key(license_id=license_id, config=config, holder=holder)
     state = BudgetState(config=config, key=key)
+    if course_id is not None:
+        return await _course_check_async(state, holder, course_id, end_user_id)
     if config.limit is None:
         return state
     wallet_id = _wallet_ids.get(key)
@@ -184,6 +238,126 @@ async def budget_check_async(*, license_id: int, config: BudgetConfig, holder: s
         if row is not None:
             return _checked(state, wallet_id, row[0], row[1])
     return await run_db(budget_check, license_id=license_id, config=config, holder=holder)
+
+
+async def _course_check_async(
+    state: BudgetState, holder: str, course_id: int, end_user_id: int | None
+) -> BudgetState:
+    """Every level's wallet read in one statement (shared with the requests reading at the
+    same time, like a license's); the first read of a window, or SQLite, on a thread."""
+    course = _course_budgets.get((course_id, end_user_id))
+    if course is None:
+        course = await run_db(course_budget, course_id, end_user_id)
+    license_id = state.key.license_id
+    if course is not None:
+        state.levels = course_levels(course, license_id=license_id, holder=holder)
+    limited = [s for s in (state, *state.levels) if s.config.limit is not None]
+    if not limited:
+        return state
+    ids = [_wallet_ids.get(s.key) for s in limited]
+    if pgpool.available() and None not in ids:
+        rows = await _wallet_reads().read_many(ids)
+        if None not in rows:
+            for level, wallet_id, row in zip(limited, ids, rows, strict=True):
+                _checked(level, wallet_id, row[0], row[1])
+            return state
+    return await run_db(
+        budget_check,
+        license_id=license_id,
+        config=state.config,
+        holder=holder,
+        course_id=course_id,
+        end_user_id=end_user_id,
+    )
+
+
+# --- a course's levels ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CourseBudget:
+    """What a course member's levels need: the course's allowance and pool, its institution's
+    time zone, and the member's top-up (cached per course and end user; a save clears it)."""
+
+    course_id: int
+    allowance: int | None
+    period: str
+    pool_limit: int | None
+    timezone: str
+    top_up: int = 0
+    top_up_window_start: datetime | None = None
+
+
+_course_budgets = TTLCache("course-budgets")
+_NO_COURSE = CourseBudget(0, None, "day", None, "UTC")  # cached: the course is gone
+
+
+def course_budget(course_id: int, end_user_id: int | None) -> CourseBudget | None:
+    """None when the course is gone (its key's cache entry is cleared with it)."""
+    cache_key = (course_id, end_user_id)
+    cached = _course_budgets.get(cache_key)
+    if cached is not None:
+        return None if cached is _NO_COURSE else cached
+    generation = _course_budgets.generation
+    row = (
+        Course.objects.filter(pk=course_id)
+        .values_list("allowance", "allowance_period", "pool_limit", "institution__timezone")
+        .first()
+    )
+    if row is None:
+        _course_budgets.set(cache_key, _NO_COURSE, generation)
+        return None
+    member = None
+    if end_user_id is not None:
+        member = (
+            CourseMember.objects.filter(course_id=course_id, end_user_id=end_user_id)
+            .values_list("top_up", "top_up_window_start")
+            .first()
+        )
+    course = CourseBudget(course_id, *row, *(member or ()))
+    _course_budgets.set(cache_key, course, generation)
+    return course
+
+
+def course_holders(course_id: int, holder: str) -> tuple[str, str]:
+    """(the student's allowance wallet, the course pool's): `course:<id>:user:<end user id>`,
+    or `course:<id>:key:<key id>` for a course key without an end user; `course:<id>`."""
+    return f"course:{course_id}:{holder}", f"course:{course_id}"
+
+
+def course_levels(
+    course: CourseBudget, *, license_id: int, holder: str, now: datetime | None = None
+) -> tuple[BudgetState, ...]:
+    """The allowance level (always: an empty allowance is an unlimited wallet, so teachers see
+    the usage), then the pool level when the course has a pool. A top-up counts in the one
+    period its `top_up_window_start` falls in."""
+    start = course_window_start(course.period, now or clock.utcnow(), course.timezone)
+    allowance = course.allowance
+    topped = course.top_up_window_start
+    if allowance is not None and course.top_up and topped is not None:
+        if course_window_start(course.period, topped, course.timezone) == start:
+            allowance += course.top_up
+    student, pool = course_holders(course.course_id, holder)
+    levels = [_level(license_id, student, course.period, start, allowance)]
+    if course.pool_limit is not None:
+        levels.append(_level(license_id, pool, course.period, start, course.pool_limit))
+    return tuple(levels)
+
+
+def _level(license_id: int, holder: str, period: str, start: datetime, limit: int | None):
+    config = BudgetConfig(unit=UNITS[0], strategy="per_user", period=period, limit=limit)
+    return BudgetState(config=config, key=WalletKey(license_id, holder, period, start))
+
+
+def remaining_of(state: BudgetState, spent: int, levels_spent: list[int]) -> int | None:
+    """`credits_remaining`: the smallest remaining across the license and the course's levels;
+    None only when every level is unlimited."""
+    remaining = state.remaining_after(spent)
+    for level, level_spent in zip(state.levels, levels_spent, strict=True):
+        left = level.remaining_after(level_spent)
+        if left is not None and (remaining is None or left < remaining):
+            remaining = left
+    return remaining
 
 
 class WalletReads:
@@ -201,6 +375,18 @@ class WalletReads:
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run())
         return await future
+
+    async def read_many(self, wallet_ids: list[int]) -> list[tuple[int, str] | None]:
+        """Several wallets of one request (a course member's levels), in the same batch."""
+        loop = asyncio.get_running_loop()
+        futures = []
+        for wallet_id in wallet_ids:
+            future = loop.create_future()
+            self._waiting.setdefault(wallet_id, []).append(future)
+            futures.append(future)
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run())
+        return list(await asyncio.gather(*futures))
 
     async def _run(self) -> None:
         while self._waiting:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from .budget import BudgetState
+from .budget import BudgetState, remaining_of
 from .record import LedgerEntry
 from .store import Pending
 
@@ -39,10 +39,36 @@ def spent_each(batch: list[Pending], spent_after: dict[int, int]) -> list[int]:
     return result[::-1]
 
 
+def levels_spent_each(batch: list[Pending], spent_after: dict[int, int]) -> list[list[int]]:
+    """`spent_each` for a course member's levels: each level's wallet after the request's own
+    charge ([] for anyone else). Level wallets are never license wallets, so one walk."""
+    later: dict[int, int] = {}
+    result: list[list[int]] = []
+    for item in reversed(batch):
+        credits, spent_levels = item.entry.credits, []
+        for level in item.budget.levels if item.budget is not None else ():
+            wallet_id = level.wallet_id
+            if wallet_id in spent_after and credits and item.written:
+                assert wallet_id is not None
+                spent = spent_after[wallet_id] - later.get(wallet_id, 0)
+                later[wallet_id] = later.get(wallet_id, 0) + credits
+            else:
+                spent = level.spent + credits
+            spent_levels.append(spent)
+        result.append(spent_levels)
+    return result[::-1]
+
+
 def _remaining(batch: list[Pending], spent_after: dict[int, int]) -> list[int | None]:
+    spent = spent_each(batch, spent_after)
+    if not any(item.budget is not None and item.budget.levels for item in batch):
+        return [
+            item.budget.remaining_after(s) if item.budget else None
+            for item, s in zip(batch, spent, strict=True)
+        ]
     return [
-        item.budget.remaining_after(spent) if item.budget else None
-        for item, spent in zip(batch, spent_each(batch, spent_after), strict=True)
+        remaining_of(item.budget, s, levels) if item.budget else None
+        for item, s, levels in zip(batch, spent, levels_spent_each(batch, spent_after), strict=True)
     ]
 
 

@@ -107,6 +107,7 @@ class LedgerEntry:
     outcome: str = ""  # "": from the status and the error code (outcome_for)
     error_code: str = ""
     error_message: str = ""
+    course_id: int | None = None  # a course member's request: the course that paid too
     # Not columns: what the live feed shows and whom it tells (licensing.ledger.feed).
     institution_id: int | None = None
     license_name: str = ""
@@ -148,6 +149,8 @@ LEDGER_COLUMNS = (
     LedgerColumn("api_key__prefix", csv="api_key", api="api_key_prefix"),
     LedgerColumn("end_user", api="end_user", feed="end_user_id", detail=_CALLER),
     LedgerColumn("end_user__subject", csv="end_user", api="end_user_subject"),
+    LedgerColumn("course", api="course", detail=_CALLER),
+    LedgerColumn("course__code", csv="course", api="course_code"),
     LedgerColumn("wallet", detail=_CALLER),
     LedgerColumn("service", csv="service", api="service", feed="service", detail=_REQUEST),
     LedgerColumn(

@@ -69,16 +69,32 @@ def _encode(entry, budget: BudgetState | None) -> bytes:
             "megapixels": str(entry.megapixels) if entry.megapixels is not None else None,
             "created_at": entry.created_at.isoformat(),
         },
-        "budget": None
-        if budget is None
-        else {
-            "config": asdict(budget.config),
-            "key": {**asdict(budget.key), "window_start": budget.key.window_start.isoformat()},
-            "wallet_id": budget.wallet_id,
-            "spent": budget.spent,
-        },
+        "budget": None if budget is None else _encode_budget(budget),
     }
     return orjson.dumps(record) + b"\n"
+
+
+def _encode_budget(budget: BudgetState) -> dict:
+    encoded: dict = {
+        "config": asdict(budget.config),
+        "key": {**asdict(budget.key), "window_start": budget.key.window_start.isoformat()},
+        "wallet_id": budget.wallet_id,
+        "spent": budget.spent,
+    }
+    if budget.levels:  # a course member's levels, charged again on replay
+        encoded["levels"] = [_encode_budget(level) for level in budget.levels]
+    return encoded
+
+
+def _decode_budget(raw: dict) -> BudgetState:
+    key = {**raw["key"], "window_start": datetime.fromisoformat(raw["key"]["window_start"])}
+    return BudgetState(
+        config=BudgetConfig(**raw["config"]),
+        key=WalletKey(**key),
+        wallet_id=raw["wallet_id"],
+        spent=raw["spent"],
+        levels=tuple(_decode_budget(level) for level in raw.get("levels", ())),
+    )
 
 
 def _decode(line: bytes):
@@ -90,14 +106,7 @@ def _decode(line: bytes):
     raw = record["budget"]
     if raw is None:  # a refusal: no wallet
         return LedgerEntry(**fields), None
-    key = {**raw["key"], "window_start": datetime.fromisoformat(raw["key"]["window_start"])}
-    budget = BudgetState(
-        config=BudgetConfig(**raw["config"]),
-        key=WalletKey(**key),
-        wallet_id=raw["wallet_id"],
-        spent=raw["spent"],
-    )
-    return LedgerEntry(**fields), budget
+    return LedgerEntry(**fields), _decode_budget(raw)
 
 
 # --- writing ----------------------------------------------------------------------------------

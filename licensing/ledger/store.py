@@ -15,6 +15,9 @@ the only one that charges wallets. Two implementations of `LedgerStore` send it:
   its model field and dumping one array per column cost more CPU than the rest of the commit);
   the wallets are locked in id order, so two processes' batches never deadlock. A batch of one
   (every batch at low load) goes by plain parameters, ~0.1 ms less to send and unpack.
+- A batch with a course member's request (licensing.ledger.budget: its course's levels) goes
+  as the JSON batch too, each row carrying its level wallets, charged with the rest; a batch
+  of one such request by plain parameters, its level wallets as one array.
 - `commit_batch_sync` (the ORM's connection, on a worker thread: SQLite, and every synchronous
   caller such as the spool's replay): one multi-row INSERT with each value prepared by its model
   field as the ORM would, then one UPDATE per wallet in id order.
@@ -124,6 +127,52 @@ def _batch_sql() -> str:
     )
 
 
+@functools.cache
+def _course_single_sql() -> str:
+    """`_single_sql` for one course member's request: its row, then its credits added to its
+    license wallet and its levels' (an array parameter), locked in id order like a batch's
+    (another worker may be charging the same course pool and license at once)."""
+    quote = connection.ops.quote_name
+    wallets = quote(Wallet._meta.db_table)
+    values = ", ".join(f"%s::{_column_type(f)}" for f in FIELDS)
+    return (
+        f"WITH ins AS ({_insert(f'VALUES ({values})')}), "
+        "c AS MATERIALIZED (SELECT w.wallet, ins.credits AS amount FROM ins CROSS JOIN LATERAL "
+        "unnest(array_prepend(ins.wallet_id, %s::bigint[])) AS w(wallet) "
+        "WHERE w.wallet IS NOT NULL AND ins.credits <> 0), "
+        f"locked AS (SELECT id FROM {wallets} WHERE id IN (SELECT wallet FROM c) "
+        "ORDER BY id FOR UPDATE), "
+        f"charged AS ({_charge('(SELECT * FROM c WHERE wallet IN (SELECT id FROM locked))')}) "
+        + _result("charged", "ins")
+    )
+
+
+@functools.cache
+def _course_batch_sql() -> str:
+    """`_batch_sql` for a batch with course members: each row also carries the ids of its
+    course's level wallets (`levels`, not a ledger column), and every inserted row charges its
+    credits to its license wallet and to each of them, locked in one id order with the rest."""
+    _, names = _ledger_columns()
+    quote = connection.ops.quote_name
+    wallets = quote(Wallet._meta.db_table)
+    record = ", ".join(
+        f"{quote(c)} {_column_type(f)}" for c, f in zip(COLUMNS, FIELDS, strict=True)
+    )
+    source = f"SELECT * FROM json_to_recordset(%s::json) AS r({record}, levels bigint[])"
+    return (
+        f"WITH src AS MATERIALIZED ({source}), "
+        f"ins AS ({_insert(f'SELECT {names} FROM src')}), "
+        "c AS MATERIALIZED (SELECT w.wallet, sum(ins.credits)::bigint AS amount FROM ins "
+        "JOIN src ON src.request_id = ins.request_id CROSS JOIN LATERAL "
+        "unnest(array_prepend(ins.wallet_id, coalesce(src.levels, '{}'::bigint[]))) AS w(wallet) "
+        "WHERE w.wallet IS NOT NULL AND ins.credits <> 0 GROUP BY w.wallet), "
+        f"locked AS (SELECT id FROM {wallets} WHERE id IN (SELECT wallet FROM c) "
+        "ORDER BY id FOR UPDATE), "
+        f"charged AS ({_charge('(SELECT * FROM c WHERE wallet IN (SELECT id FROM locked))')}) "
+        + _result("charged", "ins")
+    )
+
+
 def _orm_insert(rows: list[dict]) -> tuple[str, list]:
     """One multi-row INSERT, each value prepared by its model field as the ORM would (a quarter
     of the CPU of Model.objects.create on this path)."""
@@ -151,12 +200,23 @@ def _column_type(field) -> str:
 # --- the two implementations ------------------------------------------------------------------
 
 
+def level_wallets(item: Pending) -> list[int]:
+    """The wallet ids of a course member's levels (none for anyone else)."""
+    if item.budget is None:
+        return []
+    return [level.wallet_id for level in item.budget.levels if level.wallet_id is not None]
+
+
 def _wallet_sums(batch: list[Pending]) -> list[tuple[int, int]]:
-    """(wallet id, amount) of the written rows, in wallet id order."""
+    """(wallet id, amount) of the written rows, in wallet id order: each row's license wallet
+    and its course's levels."""
     sums: dict[int, int] = {}
     for item in batch:
-        if item.written and item.entry.credits and item.wallet_id is not None:
-            sums[item.wallet_id] = sums.get(item.wallet_id, 0) + item.entry.credits
+        if not (item.written and item.entry.credits):
+            continue
+        for wallet_id in (item.wallet_id, *level_wallets(item)):
+            if wallet_id is not None:
+                sums[wallet_id] = sums.get(wallet_id, 0) + item.entry.credits
     return sorted(sums.items())
 
 
@@ -189,7 +249,17 @@ def commit_batch_sync(batch: list[Pending]) -> dict[int, int]:
 async def commit_batch_async(batch: list[Pending]) -> dict[int, int]:
     """The batch over the async pool as one prepared statement: one round trip, no explicit
     transaction (a single statement is atomic), the same text whatever the batch size."""
-    if len(batch) == 1:
+    courses = any(item.budget is not None and item.budget.levels for item in batch)
+    if courses and len(batch) == 1:
+        item = batch[0]
+        sql = _course_single_sql()
+        params = [*_single_params(item), level_wallets(item), timezone.now()]
+    elif courses:
+        rows = jsonio.dumps(
+            [{**_row_json(i.entry, i.wallet_id), "levels": level_wallets(i)} for i in batch]
+        ).decode()
+        sql, params = _course_batch_sql(), [rows, timezone.now()]
+    elif len(batch) == 1:
         sql, params = _single_sql(), [*_single_params(batch[0]), timezone.now()]
     else:
         rows = jsonio.dumps([_row_json(i.entry, i.wallet_id) for i in batch]).decode()

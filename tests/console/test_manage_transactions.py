@@ -76,6 +76,8 @@ def test_a_row_in_full(ledger, superuser):
         "api_key_prefix": None,
         "end_user": ledger["a"]["end_user"].pk,
         "end_user_subject": "user-a",
+        "course": None,
+        "course_code": None,
         "service": "chat_completions",
         "requested_model": "gpt-4o",
         "billed_model": "",
