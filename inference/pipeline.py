@@ -34,16 +34,25 @@ from catalog.routing import (
     load_catalog_snapshot,
     select_routes,
 )
-from core import metrics, tracing
-from core.errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
+from core import clock, metrics, tracing
+from core.errors import (
+    AUTH_REQUIRED,
+    AuthenticationFailed,
+    GatewayError,
+    PolicyDenied,
+    ServiceUnavailable,
+)
 from gateway_site.db import run_db
+from licensing.access.courses import course_rules_async
 from licensing.access.credentials import Principal
 from licensing.ledger import record
 from licensing.ledger.actions import transaction_record
 from licensing.ledger.budget import BudgetState, budget_check_async
 from licensing.ledger.record import LedgerEntry
 from licensing.ledger.spool import spool_refuses
+from licensing.rules import courses as course_rules
 from licensing.rules import fairuse
+from licensing.rules.policy import Policy
 
 from . import moderation
 from . import tracing as provider_span
@@ -229,9 +238,18 @@ async def _admit(call: Call, operation: Operation, pin):
     )
     # 6
     call.stage = _POLICY
+    exam_policy = await _course_gate(principal) if principal.course_id is not None else None
     if license.policy is None:
         raise ServiceUnavailable(reason="the license type's policy document cannot be evaluated")
+    # HOOK(issue26-policyform): the course's own overlay narrows the license type's policy
+    # here, `effective_policy(license.policy, <the course's compiled overlay>)`, before
+    # check_request; the exam policy below then narrows that result further.
     service_policy = license.policy.check_request(operation.service, call.body_fields)
+    if exam_policy is not None:
+        # Exam mode with a narrower policy: the request must pass it too (its refusals are the
+        # spec's 403 messages), and only the providers both allow serve it.
+        exam_service = exam_policy.check_request(operation.service, call.body_fields)
+        service_policy = course_rules.narrowed(service_policy, exam_service)
     # 7
     call.stage = _SELECTION
     catalog = await current_catalog()
@@ -260,6 +278,17 @@ async def _admit(call: Call, operation: Operation, pin):
         raise ServiceUnavailable(reason="the database is down and the ledger spool is unwritable")
     call.stage = None
     return catalog, guardrails
+
+
+async def _course_gate(principal: Principal) -> Policy | None:
+    """A course member's course rules at this instant (licensing.rules.courses): 403 when the
+    course is closed, has paused them or is in exam mode without an exam policy; else the exam
+    policy that narrows this request, or None."""
+    assert principal.course_id is not None
+    rules = await course_rules_async(principal.course_id)
+    if rules is None:  # deleted under a cached credential: its keys go with it
+        raise PolicyDenied("the course of this credential no longer exists", param=None)
+    return course_rules.course_gate(rules, now=clock.utcnow(), end_user_id=principal.end_user_id)
 
 
 def _residency(call: Call) -> frozenset[str]:
@@ -470,6 +499,7 @@ async def _record(
         license_id=license.id,
         api_key_id=call.principal.api_key_id,
         end_user_id=call.principal.end_user_id,
+        course_id=call.principal.course_id,
         service=operation.service,
         requested_model=operation.model_of(call.body),
         billed_model=result.billed_model if result else "",

@@ -213,6 +213,15 @@ class JwtIssuer(models.Model):
     jwks_url = models.URLField(max_length=500, blank=True)
     public_keys = models.TextField(blank=True, help_text="PEM public keys, one or more")
     hs256_secret = EncryptedTextField(max_length=500, blank=True)  # encrypted at rest
+    course_claim = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text=(
+            "The claim that names a course code of the license (e.g. course); blank = tokens "
+            "name no course. An unknown code is refused like an unknown token."
+        ),
+    )
     active = models.BooleanField(default=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -107,6 +107,7 @@ class LedgerEntry:
     outcome: str = ""  # "": from the status and the error code (outcome_for)
     error_code: str = ""
     error_message: str = ""
+    course_id: int | None = None  # the course of a course member's request (issue 26)
     # Not columns: what the live feed shows and whom it tells (licensing.ledger.feed).
     institution_id: int | None = None
     license_name: str = ""
