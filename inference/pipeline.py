@@ -6,7 +6,7 @@
  4. X-Service-Provider / X-Service-Metadata (400)
     fair use (429 with Retry-After; only when the policy sets limits)
  5. budget (400 out of budget, 500 misconfigured)
- 6. policy (403; 503 when the document cannot be evaluated)
+ 6. policy: a course member's course rules, then the license type's document (403; 503)
  7. provider selection (400)
  8. input guardrail (400, not charged; a failed moderation call is 503)
  9. provider call (400, 404, 500, 503)

@@ -13,11 +13,10 @@ from django.utils import timezone
 from licensing.access.credentials import api_key_create
 from licensing.models import ApiKey, Course, CourseMember, CourseWindow, EndUser
 from licensing.rules.courses import closed_message
-from tests.access.test_cache_invalidation import (  # noqa: F401 - fixtures
-    invalidation,
-    redis_server,
-    workers,
-)
+from tests.access import test_cache_invalidation as shared
+
+# Two workers per invalidation mechanism (the generation file, Redis), as for keys and licenses.
+redis_server, invalidation, workers = shared.redis_server, shared.invalidation, shared.workers
 
 BODY = {"model": "text-embedding-3-small", "input": "x", "encoding_format": "float"}
 
@@ -27,16 +26,16 @@ def _post(worker, headers):
     return response.status_code, response.json().get("error", {}).get("message")
 
 
-def _all_answer(workers, headers, expected, limit=1.0) -> float:
+def _all_answer(procs, headers, expected, limit=1.0) -> float:
     """Poll every worker until each answers `expected` (status, message); the slowest's
     seconds. A deadline, no sleep for a change to happen."""
     started, took = time.monotonic(), {}
-    while len(took) < len(workers) and time.monotonic() - started < limit + 2:
-        for i, worker in enumerate(workers):
+    while len(took) < len(procs) and time.monotonic() - started < limit + 2:
+        for i, worker in enumerate(procs):
             if i not in took and _post(worker, headers) == expected:
                 took[i] = time.monotonic() - started
         time.sleep(0.01)
-    assert len(took) == len(workers), f"workers still answering the old state: {took}"
+    assert len(took) == len(procs), f"workers still answering the old state: {took}"
     return max(took.values())
 
 

@@ -139,9 +139,7 @@ def test_exam_window(client, catalog, course, student, member_auth):
         assert embed(client, member_auth).status_code == 200
 
 
-def test_exam_policy_narrows_what_the_license_allows(
-    client, catalog, course, student, member_auth
-):
+def test_exam_policy_narrows_what_the_license_allows(client, catalog, course, student, member_auth):
     course.exam_mode = True
     course.exam_policy = {"services": {"chat_completions": {}}}
     course.save()
