@@ -294,3 +294,14 @@ def _raw_token(extra_json: dict) -> str:
     signing = b64(b'{"alg":"HS256","typ":"JWT"}') + "." + b64(body.encode())
     signature = hmac.new(HS_SECRET.encode(), signing.encode(), hashlib.sha256).digest()
     return signing + "." + b64(signature)
+
+
+def test_a_registered_claim_cannot_name_the_course(issuer):
+    from django.core.exceptions import ValidationError
+
+    issuer.course_claim = "sub"
+    with pytest.raises(ValidationError) as caught:
+        issuer.full_clean()
+    assert "course_claim" in caught.value.message_dict
+    issuer.course_claim = "course"
+    issuer.full_clean()
