@@ -3,6 +3,8 @@ teachers and its members inline, scoped to the institution like every licensing 
 teachers' own view, the policy form for the overlay and the per-student usage come with the
 rest of the courses work (docs/courses.md)."""
 
+from typing import ClassVar
+
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
@@ -46,7 +48,7 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
 
 
 class _CoursePartAdmin(ScopedAdminMixin, admin.ModelAdmin):
-    list_select_related = ("course",)
+    list_select_related: ClassVar[tuple[str, ...]] = ("course",)
 
     def has_module_permission(self, request):
         return False  # edited on the course's page; listed for links and the scoping tests
