@@ -17,7 +17,8 @@ from django.db.models import Q
 from core import clock
 
 from .circuit import CLOSED, Circuit, circuit_key, read_circuits
-from .models import Connection
+from .models import Connection, Provider, ProviderModel
+from .registry import SERVICES, kind_serves
 
 
 @dataclass(frozen=True)
@@ -89,3 +90,41 @@ def tagged(tag: str) -> Q:
         | Q(tags__endswith=f",{tag}")
         | Q(tags__contains=f",{tag},")
     )
+
+
+def policy_choices() -> dict[str, list[str]]:
+    """The policy form's model checklists: per policy service, the ids of the listed models an
+    active provider row can serve through it (the model's feature is the service's, its output
+    modality the service's when it requires one, and the row's provider kind speaks the endpoint),
+    in id order. One query for the whole catalog."""
+    rows = (
+        ProviderModel.objects.filter(active=True, model__listed=True)
+        .values_list(
+            "model__model_id",
+            "model__supported_features",
+            "model__output_modality",
+            "provider__kind",
+        )
+        .order_by("model__model_id")
+    )
+    choices: dict[str, list[str]] = {s.service: [] for s in SERVICES}
+    for model_id, features, output, kind in rows:
+        for service in SERVICES:
+            if (
+                service.feature in (features or ())
+                and (not service.output_modality or (output or {}).get(service.output_modality))
+                and kind_serves(kind, service.endpoint)
+                and model_id not in choices[service.service]
+            ):
+                choices[service.service].append(model_id)
+    return choices
+
+
+def service_providers() -> dict[str, list[str]]:
+    """Per policy service, the catalog's providers whose kind speaks its endpoint (a policy's
+    providers lists)."""
+    providers = list(Provider.objects.order_by("slug").values_list("slug", "kind"))
+    return {
+        s.service: [slug for slug, kind in providers if kind_serves(kind, s.endpoint)]
+        for s in SERVICES
+    }

@@ -7,6 +7,7 @@ from .console.admin import (  # noqa: F401
     courses,
     keys,
     licenses,
+    lti,
     sso,
     transactions,
     users,

@@ -30,12 +30,16 @@ from ..models import (
     JwtIssuer,
     License,
     LicenseType,
+    LtiIdentity,
+    LtiLaunchState,
+    LtiPlatform,
     Transaction,
     Wallet,
 )
 
 ADMIN = AdminProfile.Role.ADMIN.value
 REVIEWER = AdminProfile.Role.REVIEWER.value
+TEACHER = AdminProfile.Role.TEACHER.value
 ALL = frozenset({"view", "add", "change", "delete"})
 VIEW = frozenset({"view"})
 
@@ -55,6 +59,9 @@ INSTITUTION_PATHS: dict[type[Model], str] = {
     CourseWindow: "course__institution",
     CourseMember: "course__institution",
     CourseTeacher: "course__institution",
+    LtiPlatform: "institution",
+    LtiIdentity: "platform__institution",
+    LtiLaunchState: "platform__institution",
 }
 
 # What each role may do, per model; anything not listed is refused.
@@ -74,8 +81,27 @@ ROLE_PERMISSIONS: dict[str, dict[type[Model], frozenset[str]]] = {
         CourseWindow: ALL,
         CourseMember: ALL,
         CourseTeacher: ALL,
+        LtiPlatform: ALL,
+        LtiIdentity: VIEW,
+        LtiLaunchState: VIEW,
     },
     REVIEWER: {License: VIEW, Wallet: VIEW, Transaction: VIEW},
+    # Their own courses only (TEACHER_PATHS below narrows the rows): settings, windows, members'
+    # pauses and top-ups. Members and teachers are added by launches, the portal and the API.
+    TEACHER: {
+        Course: frozenset({"view", "change"}),
+        CourseWindow: ALL,
+        CourseMember: frozenset({"view", "change"}),
+        CourseTeacher: VIEW,
+    },
+}
+
+# A teacher's rows: those of the courses they teach (besides their institution's).
+TEACHER_PATHS: dict[type[Model], str] = {
+    Course: "teachers__user",
+    CourseWindow: "course__teachers__user",
+    CourseMember: "course__teachers__user",
+    CourseTeacher: "course__teachers__user",
 }
 
 
@@ -84,6 +110,7 @@ class Scope:
     superuser: bool
     institution_id: int | None = None
     role: str | None = None
+    user_id: int | None = None  # whose courses a teacher's scope holds
 
     def allows(self, model: type[Model], action: str) -> bool:
         if self.superuser:
@@ -110,7 +137,11 @@ def scope_of(user) -> Scope:
     else:
         profile = AdminProfile.objects.filter(user_id=user.pk).values_list("institution_id", "role")
         row = profile.first()
-        scope = Scope(superuser=False, institution_id=row[0], role=row[1]) if row else NOBODY
+        scope = (
+            Scope(superuser=False, institution_id=row[0], role=row[1], user_id=user.pk)
+            if row
+            else NOBODY
+        )
     user._gateway_scope = scope
     return scope
 
@@ -122,6 +153,10 @@ def scope_filter(model: type[Model], scope: Scope) -> Q | None:
     if scope.institution_id is None or model not in INSTITUTION_PATHS:
         return None
     q = Q(**{INSTITUTION_PATHS[model]: scope.institution_id})
+    if scope.role == TEACHER:
+        if model not in TEACHER_PATHS:
+            return None
+        return q & Q(**{TEACHER_PATHS[model]: scope.user_id})
     if model is LicenseType:
         q |= Q(institution__isnull=True)
     return q
@@ -147,7 +182,12 @@ def institution_id_of(obj: Model) -> int | None:
 
 
 def owns(scope: Scope, obj: Model) -> bool:
-    """Whether the scope may change or delete `obj` (shared rows belong to superusers)."""
-    return scope.superuser or (
-        scope.institution_id is not None and institution_id_of(obj) == scope.institution_id
-    )
+    """Whether the scope may change or delete `obj` (shared rows belong to superusers; a
+    teacher owns the rows of the courses they teach)."""
+    if scope.superuser:
+        return True
+    if scope.institution_id is None or institution_id_of(obj) != scope.institution_id:
+        return False
+    if scope.role == TEACHER:
+        return scoped(type(obj)._default_manager.filter(pk=obj.pk), scope).exists()
+    return True

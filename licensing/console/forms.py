@@ -6,11 +6,15 @@ and puts its errors on the `policy` / `guardrails` fields, so a bad document is 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
+from catalog.selectors import policy_choices, service_providers
 
 from ..models import ApiKey, Institution, JwtIssuer, License, LicenseType
+from .policy_form import PolicyForm
 
 SUPPORTED_BUDGET_UNITS = ("micro_credits",)
 # Micro-credits per currency unit: at most a trillion (one micro-credit is then worth 10**-12 of
@@ -47,10 +51,56 @@ class InstitutionForm(forms.ModelForm):
         return rate
 
 
+def _has_nul(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) and "\x00" in item:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
+    """The policy is edited through the policy form (`self.policy_form`, rendered by the change
+    page) and the JSON view (the `policy` field) together: the form's changed fields are written
+    onto the JSON document, so rules only the JSON view shows are kept. A post without the policy
+    form (a script posting JSON only) saves the JSON as it is."""
+
     class Meta:
         model = LicenseType
         fields = ("name", "institution", "active", "policy", "guardrails")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.policy_form = PolicyForm(
+            self.data if self.is_bound else None,
+            document=self.instance.policy,
+            models=policy_choices(),
+            providers=service_providers(),
+            disabled="policy" not in self.fields,
+        )
+
+    def clean_policy(self):
+        policy = self.cleaned_data.get("policy")
+        # PostgreSQL's jsonb cannot store NUL (\u0000): refused here rather than a 500 on save.
+        if _has_nul(policy):
+            raise forms.ValidationError("The policy may not contain NUL characters (\\u0000).")
+        return policy
+
+    def clean(self):
+        cleaned = super().clean()
+        if "policy" not in self.fields or not self.policy_form.submitted:
+            return cleaned
+        if not self.policy_form.is_valid():
+            self.add_error(None, "The policy form has errors: see the marked fields below.")
+        elif "policy" in self.cleaned_data:
+            self.cleaned_data["policy"] = self.policy_form.apply(self.cleaned_data["policy"])
+        return self.cleaned_data
 
 
 class LicenseForm(AdminModelFormMixin, forms.ModelForm):

@@ -24,7 +24,7 @@ from licensing.models import (
     Wallet,
 )
 
-from ..console.test_admin import form_data, make_licensing, url
+from ..console.test_admin import form_data, url
 
 pytestmark = pytest.mark.django_db
 
@@ -50,23 +50,6 @@ FIELD_OF = {
     Transaction: "transaction",
     BudgetAlert: "budget_alert",
 }
-
-
-@pytest.fixture
-def world(db):
-    from catalog.services import catalog_load_defaults
-
-    catalog_load_defaults()
-    a, b = make_licensing("a"), make_licensing("b")
-    for suffix, found in (("a", a), ("b", b)):
-        own_type = LicenseType.objects.create(
-            institution=found["institution"], name=f"type {suffix}"
-        )
-        found["license"].license_type = own_type
-        found["license"].save()
-        found["license_type"] = own_type
-        found["budget_alert"] = BudgetAlert.objects.get(license=found["license"])
-    return {"a": a, "b": b}
 
 
 def login_as(role: str, institution: Institution) -> Client:

@@ -36,6 +36,9 @@ from licensing.models import (
     JwtIssuer,
     License,
     LicenseType,
+    LtiIdentity,
+    LtiLaunchState,
+    LtiPlatform,
     SsoIdentity,
     Transaction,
     Wallet,
@@ -66,8 +69,10 @@ ADDABLE = {
     CourseWindow,
     CourseMember,
     CourseTeacher,
+    LtiPlatform,
 }
 READ_ONLY = {EndUser, Wallet, Transaction, BudgetAlert, SsoIdentity, AuditEvent}
+READ_ONLY |= {LtiIdentity, LtiLaunchState}
 ALL_MODELS = sorted(ADDABLE | READ_ONLY, key=lambda m: m._meta.label)
 
 
@@ -208,6 +213,17 @@ def make_licensing(suffix: str) -> dict:
     )
     member = CourseMember.objects.create(course=course, end_user=user)
     teacher = CourseTeacher.objects.create(course=course, user=staff)
+    lms = LtiPlatform.objects.create(  # a public IP literal: no DNS lookup in the URL check
+        institution=lic.institution,
+        license=lic,
+        issuer="https://93.184.215.14",
+        client_id=f"tool-{suffix}",
+        deployment_ids=["1"],
+        jwks_url="https://93.184.215.14/jwks",
+        auth_login_url="https://93.184.215.14/auth",
+    )
+    lti_identity = LtiIdentity.objects.create(platform=lms, subject=f"lti-{suffix}", user=staff)
+    lti_launch = LtiLaunchState.objects.create(platform=lms, state=suffix, nonce=suffix)
     alert = BudgetAlert.objects.create(
         license=lic,
         period="monthly",
@@ -227,6 +243,9 @@ def make_licensing(suffix: str) -> dict:
         "course_window": window,
         "course_member": member,
         "course_teacher": teacher,
+        "lti_platform": lms,
+        "lti_identity": lti_identity,
+        "lti_launch": lti_launch,
         "budget_alert": alert,
         "institution": lic.institution,
         "api_key": key_row,

@@ -83,6 +83,7 @@ def test_the_admin_in_a_browser(server, page):
     page.goto(server.url + "/admin/licensing/licensetype/add/")
     page.fill("#id_name", "School chat")
     pick(page, "id_institution", "Demo school")
+    page.click("summary:has-text('Policy as JSON')")  # the JSON view is folded under the form
     page.fill(
         "#id_policy",
         '{"version": 1, "services": {"chat_completions": {"providers": ["direct"], '

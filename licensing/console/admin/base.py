@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.http import Http404, HttpResponseBadRequest
 from django.utils.html import format_html
 
-from ...access.scoping import institution_id_of, owns, scope_of, scoped
+from ...access.scoping import TEACHER, institution_id_of, owns, scope_of, scoped
 from ...models import Institution
 
 
@@ -72,7 +72,7 @@ class ScopedAdminMixin(_ModelAdmin):
             return False
         if obj is None or scope.superuser:
             return True
-        if action == "view":
+        if action == "view" and scope.role != TEACHER:
             return institution_id_of(obj) in (scope.institution_id, None)
         return owns(scope, obj)
 

@@ -8,26 +8,53 @@ from typing import ClassVar
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
+from ...access.scoping import TEACHER, owns, scope_of
 from ...models import Course, CourseMember, CourseTeacher, CourseWindow
 from .base import KeepLedgerIntactMixin, ScopedAdminMixin
 
 
-class CourseWindowInline(admin.TabularInline):
+class ScopedInlineMixin(admin.options.InlineModelAdmin):
+    """An inline's rights are its model's for the user's role, on a course the user owns
+    (a teacher: one they teach), as the course page's own are."""
+
+    def _may(self, request, action, obj=None) -> bool:
+        scope = scope_of(request.user)
+        return scope.allows(self.model, action) and (obj is None or owns(scope, obj))
+
+    def has_view_permission(self, request, obj=None):
+        return self._may(request, "view", obj)
+
+    def has_add_permission(self, request, obj=None):
+        return self._may(request, "add", obj)
+
+    def has_change_permission(self, request, obj=None):
+        return self._may(request, "change", obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return self._may(request, "delete", obj)
+
+
+class CourseWindowInline(ScopedInlineMixin, admin.TabularInline):
     model = CourseWindow
     extra = 0
 
 
-class CourseTeacherInline(admin.TabularInline):
+class CourseTeacherInline(ScopedInlineMixin, admin.TabularInline):
     model = CourseTeacher
     extra = 0
     raw_id_fields = ("user",)
 
 
-class CourseMemberInline(admin.TabularInline):
+class CourseMemberInline(ScopedInlineMixin, admin.TabularInline):
     model = CourseMember
     extra = 0
     raw_id_fields = ("end_user",)
     fields = ("end_user", "paused", "top_up", "top_up_window_start")
+
+    def get_readonly_fields(self, request, obj=None):
+        if scope_of(request.user).role == TEACHER:
+            return ("end_user",)  # a teacher pauses and tops up; members come from launches
+        return ()
 
 
 @admin.register(Course)
@@ -37,6 +64,22 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     list_select_related = ("license",)
     search_fields = ("code", "name", "license__name")
     inlines = (CourseWindowInline, CourseTeacherInline, CourseMemberInline)
+
+    # A teacher runs their course; which license pays, its code and its overlay stay with the
+    # institution's admins (the overlay's form, which may only narrow, comes next).
+    TEACHER_READ_ONLY = (
+        "institution",
+        "license",
+        "code",
+        "lti_context_id",
+        "policy",
+        "exam_policy",
+    )
+
+    def get_readonly_fields(self, request, obj=None):
+        if scope_of(request.user).role == TEACHER:
+            return self.TEACHER_READ_ONLY
+        return super().get_readonly_fields(request, obj)
 
     def ledger_rows(self, obj):
         return obj.transactions.all()

@@ -78,7 +78,22 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
     search_fields = ("name", "institution__name")
     autocomplete_fields = ("institution",)
     readonly_fields = ("updated_at",)
-    fields = ("name", "institution", "active", "policy", "guardrails", "updated_at")
+    # The policy form is rendered by the change form template between these two (its fields are
+    # not the model's); the JSON view stays, folded, for the rules the form does not cover.
+    fieldsets = (
+        (None, {"fields": ("name", "institution", "active", "guardrails", "updated_at")}),
+        (
+            "Policy as JSON",
+            {
+                "classes": ("collapse",),
+                "fields": ("policy",),
+                "description": "The whole policy document. Rules the form above does not cover "
+                "(patterns, excluded values, fair-use limits, data residency, ...) are edited "
+                "here; saving the form keeps them. Fields changed in the form are written onto "
+                "this document.",
+            },
+        ),
+    )
     change_form_template = "admin/licensing/licensetype/change_form.html"
 
     def get_queryset(self, request):
@@ -124,6 +139,8 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
         return JsonResponse(try_request(obj.policy, service, request.POST.get("body", "")))
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        form = context["adminform"].form
+        context["policy_form"] = getattr(form, "policy_form", None)
         if obj is not None:
             context["try_services"] = SERVICES
             context["try_url"] = reverse("admin:licensing_licensetype_try", args=[obj.pk])

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('licensing', '0012_courses'),
+        ('licensing', '0013_lti'),
     ]
 
     operations = [

@@ -1,0 +1,200 @@
+"""A small LTI 1.3 platform (an LMS) for the LTI tests (docs/lti.md): a JWKS with an RSA and
+an EC P-256 key, and an OIDC authentication endpoint that answers the tool's login redirect
+like Moodle or Canvas do, with the auto-posting HTML form that carries the signed id_token and
+the state to the tool's launch URL (the test says who launches next, with which roles and in
+which course). The last form is also kept (`last_form`) for tests that POST it themselves.
+
+Switches for the hostile cases (`failure`): "wrong_key" (signed by a key not in the JWKS,
+under a kid that is), "expired", "wrong_aud", "unknown_deployment", "replayed_nonce" (the
+nonce of the platform's first launch instead of this one's), "down" (503s). `clock` is
+injectable (seconds).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from joserfc import jwt
+from joserfc.jwk import ECKey, RSAKey
+
+from .server import FakeUpstream, RecordedRequest, Response, json_response
+
+CLAIM = "https://purl.imsglobal.org/spec/lti/claim/"
+LIS = "http://purl.imsglobal.org/vocab/lis/v2/"
+INSTRUCTOR = [LIS + "membership#Instructor", LIS + "institution/person#Faculty"]
+LEARNER = [LIS + "membership#Learner", LIS + "institution/person#Student"]
+
+
+class _AsciiEncoder(json.JSONEncoder):
+    """JSON with \\u escapes: a hostile claim (a lone surrogate) is still sent, as a real
+    platform's JSON encoder would."""
+
+    def __init__(self, **kwargs: Any):
+        kwargs["ensure_ascii"] = True
+        super().__init__(**kwargs)
+
+
+@dataclass
+class NextLaunch:
+    sub: str
+    roles: list[str] | Any
+    context: dict[str, Any] | Any
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class LtiFake(FakeUpstream):
+    name = "lti"
+    base_path = ""
+    ROUTES = [
+        ("GET", r"/jwks", "jwks"),
+        ("GET", r"/auth", "auth"),
+        ("POST", r"/auth", "auth"),
+    ]
+    PUBLIC = frozenset({"jwks", "auth"})
+    KNOBS = {
+        "alg": "RS256",  # or "ES256"
+        "failure": None,  # see the module's docstring
+        "token_lifetime": 300,
+    }
+
+    def __init__(self, client_id: str = "gw-tool", deployment_id: str = "dep-1", clock=None):
+        super().__init__()
+        self.client_id = client_id
+        self.deployment_id = deployment_id
+        self.clock = clock or time.time
+        self.rsa = RSAKey.generate_key(2048, parameters={"kid": "lti-rsa", "use": "sig"})
+        self.ec = ECKey.generate_key("P-256", parameters={"kid": "lti-ec", "use": "sig"})
+        self.rogue_rsa = RSAKey.generate_key(2048, parameters={"kid": "lti-rsa"})
+        self.rogue_ec = ECKey.generate_key("P-256", parameters={"kid": "lti-ec"})
+        self._state_lock = threading.Lock()
+        self._next: list[NextLaunch] = []
+        self.issued: list[dict[str, Any]] = []
+        self.last_form: dict[str, str] | None = None
+
+    @property
+    def issuer(self) -> str:
+        assert self.origin is not None
+        return self.origin
+
+    @property
+    def jwks_url(self) -> str:
+        return self.issuer + "/jwks"
+
+    @property
+    def auth_url(self) -> str:
+        return self.issuer + "/auth"
+
+    def launch_next(
+        self,
+        sub: str,
+        /,
+        *,
+        roles: list[str] | Any = None,
+        context: dict[str, Any] | Any = None,
+        **extra: Any,
+    ) -> None:
+        """Who the next visit of /auth launches (a queue); `extra` claims are added to the
+        id_token or replace its own (`aud`, `nonce`, even `sub`)."""
+        if roles is None:
+            roles = list(LEARNER)
+        if context is None:
+            context = {"id": "ctx-1", "label": "CS101", "title": "Programming 1"}
+        with self._state_lock:
+            self._next.append(NextLaunch(sub, roles, context, extra))
+
+    def _reset_state(self) -> None:
+        with self._state_lock:
+            self._next.clear()
+            self.issued.clear()
+            self.last_form = None
+
+    def error(self, status: int, message: str | None = None, **extra: Any) -> Response:
+        return json_response({"error": message or "server_error", **extra}, status)
+
+    # -- endpoints ---------------------------------------------------------------------
+
+    def jwks(self, request: RecordedRequest) -> Response:
+        if self.failure == "down":
+            return Response(503, b"Service Unavailable", [("content-type", "text/plain")])
+        return json_response(
+            {"keys": [self.rsa.as_dict(private=False), self.ec.as_dict(private=False)]}
+        )
+
+    def auth(self, request: RecordedRequest) -> Response:
+        query = request.query
+        if request.method == "POST":
+            from urllib.parse import parse_qsl
+
+            query = dict(parse_qsl(request.text, keep_blank_values=True))
+        redirect_uri = query.get("redirect_uri", "")
+        if (
+            query.get("client_id") != self.client_id
+            or not redirect_uri
+            or query.get("scope") != "openid"
+            or query.get("response_type") != "id_token"
+            or query.get("response_mode") != "form_post"
+            or query.get("prompt") != "none"
+            or not query.get("login_hint")
+            or not query.get("state")
+            or not query.get("nonce")
+        ):
+            return self.error(400, "invalid_request")
+        with self._state_lock:
+            launch = self._next.pop(0) if self._next else None
+        if launch is None:
+            return self.error(403, "login_required")
+        token = self.id_token(launch, nonce=query["nonce"])
+        form = {"action": redirect_uri, "id_token": token, "state": query["state"]}
+        self.last_form = form
+        page = (
+            "<!doctype html><html><head><title>Launching…</title></head>"
+            '<body onload="document.forms[0].submit()">'
+            f'<form method="post" action="{html.escape(redirect_uri)}">'
+            f'<input type="hidden" name="id_token" value="{html.escape(token)}">'
+            f'<input type="hidden" name="state" value="{html.escape(query["state"])}">'
+            "<noscript><button>Continue</button></noscript></form></body></html>"
+        )
+        return Response(200, page.encode(), [("content-type", "text/html; charset=utf-8")])
+
+    def id_token(self, launch: NextLaunch, *, nonce: str) -> str:
+        now = int(self.clock())
+        with self._state_lock:
+            first_nonce = self.issued[0]["nonce"] if self.issued else nonce
+        claims: dict[str, Any] = {
+            "iss": self.issuer,
+            "sub": launch.sub,
+            "aud": "someone-else" if self.failure == "wrong_aud" else self.client_id,
+            "azp": "someone-else" if self.failure == "wrong_aud" else self.client_id,
+            "iat": now - 400 if self.failure == "expired" else now,
+            "exp": now - 100 if self.failure == "expired" else now + self.token_lifetime,
+            "nonce": first_nonce if self.failure == "replayed_nonce" else nonce,
+            "name": f"Person {launch.sub}",
+            CLAIM + "message_type": "LtiResourceLinkRequest",
+            CLAIM + "version": "1.3.0",
+            CLAIM + "deployment_id": "not-registered"
+            if self.failure == "unknown_deployment"
+            else self.deployment_id,
+            CLAIM + "target_link_uri": "",
+            CLAIM + "resource_link": {"id": "rl-1", "title": "AI gateway"},
+            CLAIM + "roles": launch.roles,
+            CLAIM + "context": launch.context,
+        }
+        claims.update(launch.extra)
+        with self._state_lock:
+            self.issued.append(dict(claims))
+        return self.sign(claims)
+
+    def sign(self, claims: dict[str, Any]) -> str:
+        """`claims` signed as this platform does (or with the rogue key: "wrong_key")."""
+        if self.alg == "ES256":
+            key = self.rogue_ec if self.failure == "wrong_key" else self.ec
+            header = {"alg": "ES256", "kid": "lti-ec", "typ": "JWT"}
+        else:
+            key = self.rogue_rsa if self.failure == "wrong_key" else self.rsa
+            header = {"alg": "RS256", "kid": "lti-rsa", "typ": "JWT"}
+        return jwt.encode(header, claims, key, encoder_cls=_AsciiEncoder)

@@ -1,0 +1,75 @@
+"""LTI 1.3 platforms (docs/lti.md): registered by the institution's admins (or superusers, or
+`manage.py configure_lti`), with the two URLs to paste into the LMS; the identities and the
+launch rows a launch leaves behind, view only. Scoped to the institution like every page."""
+
+from django.contrib import admin
+
+from ...access.audit import audit_event_record
+from ...access.lti import lti_urls
+from ...models import AuditEvent, LtiIdentity, LtiLaunchState, LtiPlatform
+from .base import ReadOnlyAdminMixin, ScopedAdminMixin
+
+
+@admin.register(LtiPlatform)
+class LtiPlatformAdmin(ScopedAdminMixin, admin.ModelAdmin):
+    list_display = ("issuer", "client_id", "institution", "license", "allowance", "active")
+    list_filter = ("institution", "active")
+    list_select_related = ("institution", "license")
+    search_fields = ("issuer", "client_id", "institution__name")
+    readonly_fields = ("tool_urls", "created_at", "updated_at")
+    fields = (
+        "institution",
+        "issuer",
+        "client_id",
+        "deployment_ids",
+        "jwks_url",
+        "auth_login_url",
+        "license",
+        "allowance",
+        "allowance_period",
+        "active",
+        "tool_urls",
+        "created_at",
+        "updated_at",
+    )
+
+    @admin.display(description="paste into the LMS")
+    def tool_urls(self, obj):
+        login_url, launch_url = lti_urls()
+        return f"login_url: {login_url}  launch_url: {launch_url}"
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        audit_event_record(
+            action=AuditEvent.Action.SSO_CONFIGURED,
+            request=request,
+            institution=obj.institution_id,
+            target=f"lti_platform:{obj.pk}",
+            detail={
+                "method": "lti",
+                "created": not change,
+                "issuer": obj.issuer,
+                "client_id": obj.client_id,
+                "deployment_ids": obj.deployment_ids,
+                "license": obj.license_id,
+            },
+        )
+
+
+@admin.register(LtiIdentity)
+class LtiIdentityAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
+    list_display = ("subject", "platform", "user", "name", "email", "last_launch")
+    list_filter = ("platform",)
+    list_select_related = ("platform", "user")
+    search_fields = ("subject", "name", "email", "user__username")
+
+
+@admin.register(LtiLaunchState)
+class LtiLaunchStateAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
+    list_display = ("platform", "created_at", "used_at")
+    list_filter = ("platform",)
+    list_select_related = ("platform",)
+    exclude = ("state", "nonce")  # never shown: a pending state could be finished by a reader
+
+    def has_module_permission(self, request):
+        return False  # listed for the audit trail and the scoping tests, not in the menu

@@ -1,0 +1,115 @@
+"""An LTI 1.3 launch in a real browser (Debian's chromium driven by Playwright): the server
+started as the README starts it (`bash scripts/run.sh`), a fake LMS on 127.0.0.1
+(fake_upstreams/lti.py) registered with `manage.py configure_lti`. The instructor opens the
+tool first (the course is made), then a learner's launch lands on the portal; a forged launch
+shows the refusal page. Screenshots in var/screenshots/lti-*.png."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode, urlsplit
+
+import pytest
+
+from fake_upstreams.lti import INSTRUCTOR, LEARNER, LtiFake
+from fake_upstreams.server import FakeServer
+from tests import browser as browser_helpers
+from tests.browser import BROWSER_TEST, browser_page, running_server, shot
+from tests.ports import run_script_ports
+
+pytestmark = BROWSER_TEST
+
+
+@pytest.fixture(scope="module")
+def lms():
+    server = FakeServer(LtiFake(client_id="gw-moodle", deployment_id="7"))
+    server.start()
+    yield server.app
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(lms):
+    ports = run_script_ports()
+    lms_port = urlsplit(lms.origin).port
+    env = {
+        "GATEWAY_OUTBOUND_ALLOW": "127.0.0.1/32",
+        "GATEWAY_OUTBOUND_ALLOWED_PORTS": f"443,{lms_port}",
+        "GATEWAY_PUBLIC_URL": f"http://127.0.0.1:{ports['PORT']}",
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(browser_helpers, "run_script_ports", lambda: ports)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        with running_server() as run:
+            run.manage(
+                "create_license", "Demo courses", "--institution", "Demo school",
+                "--limit", "2000000", "--period", "monthly", "--strategy", "per_user",
+            )  # fmt: skip
+            out = run.manage(
+                "configure_lti", "Demo school", "--issuer", lms.issuer,
+                "--client-id", "gw-moodle", "--deployment-id", "7",
+                "--jwks-url", lms.jwks_url, "--auth-url", lms.auth_url,
+                "--license", "Demo courses", "--allowance", "500000",
+                "--allowance-period", "week",
+            )  # fmt: skip
+            public = env["GATEWAY_PUBLIC_URL"]
+            assert out.splitlines() == [
+                f"login_url: {public}/lti/login/",
+                f"launch_url: {public}/lti/launch/",
+            ]
+            yield run
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    with browser_page() as page:
+        yield page
+
+
+def _open_tool(page, server, lms, login_hint: str) -> None:
+    """What the LMS does when a course's link is clicked: the login initiation."""
+    query = {
+        "iss": lms.issuer,
+        "login_hint": login_hint,
+        "target_link_uri": server.url + "/lti/launch/",
+        "client_id": "gw-moodle",
+        "lti_deployment_id": "7",
+    }
+    page.goto(server.url + "/lti/login/?" + urlencode(query))
+
+
+CONTEXT = {"id": "moodle-course-12", "label": "BIO2", "title": "Biology 2"}
+
+
+def test_a_learner_launch_lands_on_the_portal(server, lms, page):
+    page.context.clear_cookies()
+    lms.launch_next("teacher-9", roles=INSTRUCTOR, context=CONTEXT)
+    _open_tool(page, server, lms, "teacher-9")
+    page.wait_for_url("**/admin/**")
+    shot(page, "lti-01-instructor-landing")
+    page.context.clear_cookies()
+    lms.launch_next("pupil-3", roles=LEARNER, context=CONTEXT)
+    _open_tool(page, server, lms, "pupil-3")
+    page.wait_for_url(server.url + "/portal/")
+    page.wait_for_selector("#wallet")
+    assert "Demo courses" in page.inner_text("h1")
+    shot(page, "lti-02-learner-portal")
+
+
+def test_a_forged_launch_is_refused(server, lms, page):
+    page.context.clear_cookies()
+    lms.failure = "wrong_key"
+    try:
+        lms.launch_next("pupil-3", roles=LEARNER, context=CONTEXT)
+        with page.expect_response(lambda r: r.url.endswith("/lti/launch/")) as answer:
+            _open_tool(page, server, lms, "pupil-3")
+        assert answer.value.status == 403
+        page.wait_for_selector(".sso-refused")
+        text = page.inner_text("#content")
+        assert "Launch refused" in text and "bad_signature" in text
+        shot(page, "lti-03-refused")
+        page.goto(server.url + "/portal/")
+        assert "#wallet" not in page.content()
+        assert page.locator("#wallet").count() == 0
+    finally:
+        lms.failure = None
