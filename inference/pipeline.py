@@ -238,24 +238,19 @@ async def _admit(call: Call, operation: Operation, pin):
     )
     # 6
     call.stage = _POLICY
-    exam_policy = await _course_gate(principal) if principal.course_id is not None else None
-    if license.policy is None:
+    # A course member: the course's rules at this instant, and the policy that judges them
+    # instead of the license type's (its overlay, or its exam policy in exam mode).
+    course_policy = await _course_gate(principal) if principal.course_id is not None else None
+    policy = course_policy if course_policy is not None else license.policy
+    if policy is None:
         raise ServiceUnavailable(reason="the license type's policy document cannot be evaluated")
-    # HOOK(issue26-policyform): the course's own overlay narrows the license type's policy
-    # here, `effective_policy(license.policy, <the course's compiled overlay>)`, before
-    # check_request; the exam policy below then narrows that result further.
-    service_policy = license.policy.check_request(operation.service, call.body_fields)
-    if exam_policy is not None:
-        # Exam mode with a narrower policy: the request must pass it too (its refusals are the
-        # spec's 403 messages), and only the providers both allow serve it.
-        exam_service = exam_policy.check_request(operation.service, call.body_fields)
-        service_policy = course_rules.narrowed(service_policy, exam_service)
+    service_policy = policy.check_request(operation.service, call.body_fields)
     # 7
     call.stage = _SELECTION
     catalog = await current_catalog()
     try:
         routes = operation.select(
-            catalog, pin, service_policy.providers, body, license.policy.connection_tags
+            catalog, pin, service_policy.providers, body, policy.connection_tags
         )
     except ConnectionMisconfigured as exc:
         _log_misconfigured(call, exc)
@@ -282,8 +277,9 @@ async def _admit(call: Call, operation: Operation, pin):
 
 async def _course_gate(principal: Principal) -> Policy | None:
     """A course member's course rules at this instant (licensing.rules.courses): 403 when the
-    course is closed, has paused them or is in exam mode without an exam policy; else the exam
-    policy that narrows this request, or None."""
+    course is closed, has paused them or is in exam mode without an exam policy; else the policy
+    in force for them (the course's overlay or exam policy applied), or None (the license
+    type's as is)."""
     assert principal.course_id is not None
     rules = await course_rules_async(principal.course_id)
     if rules is None:  # deleted under a cached credential: its keys go with it

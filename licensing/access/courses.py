@@ -15,7 +15,7 @@ from gateway_site.db import run_db
 from gateway_site.localcache import TTLCache
 
 from ..models import Course, CourseMember, CourseWindow
-from ..rules.courses import CourseRules, PolicyDocumentError, compile_exam_policy
+from ..rules.courses import CourseRules, compile_course_policies
 
 _course_cache = TTLCache("course-rules", max_entries=5000)
 
@@ -26,13 +26,16 @@ def course_rules(course_id: int) -> CourseRules | None:
     if cached is not None:
         return cached
     generation = _course_cache.generation
-    row = Course.objects.select_related("institution").filter(pk=course_id).first()
+    row = (
+        Course.objects.select_related("institution", "license__license_type")
+        .filter(pk=course_id)
+        .first()
+    )
     if row is None:
         return None
-    try:
-        exam_policy, broken = compile_exam_policy(row.exam_policy), False
-    except PolicyDocumentError:
-        exam_policy, broken = None, True
+    policy, policy_broken, exam_policy, broken = compile_course_policies(
+        row.license.license_type.policy, row.policy, row.exam_policy
+    )
     access: list = []
     exam: list = []
     for kind, starts_at, ends_at in CourseWindow.objects.filter(course_id=course_id).values_list(
@@ -53,6 +56,8 @@ def course_rules(course_id: int) -> CourseRules | None:
         exam_windows=tuple(exam),
         paused=frozenset(paused),
         timezone=row.institution.timezone or "UTC",
+        policy=policy,
+        policy_broken=policy_broken,
     )
     _course_cache.set(course_id, rules, generation)
     return rules

@@ -9,18 +9,21 @@ time zone (docs/decisions/course-rules.md).
 The order of the checks: closed (inactive, or outside every access window when it has any),
 then paused, then exam mode. A closed course says so to everyone; a paused student of an open
 course learns that the pause is theirs; exam mode comes last because with an exam policy it is
-not a refusal but a narrower policy.
+not a refusal but a narrower policy. Outside exam mode the course's overlay judges the request
+(licensing.rules.overlay: it can only narrow the license type's policy).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core.errors import PolicyDenied, ServiceUnavailable
 
-from .policy import Policy, PolicyDocumentError, ServicePolicy, compile_policy
+from .overlay import effective_policy
+from .policy import Policy, PolicyDocumentError, compile_policy
 
 Window = tuple[datetime, datetime]
 
@@ -31,13 +34,16 @@ class CourseRules:
     code: str
     active: bool
     exam_mode: bool  # the teacher's switch
-    # What exam mode allows: None = nothing (every service off); else a narrower policy.
+    # What exam mode allows: None = nothing (every service off); else the policy in force then.
     exam_policy: Policy | None
     exam_policy_broken: bool  # the stored exam policy cannot be evaluated (503)
     access_windows: tuple[Window, ...]  # none: always open
     exam_windows: tuple[Window, ...]
     paused: frozenset[int]  # end user ids of the paused members
     timezone: str  # the institution's IANA name
+    # The course's overlay applied to the license type's policy; None: the license type's as is.
+    policy: Policy | None = None
+    policy_broken: bool = False  # the overlay cannot be evaluated (503)
 
 
 def closed_message(code: str, until: datetime | None, timezone: str) -> str:
@@ -79,7 +85,8 @@ def in_exam(rules: CourseRules, now: datetime) -> bool:
 
 def course_gate(rules: CourseRules, *, now: datetime, end_user_id: int | None) -> Policy | None:
     """Refuse (403 PolicyDenied, `param` null) a request the course's rules forbid at `now`;
-    else the narrower exam policy the request must also pass, or None (the course adds none)."""
+    else the policy that judges it instead of the license type's (the course's overlay applied,
+    or the exam policy in exam mode), or None (the license type's as is)."""
     if not rules.active:
         raise PolicyDenied(closed_message(rules.code, None, rules.timezone), param=None)
     if rules.access_windows and not _inside(rules.access_windows, now):
@@ -87,48 +94,60 @@ def course_gate(rules: CourseRules, *, now: datetime, end_user_id: int | None) -
         raise PolicyDenied(closed_message(rules.code, until, rules.timezone), param=None)
     if end_user_id is not None and end_user_id in rules.paused:
         raise PolicyDenied(paused_message(rules.code), param=None)
-    if not in_exam(rules, now):
-        return None
-    if rules.exam_policy_broken:
-        raise ServiceUnavailable(reason=f"course {rules.code}'s exam policy cannot be evaluated")
-    if rules.exam_policy is None:
-        raise PolicyDenied(exam_message(rules.code), param=None)
-    return rules.exam_policy
+    if in_exam(rules, now):
+        if rules.exam_policy_broken:
+            reason = f"course {rules.code}'s exam policy cannot be evaluated"
+            raise ServiceUnavailable(reason=reason)
+        if rules.exam_policy is None:
+            raise PolicyDenied(exam_message(rules.code), param=None)
+        return rules.exam_policy
+    if rules.policy_broken:
+        raise ServiceUnavailable(reason=f"course {rules.code}'s overlay cannot be evaluated")
+    return rules.policy
 
 
-def compile_exam_policy(document: object) -> Policy | None:
-    """The exam policy as stored (None or {} = every service off), in the policy format; a
-    document without `version` is taken as version 1 (an overlay names only what it narrows).
-    PolicyDocumentError when it cannot be evaluated."""
-    if document is None or document == {}:
-        return None
+def _versioned(document: Any) -> Any:
+    """An overlay names only what it narrows: a document without `version` is version 1."""
     if isinstance(document, dict) and "version" not in document:
-        document = {"version": 1, **document}
-    return compile_policy(document)
+        return {"version": 1, **document}
+    return document
 
 
-def narrowed(base: ServicePolicy, narrower: ServicePolicy) -> ServicePolicy:
-    """A service's policy under both documents: the providers both allow (the request already
-    passed both documents' parameter rules)."""
-    if base.providers is None:
-        providers = narrower.providers
-    elif narrower.providers is None:
-        providers = base.providers
-    else:
-        providers = base.providers & narrower.providers
-    return ServicePolicy(providers=providers, rules=base.rules + narrower.rules)
+def compile_course_policies(
+    base: Any, overlay: Any, exam: Any
+) -> tuple[Policy | None, bool, Policy | None, bool]:
+    """(the course's policy, broken; the exam policy, broken) from the license type's document,
+    the course's overlay and its exam policy, each overlay applied with
+    licensing.rules.overlay.effective_policy (so it can only narrow). An empty overlay ({}) is
+    the license type's policy as is (None); an empty exam policy (None or {}) is every service
+    off (None). The exam policy narrows the course's policy, not only the license type's."""
+    course_doc = None
+    try:
+        if overlay:
+            course_doc = effective_policy(base, _versioned(overlay))
+        policy, broken = (compile_policy(course_doc) if course_doc else None), False
+    except PolicyDocumentError:
+        policy, broken = None, True
+    try:
+        exam_policy = None
+        if exam:
+            exam_doc = effective_policy(course_doc or base, _versioned(exam))
+            exam_policy = compile_policy(exam_doc)
+        exam_broken = False
+    except PolicyDocumentError:
+        exam_policy, exam_broken = None, True
+    return policy, broken, exam_policy, exam_broken
 
 
 __all__ = [
     "CourseRules",
     "PolicyDocumentError",
     "closed_message",
-    "compile_exam_policy",
+    "compile_course_policies",
     "course_gate",
     "exam_message",
     "in_exam",
     "local_iso",
-    "narrowed",
     "next_opening",
     "paused_message",
 ]

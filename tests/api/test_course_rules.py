@@ -305,3 +305,25 @@ def test_a_registered_claim_cannot_name_the_course(issuer):
     assert "course_claim" in caught.value.message_dict
     issuer.course_claim = "course"
     issuer.full_clean()
+
+
+def test_the_course_overlay_narrows_the_license_type_outside_exam_mode(
+    client, catalog, course, student, member_auth
+):
+    course.policy = {"services": {"chat_completions": {}}}
+    course.save()
+    message = "service 'embeddings' is not enabled for this license"
+    assert denied(embed(client, member_auth)) == message
+    assert_refusal_row(course, student, message)
+    course.policy = {"services": {"embeddings": {"params": {"dimensions": {"max": 8}}}}}
+    course.save()
+    assert embed(client, member_auth).status_code == 200
+    response = client.post("/v1/embeddings", json={**BODY, "dimensions": 64}, headers=member_auth)
+    assert response.status_code == 403 and response.json()["error"]["param"] == "dimensions"
+    # Exam mode's policy narrows the course's: a wider exam policy changes nothing.
+    course.exam_mode = True
+    course.exam_policy = {"services": {"embeddings": {}}}
+    course.save()
+    response = client.post("/v1/embeddings", json={**BODY, "dimensions": 64}, headers=member_auth)
+    assert response.status_code == 403 and response.json()["error"]["param"] == "dimensions"
+    assert len(catalog["direct"].requests) == 1

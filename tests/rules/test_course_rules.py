@@ -9,14 +9,20 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from core.errors import PolicyDenied, ServiceUnavailable
-from licensing.rules.courses import (
-    CourseRules,
-    compile_exam_policy,
-    course_gate,
-    local_iso,
-    narrowed,
-)
-from licensing.rules.policy import PolicyDocumentError, ServicePolicy
+from licensing.rules.courses import CourseRules, compile_course_policies, course_gate, local_iso
+from licensing.rules.policy import open_policy_document
+
+OPEN = open_policy_document()
+
+
+def compile_exam_policy(document):
+    """The exam policy over the open policy, with no course overlay."""
+    policy, broken, exam, exam_broken = compile_course_policies(OPEN, {}, document)
+    assert (policy, broken) == (None, False)
+    if exam_broken:
+        raise ValueError("broken")
+    return exam
+
 
 T0 = datetime(2026, 11, 27, 7, 0, tzinfo=UTC)  # 08:00 in Berlin (CET, UTC+1)
 HOUR = timedelta(hours=1)
@@ -147,17 +153,36 @@ def test_an_empty_exam_policy_means_every_service_off(document):
 
 
 @pytest.mark.parametrize(
-    "document", [[], "x", {"services": {"nope": {}}}, {"version": 9}, {"services": []}]
+    "document", ["x", [1], {"services": {"nope": {}}}, {"version": 9}, {"services": []}]
 )
 def test_an_exam_policy_that_cannot_be_evaluated(document):
-    with pytest.raises(PolicyDocumentError):
+    with pytest.raises(ValueError):
         compile_exam_policy(document)
 
 
-def test_narrowed_providers_are_those_both_allow():
-    every, direct = ServicePolicy(providers=None), ServicePolicy(providers=frozenset({"direct"}))
-    both = ServicePolicy(providers=frozenset({"direct", "aggregator"}))
-    assert narrowed(every, direct).providers == {"direct"}
-    assert narrowed(direct, every).providers == {"direct"}
-    assert narrowed(both, direct).providers == {"direct"}
-    assert narrowed(every, every).providers is None
+def test_the_exam_policy_narrows_the_course_overlay_which_narrows_the_license_type():
+    base = {"version": 1, "services": {"embeddings": {}, "chat_completions": {}}}
+    overlay = {"services": {"embeddings": {"params": {"dimensions": {"max": 64}}}}}
+    exam = {"services": {"embeddings": {"params": {"dimensions": {"max": 8}}}}}
+    policy, broken, exam_policy, exam_broken = compile_course_policies(base, overlay, exam)
+    assert not broken and not exam_broken and policy is not None and exam_policy is not None
+    assert set(policy.services) == {"embeddings"}  # the overlay keeps embeddings only
+    policy.check_request("embeddings", {"dimensions": 64})
+    with pytest.raises(PolicyDenied):
+        policy.check_request("embeddings", {"dimensions": 65})
+    with pytest.raises(PolicyDenied):
+        exam_policy.check_request("embeddings", {"dimensions": 9})
+    # A widening exam policy still cannot let through what the course refuses.
+    wide = {"services": {"chat_completions": {}, "embeddings": {}}}
+    _, _, exam_policy, _ = compile_course_policies(base, overlay, wide)
+    assert exam_policy is not None and set(exam_policy.services) == {"embeddings"}
+    with pytest.raises(PolicyDenied):
+        exam_policy.check_request("embeddings", {"dimensions": 65})
+
+
+def test_an_empty_overlay_is_the_license_type_and_a_broken_one_is_flagged():
+    assert compile_course_policies(OPEN, {}, None) == (None, False, None, False)
+    assert compile_course_policies(OPEN, ["x"], None)[:2] == (None, True)
+    rules_ = rules(policy_broken=True)
+    with pytest.raises(ServiceUnavailable):
+        course_gate(rules_, now=T0, end_user_id=7)
