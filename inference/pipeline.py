@@ -6,7 +6,7 @@
  4. X-Service-Provider / X-Service-Metadata (400)
     fair use (429 with Retry-After; only when the policy sets limits)
  5. budget (400 out of budget, 500 misconfigured)
- 6. policy (403; 503 when the document cannot be evaluated)
+ 6. policy: a course member's course rules, then the license type's document (403; 503)
  7. provider selection (400)
  8. input guardrail (400, not charged; a failed moderation call is 503)
  9. provider call (400, 404, 500, 503)
@@ -34,16 +34,25 @@ from catalog.routing import (
     load_catalog_snapshot,
     select_routes,
 )
-from core import metrics, tracing
-from core.errors import AUTH_REQUIRED, AuthenticationFailed, GatewayError, ServiceUnavailable
+from core import clock, metrics, tracing
+from core.errors import (
+    AUTH_REQUIRED,
+    AuthenticationFailed,
+    GatewayError,
+    PolicyDenied,
+    ServiceUnavailable,
+)
 from gateway_site.db import run_db
+from licensing.access.courses import course_rules_async
 from licensing.access.credentials import Principal
 from licensing.ledger import record
 from licensing.ledger.actions import transaction_record
 from licensing.ledger.budget import BudgetState, budget_check_async
 from licensing.ledger.record import LedgerEntry
 from licensing.ledger.spool import spool_refuses
+from licensing.rules import courses as course_rules
 from licensing.rules import fairuse
+from licensing.rules.policy import Policy
 
 from . import moderation
 from . import tracing as provider_span
@@ -238,15 +247,19 @@ async def _admit(call: Call, operation: Operation, pin):
         )
     # 6
     call.stage = _POLICY
-    if license.policy is None:
+    # A course member: the course's rules at this instant, and the policy that judges them
+    # instead of the license type's (its overlay, or its exam policy in exam mode).
+    course_policy = await _course_gate(principal) if principal.course_id is not None else None
+    policy = course_policy if course_policy is not None else license.policy
+    if policy is None:
         raise ServiceUnavailable(reason="the license type's policy document cannot be evaluated")
-    service_policy = license.policy.check_request(operation.service, call.body_fields)
+    service_policy = policy.check_request(operation.service, call.body_fields)
     # 7
     call.stage = _SELECTION
     catalog = await current_catalog()
     try:
         routes = operation.select(
-            catalog, pin, service_policy.providers, body, license.policy.connection_tags
+            catalog, pin, service_policy.providers, body, policy.connection_tags
         )
     except ConnectionMisconfigured as exc:
         _log_misconfigured(call, exc)
@@ -269,6 +282,18 @@ async def _admit(call: Call, operation: Operation, pin):
         raise ServiceUnavailable(reason="the database is down and the ledger spool is unwritable")
     call.stage = None
     return catalog, guardrails
+
+
+async def _course_gate(principal: Principal) -> Policy | None:
+    """A course member's course rules at this instant (licensing.rules.courses): 403 when the
+    course is closed, has paused them or is in exam mode without an exam policy; else the policy
+    in force for them (the course's overlay or exam policy applied), or None (the license
+    type's as is)."""
+    assert principal.course_id is not None
+    rules = await course_rules_async(principal.course_id)
+    if rules is None:  # deleted under a cached credential: its keys go with it
+        raise PolicyDenied("the course of this credential no longer exists", param=None)
+    return course_rules.course_gate(rules, now=clock.utcnow(), end_user_id=principal.end_user_id)
 
 
 def _residency(call: Call) -> frozenset[str]:
@@ -479,6 +504,7 @@ async def _record(
         license_id=license.id,
         api_key_id=call.principal.api_key_id,
         end_user_id=call.principal.end_user_id,
+        course_id=call.principal.course_id,
         service=operation.service,
         requested_model=operation.model_of(call.body),
         billed_model=result.billed_model if result else "",
@@ -500,7 +526,6 @@ async def _record(
         outcome=record.outcome_for(status, code),
         error_code=code,
         error_message=message,
-        course_id=call.principal.course_id,
         institution_id=license.institution_id,
         license_name=license.name,
     )

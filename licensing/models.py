@@ -200,6 +200,10 @@ ALLOWED_JWT_ALGORITHMS = (
 )  # fmt: skip
 
 
+# The claims every token carries for its own purpose: none of them can name a course.
+REGISTERED_JWT_CLAIMS = frozenset({"iss", "sub", "aud", "exp", "nbf", "iat", "jti"})
+
+
 class JwtIssuer(models.Model):
     """An identity provider whose tokens are accepted; its users land on `license`."""
 
@@ -213,6 +217,15 @@ class JwtIssuer(models.Model):
     jwks_url = models.CharField(max_length=500, blank=True)
     public_keys = models.TextField(blank=True, help_text="PEM public keys, one or more")
     hs256_secret = EncryptedTextField(max_length=500, blank=True)  # encrypted at rest
+    course_claim = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text=(
+            "The claim that names a course code of the license (e.g. course); blank = tokens "
+            "name no course. An unknown code is refused like an unknown token."
+        ),
+    )
     active = models.BooleanField(default=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -232,6 +245,10 @@ class JwtIssuer(models.Model):
             raise ValidationError({"algorithms": f"Unsupported algorithms: {unknown}"})
         if not (self.jwks_url or self.public_keys or self.hs256_secret):
             raise ValidationError("Give a JWKS URL, public keys or an HS256 secret.")
+        if self.course_claim in REGISTERED_JWT_CLAIMS:
+            raise ValidationError(
+                {"course_claim": "A registered claim (iss, sub, aud, ...) names no course."}
+            )
         if self.jwks_url:
             # The SSRF guard's rules for every URL an admin sets (checked again at each fetch).
             try:

@@ -21,6 +21,8 @@ def _invalidate(sender, created=False, **kwargs):
         return
     if created and meta.model_name == "enduser":
         return  # a JWT's first request provisions its user: a new row is in no cache
+    if created and meta.model_name == "coursemember" and not kwargs["instance"].paused:
+        return  # a course claim's first use: an unpaused new member changes no snapshot
     clear_all()
 
 

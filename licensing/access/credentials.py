@@ -26,7 +26,15 @@ from gateway_site.db import run_db
 from gateway_site.localcache import TTLCache
 
 from ..ledger.budget import BudgetConfig
-from ..models import ALLOWED_JWT_ALGORITHMS, ApiKey, EndUser, JwtIssuer, License
+from ..models import (
+    ALLOWED_JWT_ALGORITHMS,
+    ApiKey,
+    Course,
+    CourseMember,
+    EndUser,
+    JwtIssuer,
+    License,
+)
 from ..rules.guardrails import GuardrailConfigError, Guardrails, compile_guardrails
 from ..rules.policy import Policy, PolicyDocumentError, compile_policy
 from .jwks import jwks_cache
@@ -42,6 +50,8 @@ _key_cache = TTLCache("api-keys")
 _license_cache = TTLCache("licenses")
 _issuer_cache = TTLCache("jwt-issuers", max_entries=1000)
 _end_user_cache = TTLCache("end-users")
+_course_code_cache = TTLCache("course-codes")  # (license id, code) -> course id
+_member_cache = TTLCache("course-members")  # (course id, end user id) -> True
 
 
 # --- API keys -----------------------------------------------------------------------------
@@ -225,6 +235,7 @@ class _IssuerInfo:
     hs256_secret: str
     active: bool
     secret_undecryptable: bool = False
+    course_claim: str = ""  # the claim naming the caller's course code ("" = none)
 
 
 def _issuer_info(iss: str) -> _IssuerInfo | None:
@@ -255,6 +266,7 @@ def _issuer_info(iss: str) -> _IssuerInfo | None:
         hs256_secret=hs256_secret,
         active=row.active,
         secret_undecryptable=undecryptable,
+        course_claim=row.course_claim,
     )
     _issuer_cache.set(iss, info, generation)
     return info
@@ -305,10 +317,23 @@ def _resolve_jwt(token: str) -> Principal | None:
     subject = payload.get("sub")
     if not subject or not _storable(subject, EndUser.subject.field.max_length):
         return None
+    course_id = None
+    if issuer.course_claim and issuer.course_claim in payload:
+        # The claim is signed but still the IdP's free text: anything but a known course code
+        # of the issuer's license is an unknown credential (401), never a query it breaks.
+        code = payload[issuer.course_claim]
+        if not code or not _storable(code, Course.code.field.max_length):
+            return None
+        course_id = _course_id(issuer, code)
+        if course_id is None:
+            return None
     license_info = _license_info(issuer.license_id)
     if license_info is None or not license_info.usable:
         return None
-    return Principal(license=license_info, end_user_id=_end_user_id(issuer, subject))
+    end_user_id = _end_user_id(issuer, subject)
+    if course_id is not None:
+        _ensure_member(course_id, end_user_id)
+    return Principal(license=license_info, end_user_id=end_user_id, course_id=course_id)
 
 
 def _storable(value: object, max_length: int | None) -> TypeGuard[str]:
@@ -342,6 +367,40 @@ def _end_user_id(issuer: _IssuerInfo, subject: str) -> int:
             user = EndUser.objects.get(issuer_id=issuer.id, subject=subject)
     _end_user_cache.set(cache_key, user.pk, generation)
     return user.pk
+
+
+def _course_id(issuer: _IssuerInfo, code: str) -> int | None:
+    """The course of this code on the issuer's license (its users' license: a course of
+    another license would charge levels the license does not pay for); None when unknown.
+    Unknown codes are not cached: only tokens the issuer signed get here."""
+    cache_key = (issuer.license_id, code)
+    cached = _course_code_cache.get(cache_key)
+    if cached is not None:
+        return cached
+    generation = _course_code_cache.generation
+    course_id = (
+        Course.objects.filter(license_id=issuer.license_id, code=code)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if course_id is not None:
+        _course_code_cache.set(cache_key, course_id, generation)
+    return course_id
+
+
+def _ensure_member(course_id: int, end_user_id: int) -> None:
+    """The token's course makes its user a member (created on first use, not paused)."""
+    cache_key = (course_id, end_user_id)
+    if _member_cache.get(cache_key):
+        return
+    generation = _member_cache.generation
+    if not CourseMember.objects.filter(course_id=course_id, end_user_id=end_user_id).exists():
+        try:
+            with transaction.atomic():
+                CourseMember.objects.create(course_id=course_id, end_user_id=end_user_id)
+        except IntegrityError:  # a concurrent first request created it
+            pass
+    _member_cache.set(cache_key, True, generation)
 
 
 # --- the Authorization header --------------------------------------------------------------

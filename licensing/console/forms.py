@@ -170,6 +170,7 @@ class JwtIssuerForm(AdminModelFormMixin, forms.ModelForm):
             "jwks_url",
             "public_keys",
             "hs256_secret",
+            "course_claim",
         )
         labels = {"hs256_secret": "HS256 secret", "jwks_url": "JWKS URL"}
 

@@ -163,6 +163,7 @@ class JwtIssuerAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                 },
             ),
             ("Verification", {"fields": ["algorithms", "jwks_url", "public_keys", *secret]}),
+            ("Courses", {"fields": ["course_claim"]}),
         ]
 
     def ledger_rows(self, obj):
