@@ -671,6 +671,22 @@ class Course(models.Model):
     def __str__(self):
         return f"{self.code} {self.name}"
 
+    def clean(self):
+        from .rules.courses import overlay_problems
+
+        errors: dict[str, str] = {}
+        if self.license_id is not None and self.institution_id is not None:
+            if self.license.institution_id != self.institution_id:
+                errors["license"] = "The license belongs to another institution."
+            else:
+                errors.update(
+                    overlay_problems(
+                        self.license.license_type.policy, self.policy, self.exam_policy
+                    )
+                )
+        if errors:
+            raise ValidationError(errors)
+
 
 class CourseWindow(models.Model):
     """A date-time range of a course: when it is open (`access`; none = always open) or in

@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core.errors import PolicyDenied, ServiceUnavailable
 
-from .overlay import effective_policy
+from .overlay import effective_policy, overlay_widenings
 from .policy import Policy, PolicyDocumentError, compile_policy
 
 Window = tuple[datetime, datetime]
@@ -106,6 +106,27 @@ def course_gate(rules: CourseRules, *, now: datetime, end_user_id: int | None) -
     return rules.policy
 
 
+def overlay_problems(base: Any, overlay: Any, exam: Any) -> dict[str, str]:
+    """Why a course's overlay or exam policy cannot be saved, by field: not a valid document,
+    or wider than what it narrows (the license type's policy; for the exam policy, the
+    course's). Empty: both only narrow."""
+    problems: dict[str, str] = {}
+    course_doc = base
+    for field, document in (("policy", overlay), ("exam_policy", exam)):
+        if not document:
+            continue
+        try:
+            widenings = overlay_widenings(course_doc, _versioned(document))
+        except PolicyDocumentError as exc:
+            problems[field] = str(exc)
+            continue
+        if widenings:
+            problems[field] = "It may only narrow what it overlays: " + "; ".join(widenings)
+        elif field == "policy":
+            course_doc = effective_policy(base, _versioned(document))
+    return problems
+
+
 def _versioned(document: Any) -> Any:
     """An overlay names only what it narrows: a document without `version` is version 1."""
     if isinstance(document, dict) and "version" not in document:
@@ -141,6 +162,7 @@ def compile_course_policies(
 
 __all__ = [
     "CourseRules",
+    "overlay_problems",
     "PolicyDocumentError",
     "closed_message",
     "compile_course_policies",

@@ -120,3 +120,24 @@ def test_the_teacher_changes_their_course_but_not_what_stays_with_the_admins(wor
     assert course.code == "CS-a" and course.license_id == world["a"]["license"].pk
     assert course.policy == {}
     assert client.get(url(Course, "add")).status_code == 403
+
+
+def test_a_widening_overlay_is_refused_on_save_with_the_reason(world, admin_client):
+    course = world["a"]["course"]
+    license_type = course.license.license_type
+    license_type.policy = {"version": 1, "services": {"embeddings": {}}}
+    license_type.save()
+    page = admin_client.get(url(Course, "change", course.pk))
+    data = form_data(page)
+    data["policy"] = '{"services": {"image_generation": {}}}'
+    answer = admin_client.post(url(Course, "change", course.pk), data)
+    assert answer.status_code == 200  # the form again, with the reason
+    body = answer.content.decode()
+    assert "It may only narrow what it overlays" in body
+    assert "services.image_generation: not enabled by the license type" in body
+    course.refresh_from_db()
+    assert course.policy == {}
+    data["policy"] = '{"services": {"embeddings": {"params": {"dimensions": {"max": 256}}}}}'
+    assert admin_client.post(url(Course, "change", course.pk), data).status_code == 302
+    course.refresh_from_db()
+    assert course.policy["services"]["embeddings"]["params"]["dimensions"]["max"] == 256

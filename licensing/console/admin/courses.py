@@ -6,7 +6,6 @@ rest of the courses work (docs/courses.md)."""
 from typing import ClassVar
 
 from django.contrib import admin
-from django.core.exceptions import ValidationError
 
 from ...access.scoping import TEACHER, owns, scope_of
 from ...models import Course, CourseMember, CourseTeacher, CourseWindow
@@ -83,11 +82,6 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     def ledger_rows(self, obj):
         return obj.transactions.all()
-
-    def save_model(self, request, obj, form, change):
-        if obj.license_id and obj.institution_id != obj.license.institution_id:
-            raise ValidationError("The course's license belongs to another institution")
-        super().save_model(request, obj, form, change)
 
 
 class _CoursePartAdmin(ScopedAdminMixin, admin.ModelAdmin):
