@@ -418,6 +418,14 @@ class Transaction(models.Model):
                 include=["credits", "total_tokens", "images"],
                 name="tx_license_time",
             ),
+            # A course's rows in a time range, for its teachers' per-student usage
+            # (licensing.console.course_usage); partial: a plain license's insert skips it.
+            models.Index(
+                fields=["course", "created_at"],
+                include=["credits"],
+                condition=models.Q(course__isnull=False),
+                name="tx_course_time",
+            ),
             # Answer-id prefix search (LIKE 'chatcmpl-abc%') in any collation.
             models.Index(
                 fields=["upstream_id"],

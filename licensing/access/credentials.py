@@ -77,15 +77,21 @@ def api_key_create(
     name: str = "",
     expires_at: datetime | None = None,
     end_user: EndUser | None = None,
+    course: Course | None = None,
 ):
     """Create a key; returns (row, full key). The full key is never stored. A key with an
-    `end_user` (a student's, made in the portal) bills that end user's wallet."""
+    `end_user` (a student's, made in the portal) bills that end user's wallet; one with a
+    `course` (of the same license) also pays at the course's levels (licensing.ledger.budget):
+    the student's allowance, the course pool. Membership is the caller's to check or make."""
     if end_user is not None and end_user.license_id != license.pk:
         raise ValueError("The end user is not on this license")
+    if course is not None and course.license_id != license.pk:
+        raise ValueError("The course is not on this license")
     key = generate_api_key()
     row = ApiKey.objects.create(
         license=license,
         end_user=end_user,
+        course=course,
         name=name,
         prefix=key_lookup_prefix(key),
         digest=key_digest(key),
