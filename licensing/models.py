@@ -581,6 +581,12 @@ class AuditEvent(models.Model):
         TOKEN_CREATED = "token_created", "Management token created"
         SSO_CONFIGURED = "sso_configured", "Identity provider configured"
         TERMS_ACCEPTED = "terms_accepted", "Terms of use accepted"
+        COURSE_CREATED = "course_created", "Course created"
+        COURSE_CHANGED = "course_changed", "Course changed"
+        COURSE_DELETED = "course_deleted", "Course deleted"
+        EXAM_MODE_CHANGED = "exam_mode_changed", "Exam mode switched"
+        COURSE_WINDOW_CHANGED = "course_window_changed", "Course window added or removed"
+        COURSE_MEMBER_CHANGED = "course_member_changed", "Course member added, changed or removed"
 
     created_at = models.DateTimeField(default=timezone.now)
     institution = models.ForeignKey(
@@ -720,6 +726,11 @@ class CourseWindow(models.Model):
 
     def __str__(self):
         return f"{self.course.code} {self.kind} {self.starts_at:%Y-%m-%d %H:%M}"
+
+    def clean(self):
+        # The check constraint's rule, as a message on the field (forms, the API's 400).
+        if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
+            raise ValidationError({"ends_at": "The window must end after it starts."})
 
 
 class CourseMember(models.Model):
