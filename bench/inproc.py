@@ -24,6 +24,15 @@ connections without `dead`. The circuits are each process's own (no REDIS_URL).
 `--profile` runs cProfile over the measured requests (bench/README.md, "In one process").
 `--course` adds the target `gateway+course`: the same request by a course member's key (issue
 26: the student's allowance and the course pool are read and charged beside the license).
+
+`--instructions` counts instructions instead of timing: each target's child runs under
+valgrind's callgrind twice, with `--requests` and with twice as many, and the difference of the
+two totals divided by the difference of requests is the instructions per request, every thread
+of the process included, start-up and warm-up cancelled out. A count does not depend on what
+else the machine is doing (a loaded machine spreads CPU times by ±30%; these repeat within a
+fraction of a percent), so it decides an A/B that the timings cannot; it does not see time
+spent waiting for memory or for PostgreSQL. About 50 times slower than native: keep
+`--requests` at a few hundred.
 """
 
 from __future__ import annotations
@@ -75,6 +84,11 @@ def main() -> int:
         "--course",
         action="store_true",
         help="also gateway+course: the same request by a course member (allowance and pool)",
+    )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per request under callgrind (deterministic) instead of timing",
     )
     parser.add_argument("--dead", help=argparse.SUPPRESS)  # the child: off | closed | open
     parser.add_argument(
@@ -129,7 +143,8 @@ def _parent(args) -> int:
             # Each round starts one target further: what a round's position costs (the ledger
             # table grows, the machine's load drifts) falls on every target alike.
             for target in targets[n % len(targets) :] + targets[: n % len(targets)]:
-                rows[target].append(_round(args, target, env, worktree))
+                measure = _instructions_round if args.instructions else _round
+                rows[target].append(measure(args, target, env, worktree))
                 print(f"round {n + 1}/{args.rounds}, {target}: {rows[target][-1]}", flush=True)
         _report(args, rows)
     finally:
@@ -223,7 +238,25 @@ def _worktree(ref: str, parent: Path) -> Path:
     return path
 
 
-def _round(args, target: str, env: dict, worktree: Path | None) -> dict:
+def _instructions_round(args, target: str, env: dict, worktree: Path | None) -> dict:
+    """Instructions per request: callgrind's totals of two runs, `--requests` and twice that."""
+    totals = []
+    for requests in (args.requests, 2 * args.requests):
+        cmd, root, env_t = _child_command(args, target, env, worktree, requests)
+        out_file = Path(tempfile.gettempdir()) / f"gw-inproc-callgrind-{uuid.uuid4().hex[:8]}"
+        valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}"]
+        out = subprocess.run(
+            valgrind + cmd, cwd=root, env=env_t, capture_output=True, text=True, check=False
+        )
+        collected = [x for x in out.stderr.splitlines() if "Collected :" in x]
+        if out.returncode or not collected:
+            raise RuntimeError(f"{target} failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
+        totals.append(int(collected[-1].split("Collected :")[1].strip()))
+        out_file.unlink(missing_ok=True)
+    return {"instructions": round((totals[1] - totals[0]) / args.requests)}
+
+
+def _child_command(args, target: str, env: dict, worktree: Path | None, requests: int):
     serve, root, dead = target, bench.ROOT, "off"
     if "@" in target:
         serve, root = "gateway", worktree
@@ -233,9 +266,14 @@ def _round(args, target: str, env: dict, worktree: Path | None) -> dict:
     if target == "gateway+course":  # the same application, a course member's key
         serve, env = "gateway", {**env, "INPROC_KEY": env["INPROC_COURSE_KEY"]}
     cmd = [bench.PY, __file__, "--serve", serve, "--case", args.case, "--root", str(root)]
-    cmd += ["--requests", str(args.requests), "--dead", dead]
+    cmd += ["--requests", str(requests), "--dead", dead]
     if args.profile:
         cmd.append("--profile")
+    return cmd, root, env
+
+
+def _round(args, target: str, env: dict, worktree: Path | None) -> dict:
+    cmd, root, env = _child_command(args, target, env, worktree, args.requests)
     out = subprocess.run(
         cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900, check=False
     )
@@ -252,9 +290,12 @@ def _round(args, target: str, env: dict, worktree: Path | None) -> dict:
 def _report(args, rows: dict[str, list[dict]]) -> None:
     print(
         f"\n{args.case}, {args.requests} requests one after the other per round, medians of "
-        f"{args.rounds} rounds (min..max), µs per request"
+        f"{args.rounds} rounds (min..max), "
+        + ("instructions per request" if args.instructions else "µs per request")
     )
     columns = ["wall", "cpu", "main"] + (["ttfb"] if args.case == "chat-stream" else [])
+    if args.instructions:
+        columns = ["instructions"]
     width = max(10, *(len(t) + 2 for t in rows))
     print(f"{'target':{width}}" + "".join(f"{c:>22}" for c in columns))
     for target, results in rows.items():

@@ -213,9 +213,12 @@ def _resolve_api_key(credential: str) -> Principal | None:
         if info is None:
             return None
         _key_cache.set(digest, info, generation)
+    return _key_principal(info, _license_info(info.license_id))
+
+
+def _key_principal(info: _KeyInfo, license_info: LicenseInfo | None) -> Principal | None:
     if not info.active or (info.expires_at is not None and info.expires_at <= timezone.now()):
         return None
-    license_info = _license_info(info.license_id)
     if license_info is None or not license_info.usable:
         return None
     return Principal(
@@ -434,9 +437,14 @@ def _cached_principal(credential: str) -> Principal | None | Literal[False]:
     if not credential.startswith(KEY_PREFIX) or len(credential) > MAX_CREDENTIAL_LENGTH:
         return False
     info = _key_cache.get(key_digest(credential))
-    if info is None or _license_cache.get(info.license_id) is None:
+    if info is None:
         return False
-    return _resolve_api_key(credential)  # answered from the caches, no query
+    license_info = _license_cache.get(info.license_id)
+    if license_info is None:
+        return False
+    # From the entries just read: reading the caches again could find one expired in between
+    # and query the database on the event loop.
+    return _key_principal(info, license_info)
 
 
 async def authenticate(header: str) -> Principal:
