@@ -372,8 +372,18 @@ def _instructor_page(request, access: courses.CourseAccess, error: str = "", sta
         "allowance_text": courses.CourseSettings.credits(rate, course.allowance),
         "pool_text": courses.CourseSettings.credits(rate, course.pool_limit),
         "usage": usage,
-        "usage_rows": [(row, rate.format(row.credits)) for row in usage.rows],
+        "usage_rows": [
+            {
+                "row": row,
+                "money": rate.format(row.credits),
+                "credits": f"{row.credits:,}",
+                "period": f"{row.period_used:,}"
+                + ("" if row.allowance is None else f" of {row.allowance:,}"),
+            }
+            for row in usage.rows
+        ],
         "total_money": rate.format(usage.credits),
+        "total_credits": f"{usage.credits:,}",
         "admin_url": reverse("admin:licensing_course_change", args=[course.pk]),
         "error": error,
     }

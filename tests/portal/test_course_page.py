@@ -476,7 +476,8 @@ def test_per_student_usage_table(world):
     row = [r for r in table.split("<tr>") if "student" in r and "hill.example" in r]
     assert row, table
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row[0], re.S)
-    assert cells[1:5] == ["1", "1", "4000", "0.0040 EUR"], cells
+    assert cells[1:5] == ["1", "1", "4,000", "0.0040 EUR"], cells
+    assert cells[7] == "0 of 2,000,000", cells  # rows made here charge no wallet
     assert "gpt-4o-mini" in cells[5]
     assert "prompts" in body  # says what it never shows
 
