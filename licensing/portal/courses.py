@@ -225,16 +225,6 @@ class CourseState:
     paused: bool  # this student is paused
     broken: bool  # the overlay or the exam policy cannot be evaluated (503 on /v1)
 
-    @property
-    def usable(self) -> bool:
-        """Whether this student's requests pass the course's gate now."""
-        return (
-            self.open
-            and not self.paused
-            and not self.broken
-            and (not self.exam or self.exam_allows)
-        )
-
 
 def course_state(
     course: Course, *, end_user: EndUser | None = None, now: datetime | None = None
