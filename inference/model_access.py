@@ -37,10 +37,16 @@ _usable_cache = TTLCache("usable-models", max_entries=10_000)
 
 
 def usable_models(
-    catalog: Catalog, policy: Policy | None, pin: ProviderPin | None, *, license_id: int
+    catalog: Catalog,
+    policy: Policy | None,
+    pin: ProviderPin | None,
+    *,
+    license_id: int,
+    course_id: int | None = None,
 ) -> dict[str, ModelEntry]:
-    """The entries the caller can use, by id, in catalog order."""
-    key = (license_id, pin)
+    """The entries the caller can use, by id, in catalog order. A course credential's answer
+    (its course's policy) is kept apart from its license's."""
+    key = (license_id, pin) if course_id is None else (license_id, pin, course_id)
     cached = _usable_cache.get(key)
     if cached is not None and cached[0] is catalog and cached[1] is policy:
         return cached[2]

@@ -8,6 +8,7 @@ from pydantic import BaseModel
 from core.errors import NotFound
 from core.jsonio import json_response
 from gateway_site.db import run_db
+from licensing.access.courses import course_rules_async, course_summary
 from licensing.ledger.budget import budget_usage
 from licensing.ledger.spool import note_database_down, note_database_up
 from licensing.ledger.spool import probe as spool_probe
@@ -57,6 +58,24 @@ class LicenseTypeOut(BaseModel):
     name: str
 
 
+class CourseLevelOut(BaseModel):
+    period: str
+    window_start: str
+    limit: int | None
+    used: int
+    remaining: int | None
+
+
+class CourseOut(BaseModel):
+    id: int
+    code: str
+    name: str
+    exam_mode: bool
+    open: bool
+    allowance: CourseLevelOut
+    pool: CourseLevelOut | None
+
+
 class LicenseOut(BaseModel):
     object: str
     name: str
@@ -64,6 +83,7 @@ class LicenseOut(BaseModel):
     license_type: LicenseTypeOut
     services: list[str]
     budget: BudgetOut
+    course: CourseOut | None = None  # only for a course credential (docs/api.md)
 
 
 def _database_answers() -> bool:
@@ -101,7 +121,17 @@ async def _usable_models(request) -> dict:
     pin, _ = parse_service_headers(request)
     catalog = await current_catalog()
     license = principal.license
-    return usable_models(catalog, license.policy, pin, license_id=license.id)
+    if principal.course_id is None:
+        return usable_models(catalog, license.policy, pin, license_id=license.id)
+    # A course credential: what its course's overlay allows (the snapshot's compiled policy;
+    # the license type's when the course has no overlay; nothing when it cannot be evaluated).
+    rules = await course_rules_async(principal.course_id)
+    policy = license.policy
+    if rules is None or rules.policy_broken:
+        policy = None
+    elif rules.policy is not None:
+        policy = rules.policy
+    return usable_models(catalog, policy, pin, license_id=license.id, course_id=principal.course_id)
 
 
 @router.get("/models", response={200: ModelList, **error_responses(400, 401, 503)})
@@ -133,13 +163,20 @@ async def license_info(request):
     budget = await run_db(
         budget_usage, license_id=license.id, config=license.budget, holder=principal.holder
     )
-    return json_response(
-        {
-            "object": "license",
-            "name": license.name,
-            "institution": license.institution,
-            "license_type": {"name": license.type_name},
-            "services": services,
-            "budget": budget,
-        }
-    )
+    body = {
+        "object": "license",
+        "name": license.name,
+        "institution": license.institution,
+        "license_type": {"name": license.type_name},
+        "services": services,
+        "budget": budget,
+    }
+    if principal.course_id is not None:
+        body["course"] = await run_db(
+            course_summary,
+            principal.course_id,
+            end_user_id=principal.end_user_id,
+            license_id=license.id,
+            holder=principal.holder,
+        )
+    return json_response(body)

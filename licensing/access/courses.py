@@ -11,11 +11,15 @@ instant, so a window opening or closing needs no invalidation at all.
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from core import clock
 from gateway_site.db import run_db
 from gateway_site.localcache import TTLCache
 
+from ..ledger.budget import course_levels_usage
 from ..models import Course, CourseMember, CourseWindow
-from ..rules.courses import CourseRules, compile_course_policies
+from ..rules.courses import CourseRules, compile_course_policies, in_exam, is_open
 
 _course_cache = TTLCache("course-rules", max_entries=5000)
 
@@ -58,6 +62,7 @@ def course_rules(course_id: int) -> CourseRules | None:
         timezone=row.institution.timezone or "UTC",
         policy=policy,
         policy_broken=policy_broken,
+        name=row.name,
     )
     _course_cache.set(course_id, rules, generation)
     return rules
@@ -69,3 +74,33 @@ async def course_rules_async(course_id: int) -> CourseRules | None:
     if cached is not None:
         return cached
     return await run_db(course_rules, course_id)
+
+
+def course_summary(
+    course_id: int,
+    *,
+    end_user_id: int | None,
+    license_id: int,
+    holder: str,
+    now: datetime | None = None,
+) -> dict | None:
+    """The `course` object of GET /v1/license for a course credential: the course, whether it
+    is open and in exam mode (the switch or an exam window) at `now`, and this caller's
+    allowance and the course pool as the budget step reads them. None: the course is gone."""
+    now = now or clock.utcnow()
+    rules = course_rules(course_id)
+    levels = course_levels_usage(
+        course_id, end_user_id=end_user_id, license_id=license_id, holder=holder, now=now
+    )
+    if rules is None or levels is None:
+        return None
+    allowance, pool = levels
+    return {
+        "id": rules.id,
+        "code": rules.code,
+        "name": rules.name,
+        "exam_mode": in_exam(rules, now),
+        "open": is_open(rules, now),
+        "allowance": allowance,
+        "pool": pool,
+    }

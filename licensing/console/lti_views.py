@@ -76,8 +76,6 @@ def lti_launch(request: HttpRequest) -> HttpResponse:
     # login() rotates the session key (a fixed session cannot be planted) and its CSRF token.
     login(request, launched.user, backend=BACKEND)
     lti.launch_record(platform=platform, launched=launched, request=request)
-    if launched.instructor:
-        return HttpResponseRedirect(
-            reverse("admin:licensing_course_change", args=[launched.course.pk])
-        )
-    return HttpResponseRedirect("/portal/")
+    # Learners and instructors alike land on the portal page of the course (its view follows
+    # their role there: a member's allowance and keys, a teacher's settings and usage).
+    return HttpResponseRedirect(reverse("portal:course", args=[launched.course.pk]))

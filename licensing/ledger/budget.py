@@ -344,6 +344,43 @@ def course_levels(
     return tuple(levels)
 
 
+def level_usage(level: BudgetState) -> dict:
+    """A course level as GET /v1/license and the portal show it: {period, window_start, limit,
+    used, remaining}, read by the wallet's key (no wallet yet: nothing used)."""
+    row = _wallet_by_key(level.key)
+    if row is not None and row[2] != level.config.unit:
+        raise BudgetConfigurationError()
+    used = row[1] if row else 0
+    limit = level.config.limit
+    return {
+        "period": level.config.period,
+        "window_start": level.key.window_start.isoformat(),
+        "limit": limit,
+        "used": used,
+        "remaining": None if limit is None else max(0, limit - used),
+    }
+
+
+def course_levels_usage(
+    course_id: int,
+    *,
+    end_user_id: int | None,
+    license_id: int,
+    holder: str,
+    now: datetime | None = None,
+) -> tuple[dict, dict | None] | None:
+    """(the allowance level, the pool level or None) of this caller in the course, the same
+    levels and wallets the budget step reads (course_budget, course_levels); None when the
+    course is gone."""
+    course = course_budget(course_id, end_user_id)
+    if course is None:
+        return None
+    levels = course_levels(course, license_id=license_id, holder=holder, now=now)
+    allowance = level_usage(levels[0])
+    pool = level_usage(levels[1]) if len(levels) > 1 else None
+    return allowance, pool
+
+
 def _level(license_id: int, holder: str, period: str, start: datetime, limit: int | None):
     config = BudgetConfig(unit=UNITS[0], strategy="per_user", period=period, limit=limit)
     return BudgetState(config=config, key=WalletKey(license_id, holder, period, start))

@@ -15,15 +15,24 @@ from catalog.routing import Catalog, ProviderPin, load_catalog_snapshot, select_
 from core import clock
 from core.errors import GatewayError
 
+from ..access.courses import course_rules
 from ..ledger.budget import BudgetConfig, budget_usage, window_start
-from ..models import AdminProfile, ApiKey, EndUser, IdentityProvider, Institution, Transaction
+from ..models import (
+    AdminProfile,
+    ApiKey,
+    Course,
+    EndUser,
+    IdentityProvider,
+    Institution,
+    Transaction,
+)
 from ..rules.money import Rate, rate_of
 from ..rules.policy import Policy, PolicyDocumentError, compile_policy
 
 USAGE_DAYS = 30
 # More providers than this: the login page also finds the institution by e-mail domain.
-# A key id in a URL: a positive bigint. Anything else (2**64, "abc", NUL) is a 404.
-MAX_KEY_ID = 2**63 - 1
+# An id in a URL: a positive bigint. Anything else (2**64, "abc", NUL) is a 404.
+MAX_ID = 2**63 - 1
 
 
 def portal_end_user(user) -> EndUser | None:
@@ -216,14 +225,17 @@ class Usage:
     total: UsageRow
 
 
-def usage_of(end_user: EndUser, now: datetime | None = None) -> Usage:
+def usage_of(end_user: EndUser, now: datetime | None = None, course: Course | None = None) -> Usage:
     """The student's ledger rows of the last 30 UTC days (today included): counts, credits and
-    money by day and by model. Only counts: the ledger holds no prompts or answers."""
+    money by day and by model. Only counts: the ledger holds no prompts or answers. With a
+    `course`: only the rows of that course (made with its course keys)."""
     now = (now or clock.utcnow()).astimezone(UTC)
     today = now.date()
     first = today - timedelta(days=USAGE_DAYS - 1)
     since = datetime(first.year, first.month, first.day, tzinfo=UTC)
     rows = Transaction.objects.filter(end_user=end_user, created_at__gte=since)
+    if course is not None:
+        rows = rows.filter(course=course)
     rate = institution_rate(end_user.license.institution)
     per_day = {
         row["day"]: (row["requests"], row["credits"] or 0)
@@ -278,14 +290,31 @@ def _policy(end_user: EndUser) -> Policy | None:
         return None  # every request would be a 503: no model is usable
 
 
-def usable_models(end_user: EndUser, catalog: Catalog | None = None) -> list[ModelAccess]:
+def course_policy(course: Course) -> Policy | None:
+    """The course's policy as its requests meet it: the cached snapshot's overlay applied, the
+    license type's when it has none; None when it cannot be evaluated (every request a 503)."""
+    rules = course_rules(course.pk)
+    if rules is None or rules.policy_broken:
+        return None
+    if rules.policy is not None:
+        return rules.policy
+    try:
+        return compile_policy(course.license.license_type.policy)
+    except PolicyDocumentError:
+        return None
+
+
+def usable_models(
+    end_user: EndUser, catalog: Catalog | None = None, course: Course | None = None
+) -> list[ModelAccess]:
     """The listed catalog models the student's license lets them use, and for each where a
     request for it may go. The same test as GET /v1/models (inference.model_access, which
     this wing may not import): for a service the model's features map to, the policy admits
     `{"model": id}` and provider selection (catalog.routing) finds a route. Where it may go:
     every route of the unpinned request (first and failovers) and of the request pinned to
-    each of the model's providers (X-Service-Provider), with the residency tags applied."""
-    policy = _policy(end_user)
+    each of the model's providers (X-Service-Provider), with the residency tags applied.
+    With a `course`: its policy (the overlay applied), as GET /v1/models for its course keys."""
+    policy = _policy(end_user) if course is None else course_policy(course)
     if policy is None:
         return []
     catalog = catalog or load_catalog_snapshot()
@@ -349,20 +378,25 @@ def destinations_of(models: list[ModelAccess]) -> list[Destination]:
 # --- keys --------------------------------------------------------------------------------
 
 
-def keys_of(end_user: EndUser) -> list[ApiKey]:
-    return list(ApiKey.objects.filter(end_user=end_user).order_by("-created_at", "-pk"))
+def keys_of(end_user: EndUser, course: Course | None = None) -> list[ApiKey]:
+    """The student's keys; with a `course`, only their keys for that course."""
+    rows = ApiKey.objects.filter(end_user=end_user).select_related("course")
+    if course is not None:
+        rows = rows.filter(course=course)
+    return list(rows.order_by("-created_at", "-pk"))
 
 
 def active_key_count(end_user: EndUser) -> int:
     return ApiKey.objects.filter(end_user=end_user, active=True).count()
 
 
-def parse_key_id(raw: str) -> int | None:
-    """A key id from a URL, or None for anything that is not a positive bigint."""
+def parse_id(raw: str) -> int | None:
+    """A key's or a course's id from a URL, or None for anything that is not a positive
+    bigint (2**64, -1, "abc", NUL: a 404, never a 500)."""
     if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
         return None
     value = int(raw)
-    return value if 0 < value <= MAX_KEY_ID else None
+    return value if 0 < value <= MAX_ID else None
 
 
 def own_key(end_user: EndUser, key_id: int) -> ApiKey | None:

@@ -11,8 +11,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..access.audit import audit_event_record
+from ..access.course_services import course_key_create
 from ..access.credentials import api_key_create
-from ..models import ApiKey, AuditEvent, EndUser
+from ..models import ApiKey, AuditEvent, Course, EndUser
 from .selectors import active_key_count, terms_pending
 
 MAX_KEY_NAME = 100
@@ -67,10 +68,14 @@ def terms_accept(*, end_user: EndUser, request=None) -> EndUser:
 
 
 @transaction.atomic
-def portal_key_create(*, end_user: EndUser, name: str = "", request=None) -> tuple[ApiKey, str]:
+def portal_key_create(
+    *, end_user: EndUser, name: str = "", course: Course | None = None, request=None
+) -> tuple[ApiKey, str]:
     """The student's own key on their license (their wallet, their ledger rows); returns
     (row, full key), the key shown once. Refused before the terms are accepted and at the
-    institution's limit of active keys per student."""
+    institution's limit of active keys per student (course keys count). With a `course` the
+    student is a member of: a course key (licensing.access.course_services.course_key_create,
+    which audits it), paying at their allowance, the course pool and the license."""
     locked = _locked(end_user)
     if not locked.active:
         raise PortalRefused("Your student access has ended.", status=403)
@@ -83,7 +88,15 @@ def portal_key_create(*, end_user: EndUser, name: str = "", request=None) -> tup
             "revoke one first.",
             status=409,
         )
-    row, key = api_key_create(license=locked.license, end_user=locked, name=key_name_clean(name))
+    clean_name = key_name_clean(name)
+    if course is not None:
+        try:
+            return course_key_create(
+                course=course, end_user=locked, name=clean_name, via="portal", request=request
+            )
+        except ValidationError as exc:  # not (or no longer) a member
+            raise PortalRefused("You are not a member of this course.", status=404) from exc
+    row, key = api_key_create(license=locked.license, end_user=locked, name=clean_name)
     audit_event_record(
         action=AuditEvent.Action.API_KEY_CREATED,
         request=request,
@@ -95,12 +108,16 @@ def portal_key_create(*, end_user: EndUser, name: str = "", request=None) -> tup
 
 
 @transaction.atomic
-def portal_key_revoke(*, end_user: EndUser, key_id: int, request=None) -> ApiKey | None:
-    """Revoke the student's own active key; None when it is not theirs or not active. Saving
-    the row clears the credential caches (licensing.signals), so /v1 refuses it at once."""
-    row = (
-        ApiKey.objects.select_for_update().filter(pk=key_id, end_user=end_user, active=True).first()
-    )
+def portal_key_revoke(
+    *, end_user: EndUser, key_id: int, course: Course | None = None, request=None
+) -> ApiKey | None:
+    """Revoke the student's own active key (with a `course`: their key for that course); None
+    when it is not theirs or not active. Saving the row clears the credential caches
+    (licensing.signals), so /v1 refuses it at once."""
+    rows = ApiKey.objects.select_for_update().filter(pk=key_id, end_user=end_user, active=True)
+    if course is not None:
+        rows = rows.filter(course=course)
+    row = rows.first()
     if row is None:
         return None
     row.active = False
@@ -110,7 +127,13 @@ def portal_key_revoke(*, end_user: EndUser, key_id: int, request=None) -> ApiKey
         request=request,
         institution=end_user.license.institution_id,
         target=f"api_key:{row.pk}",
-        detail={"prefix": row.prefix, "name": row.name, "end_user": end_user.pk, "portal": True},
+        detail={
+            "prefix": row.prefix,
+            "name": row.name,
+            "end_user": end_user.pk,
+            "portal": True,
+            **({"course": row.course_id} if row.course_id is not None else {}),
+        },
     )
     return row
 

@@ -8,7 +8,8 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import auth
-from django.http import Http404, HttpResponseRedirect
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -16,10 +17,13 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from ..access.course_services import course_update
+from ..access.scoping import scope_of
 from ..access.sso import PROVIDERS_LISTED_ALONE, sign_in_providers
 from ..console import charts
+from ..console.course_usage import course_usage
 from ..models import EndUser
-from . import selectors, services
+from . import courses, selectors, services
 
 SESSION_NEW_KEY = "portal_new_key"  # the key just made, shown once on the next GET of the list
 
@@ -132,6 +136,7 @@ def dashboard(request, end_user: EndUser):
             "usage_chart": chart,
             "used_days": [row for row in usage.by_day if row.requests],
             "models": selectors.usable_models(end_user),
+            "courses": courses.courses_of(end_user),
         },
     )
 
@@ -240,10 +245,187 @@ def _example_model(end_user: EndUser) -> str:
 @require_POST
 @student_required
 def key_revoke(request, end_user: EndUser, key_id: str):
-    parsed = selectors.parse_key_id(key_id)
+    parsed = selectors.parse_id(key_id)
     if (
         parsed is None
         or services.portal_key_revoke(end_user=end_user, key_id=parsed, request=request) is None
     ):
         raise Http404("No such key")
     return HttpResponseRedirect(reverse("portal:keys"))
+
+
+# --- the course page --------------------------------------------------------------------------
+
+SESSION_NEW_COURSE_KEY = "portal_new_course_key"
+
+
+def signed_in_required(view):
+    """The course page's gate: signed in (else the login page). Whether they may see the course
+    is the view's question (courses.course_access): teachers are staff users without an end
+    user, whom `student_required` would turn away."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return HttpResponseRedirect(_login_url(request))
+        return view(request, *args, **kwargs)
+
+    return never_cache(wrapper)
+
+
+def _course_access(request, course_id: str) -> courses.CourseAccess:
+    parsed = selectors.parse_id(course_id)
+    access = courses.course_access(request.user, parsed) if parsed is not None else None
+    if access is None:
+        raise Http404("No such course")
+    return access
+
+
+@require_http_methods(["GET", "POST"])
+@signed_in_required
+def course(request, course_id: str):
+    access = _course_access(request, course_id)
+    if access.role == courses.INSTRUCTOR:
+        if request.method != "GET":
+            return HttpResponseNotAllowed(["GET"])
+        return _instructor_page(request, access)
+    return _learner_page(request, access)
+
+
+def _course_context(request, access: courses.CourseAccess) -> dict:
+    course = access.course
+    return {
+        "title": f"{course.code} · {course.name}",
+        "course": course,
+        "institution": course.institution,
+        "zone": courses.zone_of(course),
+    }
+
+
+def _learner_page(request, access: courses.CourseAccess):
+    course, end_user = access.course, access.end_user
+    assert end_user is not None
+    form = KeyForm()
+    error = ""
+    status = 200
+    if request.method == "POST":
+        form = KeyForm(request.POST)
+        if form.is_valid():
+            try:
+                row, key = services.portal_key_create(
+                    end_user=end_user,
+                    name=form.cleaned_data["name"],
+                    course=course,
+                    request=request,
+                )
+            except services.PortalRefused as exc:
+                error, status = exc.message, exc.status
+            else:
+                request.session[SESSION_NEW_COURSE_KEY] = {
+                    "id": row.pk,
+                    "key": key,
+                    "course": course.pk,
+                }
+                return HttpResponseRedirect(reverse("portal:course", args=[course.pk]))
+        else:
+            status = 400
+    new_key = None
+    if request.method == "GET":
+        shown = request.session.get(SESSION_NEW_COURSE_KEY)
+        if shown is not None and shown.get("course") == course.pk:
+            new_key = request.session.pop(SESSION_NEW_COURSE_KEY)
+    usage = selectors.usage_of(end_user, course=course)
+    models = selectors.usable_models(end_user, course=course)
+    keys = selectors.keys_of(end_user, course=course)
+    context = {
+        **_course_context(request, access),
+        "end_user": end_user,
+        "license": end_user.license,
+        "terms_pending": selectors.terms_pending(end_user),
+        "role": courses.LEARNER,
+        "state": courses.course_state(course, end_user=end_user),
+        "levels": courses.course_levels_of(course, end_user),
+        "usage": usage,
+        "used_days": [row for row in usage.by_day if row.requests],
+        "models": models,
+        "keys": keys,
+        "form": form,
+        "error": error,
+        "active_count": selectors.active_key_count(end_user),
+        "limit": end_user.license.institution.portal_key_limit,
+        "new_key": new_key,
+        "first_model": next((m.model_id for m in models if "chat_completions" in m.services), ""),
+        "base_url": request.build_absolute_uri("/v1"),
+    }
+    return render(request, "portal/course.html", context, status=status)
+
+
+def _instructor_page(request, access: courses.CourseAccess, error: str = "", status: int = 200):
+    course = access.course
+    usage = course_usage(course)
+    rate = selectors.institution_rate(course.institution)
+    context = {
+        **_course_context(request, access),
+        "role": courses.INSTRUCTOR,
+        "state": courses.course_state(course),
+        "settings": courses.course_settings(course),
+        "allowance_text": courses.CourseSettings.credits(rate, course.allowance),
+        "pool_text": courses.CourseSettings.credits(rate, course.pool_limit),
+        "usage": usage,
+        "usage_rows": [
+            {
+                "row": row,
+                "money": rate.format(row.credits),
+                "credits": f"{row.credits:,}",
+                "period": f"{row.period_used:,}"
+                + ("" if row.allowance is None else f" of {row.allowance:,}"),
+            }
+            for row in usage.rows
+        ],
+        "total_money": rate.format(usage.credits),
+        "total_credits": f"{usage.credits:,}",
+        "admin_url": reverse("admin:licensing_course_change", args=[course.pk]),
+        "error": error,
+    }
+    return render(request, "portal/course.html", context, status=status)
+
+
+@require_POST
+@signed_in_required
+def course_exam(request, course_id: str):
+    """The instructor's exam-mode switch: through course_update with the teacher's scope (the
+    audit row `exam_mode_changed`; the save clears every worker's course caches)."""
+    access = _course_access(request, course_id)
+    if access.role != courses.INSTRUCTOR:
+        raise Http404("No such course")
+    wanted = request.POST.get("exam_mode")
+    if wanted not in ("on", "off"):
+        return _instructor_page(request, access, "Choose exam mode on or off.", status=400)
+    try:
+        course_update(
+            course=access.course,
+            changes={"exam_mode": wanted == "on"},
+            scope=scope_of(request.user),
+            request=request,
+        )
+    except ValidationError as exc:
+        return _instructor_page(request, access, "; ".join(exc.messages), status=400)
+    return HttpResponseRedirect(reverse("portal:course", args=[access.course.pk]))
+
+
+@require_POST
+@signed_in_required
+def course_key_revoke(request, course_id: str, key_id: str):
+    access = _course_access(request, course_id)
+    parsed = selectors.parse_id(key_id)
+    if (
+        access.role != courses.LEARNER
+        or access.end_user is None
+        or parsed is None
+        or services.portal_key_revoke(
+            end_user=access.end_user, key_id=parsed, course=access.course, request=request
+        )
+        is None
+    ):
+        raise Http404("No such key")
+    return HttpResponseRedirect(reverse("portal:course", args=[access.course.pk]))

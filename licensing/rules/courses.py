@@ -44,6 +44,7 @@ class CourseRules:
     # The course's overlay applied to the license type's policy; None: the license type's as is.
     policy: Policy | None = None
     policy_broken: bool = False  # the overlay cannot be evaluated (503)
+    name: str = ""  # shown (GET /v1/license, the portal), never decided on
 
 
 def closed_message(code: str, until: datetime | None, timezone: str) -> str:
@@ -77,6 +78,12 @@ def next_opening(rules: CourseRules, now: datetime) -> datetime | None:
     """The start of the first access window after `now`, if any."""
     later = [start for start, _ in rules.access_windows if start > now]
     return min(later) if later else None
+
+
+def is_open(rules: CourseRules, now: datetime) -> bool:
+    """Open at `now` for everyone: active, and inside an access window when it has any (the
+    first of course_gate's checks; a member's pause and exam mode are apart)."""
+    return rules.active and (not rules.access_windows or _inside(rules.access_windows, now))
 
 
 def in_exam(rules: CourseRules, now: datetime) -> bool:
@@ -169,6 +176,7 @@ __all__ = [
     "course_gate",
     "exam_message",
     "in_exam",
+    "is_open",
     "local_iso",
     "next_opening",
     "paused_message",

@@ -1,8 +1,10 @@
 """An LTI 1.3 launch in a real browser (Debian's chromium driven by Playwright): the server
 started as the README starts it (`bash scripts/run.sh`), a fake LMS on 127.0.0.1
 (fake_upstreams/lti.py) registered with `manage.py configure_lti`. The instructor opens the
-tool first (the course is made), then a learner's launch lands on the portal; a forged launch
-shows the refusal page. Screenshots in var/screenshots/lti-*.png."""
+tool first (the course is made), then a learner's launch: both land on the portal page of the
+course (the instructor's view and the learner's); a forged launch shows the refusal page. The
+whole course flow in a browser is tests/portal/test_browser_course.py. Screenshots in
+var/screenshots/lti-*.png."""
 
 from __future__ import annotations
 
@@ -81,19 +83,21 @@ def _open_tool(page, server, lms, login_hint: str) -> None:
 CONTEXT = {"id": "moodle-course-12", "label": "BIO2", "title": "Biology 2"}
 
 
-def test_a_learner_launch_lands_on_the_portal(server, lms, page):
+def test_launches_land_on_the_course_page(server, lms, page):
     page.context.clear_cookies()
     lms.launch_next("teacher-9", roles=INSTRUCTOR, context=CONTEXT)
     _open_tool(page, server, lms, "teacher-9")
-    page.wait_for_url("**/admin/**")
+    page.wait_for_url("**/portal/courses/*/")
+    page.wait_for_selector("#student-usage")
+    assert "BIO2" in page.inner_text("h1")
     shot(page, "lti-01-instructor-landing")
     page.context.clear_cookies()
     lms.launch_next("pupil-3", roles=LEARNER, context=CONTEXT)
     _open_tool(page, server, lms, "pupil-3")
-    page.wait_for_url(server.url + "/portal/")
-    page.wait_for_selector("#wallet")
-    assert "Demo courses" in page.inner_text("h1")
-    shot(page, "lti-02-learner-portal")
+    page.wait_for_url("**/portal/courses/*/")
+    page.wait_for_selector("#allowance")
+    assert "BIO2" in page.inner_text("h1")
+    shot(page, "lti-02-learner-course")
 
 
 def test_a_forged_launch_is_refused(server, lms, page):

@@ -85,7 +85,7 @@ def test_instructor_launch_creates_the_course_and_the_teacher(world, browser):
     response = launch(browser, world.fake, "teacher-1", roles=INSTRUCTOR)
     course = Course.objects.get()
     assert response.status_code == 302
-    assert response["Location"] == f"/admin/licensing/course/{course.pk}/change/"
+    assert response["Location"] == f"/portal/courses/{course.pk}/"
     assert (course.code, course.name, course.lti_context_id) == ("CS101", "Programming 1", "ctx-1")
     assert course.institution == world.institution and course.license == world.license
     assert (course.allowance, course.allowance_period) == (5_000_000, "week")
@@ -112,6 +112,11 @@ def test_instructor_launch_creates_the_course_and_the_teacher(world, browser):
         "course_created": True,
     }
     assert LtiLaunchState.objects.get().used_at is not None
+    # Where the launch lands: the instructor's view of the course (a staff teacher without an
+    # end user is let in there, and only there).
+    page = browser.get(response["Location"])
+    assert page.status_code == 200 and b'id="student-usage"' in page.content
+    assert browser.get("/portal/").status_code == 403
 
 
 def test_a_second_instructor_launch_reuses_the_course(world, browser):
@@ -128,7 +133,7 @@ def test_a_second_instructor_launch_reuses_the_course(world, browser):
         context={"id": "ctx-1", "label": "CS101-renamed", "title": "Other title"},
     )
     course = Course.objects.get()
-    assert again["Location"] == second["Location"] == f"/admin/licensing/course/{course.pk}/change/"
+    assert again["Location"] == second["Location"] == f"/portal/courses/{course.pk}/"
     assert (course.code, course.name) == ("CS101", "Programming 1")
     assert CourseTeacher.objects.filter(course=course).count() == 2
     assert LtiIdentity.objects.count() == 2
@@ -150,8 +155,9 @@ def test_learner_launch_joins_the_course_and_lands_on_the_portal(world, browser)
 
     launch(Client(), world.fake, "teacher-1", roles=INSTRUCTOR)
     response = launch(browser, world.fake, "student-1", roles=LEARNER)
-    assert response.status_code == 302 and response["Location"] == "/portal/"
     course = Course.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == f"/portal/courses/{course.pk}/"
     user = LtiIdentity.objects.get(subject="student-1").user
     assert not user.is_staff and not AdminProfile.objects.filter(user=user).exists()
     end_user = EndUser.objects.get(user=user)
@@ -167,6 +173,11 @@ def test_learner_launch_joins_the_course_and_lands_on_the_portal(world, browser)
     portal = browser.get("/portal/")
     assert portal.status_code == 200
     assert b"Alpha School" in portal.content
+    # Where the launch lands: the learner's view of the course.
+    page = browser.get(response["Location"])
+    assert page.status_code == 200
+    assert b'id="allowance"' in page.content and b'id="key-form"' in page.content
+    assert f"/portal/courses/{course.pk}/".encode() in portal.content  # listed on the overview
     # A second launch of the same learner changes nothing.
     launch(browser, world.fake, "student-1", roles=["Learner"])
     assert EndUser.objects.filter(user=user).count() == 1
