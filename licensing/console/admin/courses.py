@@ -251,10 +251,7 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                     "narrow the course's policy. Empty = every service off.",
                 },
             ),
-            (
-                "lti",
-                {"classes": ("collapse",), "fields": ("lti_context_id",)},
-            ),
+            ("LMS link (LTI)", {"classes": ("collapse",), "fields": ("lti_context_id",)}),
         )
 
     def get_readonly_fields(self, request, obj=None):
@@ -508,7 +505,7 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                 "credits": f"{row.credits:,}",
                 "money": rate.format(row.credits),
                 "models": ", ".join(row.models),
-                "last_at": local_iso(row.last_at, zone) if row.last_at else "",
+                "last_at": _local(row.last_at, zone) if row.last_at else "",
                 "period_used": f"{row.period_used:,}",
                 "allowance": "unlimited" if row.allowance is None else f"{row.allowance:,}",
             }
@@ -517,12 +514,17 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
         return {
             "rows": rows,
             "period": usage.period,
-            "period_start": local_iso(usage.period_start, zone),
+            "period_start": _local(usage.period_start, zone),
             "requests": usage.requests,
             "refusals": usage.refusals,
             "credits": f"{usage.credits:,}",
             "money": rate.format(usage.credits),
         }
+
+
+def _local(instant, zone: str) -> str:
+    """A compact local time for the page (the CSV keeps ISO 8601 with the offset)."""
+    return instant.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M")
 
 
 def _csv_safe(text: str) -> str:
