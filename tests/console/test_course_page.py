@@ -568,10 +568,23 @@ def test_an_admin_creates_a_course_through_the_service(found, admin_client):
     course = Course.objects.get(code="NEW1")
     assert course.institution_id == found["institution"].pk and course.allowance == 10
     assert len(_audit(AuditEvent.Action.COURSE_CREATED)) == 2  # the fixture's and this one
-    # A duplicate code is a form error.
+    # A duplicate code is a form error, on the add page and on a course's page.
     answer = admin_client.post(url(Course, "add"), data)
     assert answer.status_code == 200
+    assert "has a course with this code already" in answer.content.decode()
     assert Course.objects.filter(code="NEW1").count() == 1
+    _, change = _page(admin_client, course)
+    change["code"] = "CS101"
+    assert _post(admin_client, course, change).status_code == 200
+    course.refresh_from_db()
+    assert course.code == "NEW1"
+    # A widening overlay on the add page is refused with the reason, not a 500.
+    data.update(code="NEW2", policy='{"version": 1, "services": {"image_generation": {}}}')
+    answer = admin_client.post(url(Course, "add"), data)
+    assert answer.status_code == 200
+    assert "services.image_generation: not enabled by the license type" in answer.content.decode()
+    assert not Course.objects.filter(code="NEW2").exists()
+    assert len(_audit(AuditEvent.Action.COURSE_CREATED)) == 2
 
 
 # --- try a request -------------------------------------------------------------------------

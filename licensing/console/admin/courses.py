@@ -261,6 +261,16 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
             return self.ALWAYS_READ_ONLY + self.TEACHER_READ_ONLY
         return self.ALWAYS_READ_ONLY
 
+    def get_inlines(self, request, obj):
+        # A new course first; its windows (in its institution's zone), teachers and members
+        # are added on its page once the license, so the institution, is known.
+        return self.inlines if obj is not None else ()
+
+    @admin.display(description="in exam mode")
+    def exam_does(self, obj):
+        """For a read-only view of the page (the form's radio otherwise)."""
+        return "allow only the exam policy" if obj.exam_policy else "all services off"
+
     @admin.display(description="time zone")
     def time_zone(self, obj):
         return f"{_zone(obj)} (the institution's: windows and periods are in this zone)"
