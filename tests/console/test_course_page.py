@@ -765,3 +765,14 @@ def test_the_part_pages_change_and_delete_through_the_services(found, teacher):
     assert not CourseWindow.objects.filter(pk=window.pk).exists()
     assert len(_audit(AuditEvent.Action.COURSE_WINDOW_CHANGED)) == 1
     assert teacher.get(url(CourseWindow, "add")).status_code == 403
+
+
+@pytest.mark.parametrize("broken", [["not", "a", "policy"], {"services": []}, "text", 7])
+def test_a_broken_stored_overlay_or_exam_policy_still_opens_the_page(found, teacher, broken):
+    course = found["course"]
+    # Written past the checks (an old row, a script): the page must still open and say why.
+    Course.objects.filter(pk=course.pk).update(policy=broken, exam_policy=broken, exam_mode=True)
+    response, _ = _page(teacher, course)
+    assert response.context["beside"] == []
+    status, result = _try(teacher, course, '{"model": "gpt-4o-mini", ' + CHAT + "}")
+    assert status == 200 and result["outcome"] == "error" and result["status"] == 503
