@@ -26,6 +26,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES
+from catalog.registry import POLICY_SERVICES
 from core import clock
 
 from ...access.course_services import (
@@ -492,6 +493,11 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
         except PolicyDocumentError:
             return []
         services = base.get("services") if isinstance(base, dict) else None
+        # In the policy form's order (PostgreSQL's jsonb does not keep the document's).
+        names = sorted(
+            services if isinstance(services, dict) else {},
+            key=lambda s: (POLICY_SERVICES.index(s) if s in POLICY_SERVICES else 99, s),
+        )
         return [
             {
                 "service": service,
@@ -499,7 +505,7 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                 "course": describe_service(course_doc, service),
                 "exam": describe_service(exam_doc, service) if exam_doc else "off",
             }
-            for service in (services if isinstance(services, dict) else {})
+            for service in names
         ]
 
     def _usage_rows(self, course: Course, zone: str) -> dict[str, Any]:
