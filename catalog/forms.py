@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -18,6 +19,8 @@ from django.db import models
 
 from .models import Connection, Model
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 
 class PrettyJSONField(forms.JSONField):
     """A JSON form field that shows the document indented, for editing as text."""
@@ -25,7 +28,12 @@ class PrettyJSONField(forms.JSONField):
     def prepare_value(self, value):
         if isinstance(value, forms.fields.InvalidJSONInput):
             return value
-        return json.dumps(value, ensure_ascii=False, indent=2, cls=self.encoder)
+        text = json.dumps(value, ensure_ascii=False, indent=2, cls=self.encoder)
+        if _SURROGATE.search(text):
+            # A refused document holding a lone surrogate ("\ud800" typed in the JSON): shown
+            # escaped as typed, since the page itself must be UTF-8.
+            text = json.dumps(value, ensure_ascii=True, indent=2, cls=self.encoder)
+        return text
 
 
 FORMFIELD_OVERRIDES: dict[type[models.Field], dict[str, Any]] = {

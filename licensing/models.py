@@ -725,7 +725,9 @@ class CourseWindow(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.course.code} {self.kind} {self.starts_at:%Y-%m-%d %H:%M}"
+        # In the current time zone: the course page shows its windows in the institution's.
+        starts_at = timezone.localtime(self.starts_at)
+        return f"{self.course.code} {self.kind} {starts_at:%Y-%m-%d %H:%M}"
 
     def clean(self):
         # The check constraint's rule, as a message on the field (forms, the API's 400).

@@ -228,13 +228,21 @@ def _member_audit(member: CourseMember, change: dict[str, Any], request, actor_n
     )
 
 
+def member_problem(course: Course, end_user: EndUser) -> str | None:
+    """Why `end_user` cannot be a member of `course` (None: they can); for forms to ask first."""
+    if end_user.license_id != course.license_id:
+        return "The student is not on this course's license."
+    return None
+
+
 @transaction.atomic
 def course_member_add(
     *, course: Course, end_user: EndUser, request=None, actor_name: str = ""
 ) -> tuple[CourseMember, bool]:
     """Make `end_user` (on the course's license) a member; (member, created)."""
-    if end_user.license_id != course.license_id:
-        raise ValidationError({"student": "The student is not on this course's license."})
+    problem = member_problem(course, end_user)
+    if problem:
+        raise ValidationError({"student": problem})
     member, created = CourseMember.objects.get_or_create(course=course, end_user=end_user)
     if created:
         _member_audit(member, {"added": True}, request, actor_name)
@@ -325,16 +333,24 @@ def course_key_create(
     return row, key
 
 
+def teacher_problem(course: Course, user) -> str | None:
+    """Why `user` cannot teach `course` (None: they can); for forms to ask first."""
+    profile = getattr(user, "gateway_profile", None)
+    if not user.is_superuser and (
+        profile is None or profile.institution_id != course.institution_id
+    ):
+        return "The user is not staff of this course's institution."
+    return None
+
+
 @transaction.atomic
 def course_teacher_add(
     *, course: Course, user, request=None, actor_name: str = ""
 ) -> tuple[CourseTeacher, bool]:
     """Make a staff user of the course's institution one of its teachers."""
-    profile = getattr(user, "gateway_profile", None)
-    if not user.is_superuser and (
-        profile is None or profile.institution_id != course.institution_id
-    ):
-        raise ValidationError({"user": "The user is not staff of this course's institution."})
+    problem = teacher_problem(course, user)
+    if problem:
+        raise ValidationError({"user": problem})
     teacher, created = CourseTeacher.objects.get_or_create(course=course, user=user)
     if created:
         audit_event_record(
@@ -345,3 +361,17 @@ def course_teacher_add(
             **_who(request, actor_name),
         )
     return teacher, created
+
+
+@transaction.atomic
+def course_teacher_remove(*, teacher: CourseTeacher, request=None, actor_name: str = "") -> None:
+    """The user no longer teaches the course (their account stays)."""
+    course, user_id = teacher.course, teacher.user_id
+    teacher.delete()
+    audit_event_record(
+        action=AuditEvent.Action.ROLE_CHANGED,
+        institution=course.institution_id,
+        target=f"user:{user_id}",
+        detail={"change": f"no longer teacher of course {course.pk}", "code": course.code},
+        **_who(request, actor_name),
+    )

@@ -141,6 +141,18 @@ def _versioned(document: Any) -> Any:
     return document
 
 
+def course_document(base: Any, overlay: Any) -> Any:
+    """The course's policy document in force: the license type's narrowed by the overlay (the
+    license type's as is when the overlay is empty). PolicyDocumentError when it cannot be."""
+    return effective_policy(base, _versioned(overlay)) if overlay else base
+
+
+def exam_document(course_doc: Any, exam: Any) -> Any:
+    """The exam policy's document in force (it narrows the course's), or None: every service
+    off. PolicyDocumentError when it cannot be."""
+    return effective_policy(course_doc, _versioned(exam)) if exam else None
+
+
 def compile_course_policies(
     base: Any, overlay: Any, exam: Any
 ) -> tuple[Policy | None, bool, Policy | None, bool]:
@@ -152,15 +164,13 @@ def compile_course_policies(
     course_doc = None
     try:
         if overlay:
-            course_doc = effective_policy(base, _versioned(overlay))
+            course_doc = course_document(base, overlay)
         policy, broken = (compile_policy(course_doc) if course_doc else None), False
     except PolicyDocumentError:
         policy, broken = None, True
     try:
-        exam_policy = None
-        if exam:
-            exam_doc = effective_policy(course_doc or base, _versioned(exam))
-            exam_policy = compile_policy(exam_doc)
+        exam_doc = exam_document(course_doc or base, exam)
+        exam_policy = compile_policy(exam_doc) if exam_doc else None
         exam_broken = False
     except PolicyDocumentError:
         exam_policy, exam_broken = None, True
@@ -173,7 +183,9 @@ __all__ = [
     "PolicyDocumentError",
     "closed_message",
     "compile_course_policies",
+    "course_document",
     "course_gate",
+    "exam_document",
     "exam_message",
     "in_exam",
     "is_open",

@@ -66,14 +66,14 @@ ADDABLE = {
     IdentityProvider,
     Colleague,
     Course,
-    CourseWindow,
-    CourseMember,
-    CourseTeacher,
     LtiPlatform,
 }
 READ_ONLY = {EndUser, Wallet, Transaction, BudgetAlert, SsoIdentity, AuditEvent}
 READ_ONLY |= {LtiIdentity, LtiLaunchState}
-ALL_MODELS = sorted(ADDABLE | READ_ONLY, key=lambda m: m._meta.label)
+# Added on the course's page only (where the course services' checks run); changed or deleted
+# on their own pages too.
+ADDED_ON_THE_COURSE_PAGE = {CourseWindow, CourseMember, CourseTeacher}
+ALL_MODELS = sorted(ADDABLE | READ_ONLY | ADDED_ON_THE_COURSE_PAGE, key=lambda m: m._meta.label)
 
 
 def url(model, view, *args):

@@ -1,0 +1,208 @@
+"""The course page's form: the course's settings, its overlay edited through the policy form
+under the license type's policy (the ceiling), and exam mode with what it allows (every service
+off, or an exam policy edited through the same form under the course's own policy).
+
+Both policy forms write onto the JSON views (`policy`, `exam_policy`), as on the license type's
+page, so rules the forms do not cover are kept. Whatever the forms write is checked again by
+`Course.clean` (licensing.rules.courses.overlay_problems) when the form validates and by
+licensing.access.course_services when the admin saves: a widening is refused with its reasons
+whichever way it arrives (a forged post, the JSON view, a script).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+
+from catalog.forms import AdminModelFormMixin
+from catalog.selectors import policy_choices, service_providers
+
+from ..models import Course
+from ..rules.courses import course_document
+from ..rules.policy import PolicyDocumentError
+from .money import institution_rate
+from .policy_form import PolicyForm
+
+EXAM_OFF, EXAM_ONLY = "off", "only"
+# PostgreSQL's jsonb refuses NUL (\u0000) and lone surrogates (\ud800): refused as form errors.
+_UNSTORABLE = re.compile("[\\x00\\ud800-\\udfff]")
+
+
+def _unstorable(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) and _UNSTORABLE.search(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _services(document: Any) -> dict:
+    services = document.get("services") if isinstance(document, dict) else None
+    return services if isinstance(services, dict) else {}
+
+
+def overlay_as_document(base: Any, overlay: Any) -> dict:
+    """The overlay as the policy form shows it. An empty overlay keeps every service of the
+    license type as it is, so the form shows those services on (with no narrowing of their
+    own); a stored overlay without `version` is version 1 (an overlay names only what it
+    narrows)."""
+    if not overlay or not isinstance(overlay, dict):
+        return {"version": 1, "services": {name: {} for name in _services(base)}}
+    return overlay if "version" in overlay else {"version": 1, **overlay}
+
+
+def exam_as_document(exam: Any) -> dict:
+    """The exam policy as its form shows it: empty is every service off."""
+    if not exam or not isinstance(exam, dict):
+        return {"version": 1, "services": {}}
+    return exam if "version" in exam else {"version": 1, **exam}
+
+
+class CourseForm(AdminModelFormMixin, forms.ModelForm):
+    """`overlay_form` and `exam_form` (PolicyForm) exist on a saved course's page, whose
+    license type is known; a new course is created with the JSON views only."""
+
+    exam_does = forms.ChoiceField(
+        label="In exam mode",
+        required=False,
+        choices=[
+            (EXAM_OFF, "All services off (every request is refused: “course … is in exam mode”)"),
+            (EXAM_ONLY, "Allow only what the exam form below allows"),
+        ],
+        widget=forms.RadioSelect,
+    )
+
+    class Meta:
+        model = Course
+        fields = (
+            "license",
+            "name",
+            "code",
+            "allowance",
+            "allowance_period",
+            "pool_limit",
+            "active",
+            "policy",
+            "exam_mode",
+            "exam_policy",
+        )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        course = self.instance
+        self.overlay_form: PolicyForm | None = None
+        self.exam_form: PolicyForm | None = None
+        data = self.data if self.is_bound else None
+        if course.pk is not None:
+            base = course.license.license_type.policy
+            models, providers = policy_choices(), service_providers()
+            self.overlay_form = PolicyForm(
+                data,
+                document=overlay_as_document(base, course.policy),
+                models=models,
+                providers=providers,
+                ceiling=base,
+                disabled="policy" not in self.fields,
+                prefix="overlayform",
+            )
+            try:
+                course_doc = course_document(base, course.policy)
+            except PolicyDocumentError:
+                course_doc = base  # the stored overlay is broken: the JSON view shows why
+            self.exam_form = PolicyForm(
+                data,
+                document=exam_as_document(course.exam_policy),
+                models=models,
+                providers=providers,
+                ceiling=course_doc,
+                disabled="exam_policy" not in self.fields,
+                prefix="examform",
+            )
+            self.fields["exam_does"].initial = EXAM_ONLY if course.exam_policy else EXAM_OFF
+            if "exam_policy" not in self.fields:
+                self.fields["exam_does"].disabled = True
+        else:
+            self.fields["exam_does"].initial = EXAM_OFF
+        self._money_help(course)
+
+    def _money_help(self, course: Course) -> None:
+        """Each allowance in money too, at the institution's rate."""
+        institution = course.institution if course.institution_id else None
+        rate = institution_rate(institution)
+        unit = rate.micro_credits_per_unit
+        one_unit = f"{unit:,} micro-credits = {rate.format(unit)}"
+        for name in ("allowance", "pool_limit"):
+            field = self.fields.get(name)
+            if field is None:
+                continue
+            field.help_text = f"{str(field.help_text).rstrip('.')}. {one_unit}"
+            current = getattr(course, name)
+            if course.pk is not None and current is not None:
+                field.help_text += f"; now {rate.format(current)}"
+            field.help_text += "."
+
+    def _refuse_unstorable(self, name: str):
+        value = self.cleaned_data.get(name)
+        if _unstorable(value):
+            raise forms.ValidationError(
+                "The document may not contain NUL characters (\\u0000) or lone surrogates "
+                "(\\ud800-\\udfff)."
+            )
+        return value
+
+    def clean_policy(self):
+        return self._refuse_unstorable("policy")
+
+    def clean_exam_policy(self):
+        return self._refuse_unstorable("exam_policy")
+
+    def clean(self):
+        cleaned = super().clean()
+        course = self.instance
+        license, code = cleaned.get("license"), cleaned.get("code")
+        if course.pk is None and license is not None:
+            course.institution_id = license.institution_id  # as course_create will set it
+        institution_id = license.institution_id if license is not None else course.institution_id
+        # The code is unique in the institution, which the form does not edit (so Django leaves
+        # the constraint out): asked here rather than refused later by the course services.
+        if code and institution_id is not None:
+            taken = Course.objects.filter(institution_id=institution_id, code=code)
+            if taken.exclude(pk=course.pk).exists():
+                self.add_error("code", "The institution has a course with this code already.")
+        overlay_form, exam_form = self.overlay_form, self.exam_form
+        if overlay_form is not None and "policy" in self.fields and overlay_form.submitted:
+            if not overlay_form.is_valid():
+                self.add_error(None, "The overlay form has errors: see the marked fields below.")
+            elif "policy" in cleaned and overlay_form.changed_data:
+                base = course.license.license_type.policy
+                start = overlay_as_document(base, cleaned["policy"])
+                try:
+                    cleaned["policy"] = overlay_form.document_for(start)
+                except forms.ValidationError as exc:
+                    self.add_error("policy", exc)
+        if exam_form is not None and "exam_policy" in self.fields and exam_form.submitted:
+            does = cleaned.get("exam_does") or EXAM_OFF
+            if does == EXAM_OFF:
+                # The switch decides; left untouched, an exam policy typed in the JSON view
+                # is kept (the JSON view is for rules the form does not cover).
+                if "exam_does" in self.changed_data or not cleaned.get("exam_policy"):
+                    cleaned["exam_policy"] = None
+            elif not exam_form.is_valid():
+                self.add_error(None, "The exam form has errors: see the marked fields below.")
+            elif "exam_policy" in cleaned:
+                start = exam_as_document(cleaned["exam_policy"])
+                if exam_form.changed_data:
+                    try:
+                        start = exam_form.document_for(start)
+                    except forms.ValidationError as exc:
+                        self.add_error("exam_policy", exc)
+                cleaned["exam_policy"] = start
+        return cleaned
