@@ -130,15 +130,16 @@ def _batch_sql() -> str:
 @functools.cache
 def _course_single_sql() -> str:
     """`_single_sql` for one course member's request: its row, then its credits added to its
-    license wallet and its levels' (an array parameter), locked in id order like a batch's
-    (another worker may be charging the same course pool and license at once)."""
+    license wallet and its levels' (MAX_LEVELS scalar parameters, null where a level has no
+    wallet: an array parameter costs psycopg a type inference per call), locked in id order
+    like a batch's (another worker may be charging the same course pool and license at once)."""
     quote = connection.ops.quote_name
     wallets = quote(Wallet._meta.db_table)
     values = ", ".join(f"%s::{_column_type(f)}" for f in FIELDS)
     return (
         f"WITH ins AS ({_insert(f'VALUES ({values})')}), "
         "c AS MATERIALIZED (SELECT w.wallet, ins.credits AS amount FROM ins CROSS JOIN LATERAL "
-        "unnest(array_prepend(ins.wallet_id, %s::bigint[])) AS w(wallet) "
+        f"unnest(ARRAY[ins.wallet_id, {', '.join(['%s::bigint'] * MAX_LEVELS)}]) AS w(wallet) "
         "WHERE w.wallet IS NOT NULL AND ins.credits <> 0), "
         f"locked AS (SELECT id FROM {wallets} WHERE id IN (SELECT wallet FROM c) "
         "ORDER BY id FOR UPDATE), "
@@ -200,6 +201,10 @@ def _column_type(field) -> str:
 # --- the two implementations ------------------------------------------------------------------
 
 
+# A course member's levels besides the license: the student's allowance and the course pool.
+MAX_LEVELS = 2
+
+
 def level_wallets(item: Pending) -> list[int]:
     """The wallet ids of a course member's levels (none for anyone else)."""
     if item.budget is None:
@@ -253,7 +258,10 @@ async def commit_batch_async(batch: list[Pending]) -> dict[int, int]:
     if courses and len(batch) == 1:
         item = batch[0]
         sql = _course_single_sql()
-        params = [*_single_params(item), level_wallets(item), timezone.now()]
+        levels = level_wallets(item)
+        assert len(levels) <= MAX_LEVELS, "a level more: widen _course_single_sql"
+        padded = [*levels, *[None] * (MAX_LEVELS - len(levels))]
+        params = [*_single_params(item), *padded, timezone.now()]
     elif courses:
         rows = jsonio.dumps(
             [{**_row_json(i.entry, i.wallet_id), "levels": level_wallets(i)} for i in batch]
