@@ -542,6 +542,12 @@ def _user_of(platform: LtiPlatform, launch: Launch):
     identity.name, identity.email = launch.name, launch.email
     identity.last_launch = timezone.now()
     identity.save()
+    # The LMS's name for the person, so teachers' usage tables and the portal name them (the
+    # username is a digest of the LMS's subject). The `name` claim is whole: kept as first name.
+    shown = launch.name[: user._meta.get_field("first_name").max_length]
+    if shown and (user.first_name, user.last_name) != (shown, ""):
+        user.first_name, user.last_name = shown, ""
+        user.save(update_fields=["first_name", "last_name"])
     return user
 
 

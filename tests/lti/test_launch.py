@@ -160,6 +160,8 @@ def test_learner_launch_joins_the_course_and_lands_on_the_portal(world, browser)
     assert response["Location"] == f"/portal/courses/{course.pk}/"
     user = LtiIdentity.objects.get(subject="student-1").user
     assert not user.is_staff and not AdminProfile.objects.filter(user=user).exists()
+    # The LMS's name for the person: what teachers' usage tables show (not the digest username).
+    assert user.get_full_name() == "Person student-1"
     end_user = EndUser.objects.get(user=user)
     assert (end_user.license, end_user.subject, end_user.issuer, end_user.active) == (
         world.license,
