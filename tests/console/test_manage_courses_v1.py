@@ -85,3 +85,46 @@ def test_a_course_key_works_with_the_openai_sdk_and_pays_at_the_students_allowan
     assert (student["student"], student["requests"], student["credits"]) == ("s-1", 1, row.credits)
     assert student["period_used"] == row.credits
     assert student["period_remaining"] == 10_000_000 - row.credits
+
+
+def test_the_same_new_subject_added_at_once_by_two_callers_is_one_end_user(license):
+    import threading
+
+    from django.db import connection as main_connection
+
+    from licensing.models import Course, CourseMember, EndUser
+
+    if main_connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: SQLite serializes writers, the point here is row locking")
+    course = Course.objects.create(
+        institution=license.institution, license=license, code="RACE", name="Race"
+    )
+    api = manage(license)
+    path = f"{BASE}/courses/{course.pk}"
+    barrier = threading.Barrier(4)
+    answers: list[int] = []
+
+    def add(kind: str) -> None:
+        from django.db import connection
+
+        try:
+            barrier.wait()
+            if kind == "post":
+                answer = api.post(f"{path}/members", {"student": "new"}, "application/json")
+            else:
+                answer = api.put(f"{path}/members", {"students": ["new"]}, "application/json")
+            answers.append(answer.status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=add, args=(k,)) for k in ("post", "post", "put", "put")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # PUT answers 200 whatever it did; a POST 201 only if it made the membership: one did at most.
+    assert len(answers) == 4 and set(answers) <= {200, 201} and answers.count(201) <= 1
+    (student,) = EndUser.objects.filter(license=license, subject="new")
+    assert list(CourseMember.objects.filter(course=course).values_list("end_user", flat=True)) == [
+        student.pk
+    ]
