@@ -22,7 +22,7 @@ from django.db import IntegrityError
 from django.db.models import Count
 from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -50,7 +50,7 @@ from ..access.course_services import (
 from ..access.scoping import scope_of, scoped
 from ..models import ApiKey, Course, CourseMember, CourseWindow, License
 from .course_usage import course_usage
-from .manage_api import CsvErrorsAsJson, CsvRenderer, NewestFirst, ScopedViewSet
+from .manage_api import CsvErrorsAsJson, CsvRenderer, NewestFirst, ScopedViewSet, _scoped_choices
 from .review import safe_cell
 
 # What each view action needs of the role, per model (licensing.access.scoping). A course's
@@ -122,6 +122,7 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string"}]})
 class Student(serializers.Field):
     """An end user's id (a JSON number) or subject (a JSON string); resolved by the view."""
 
@@ -215,6 +216,7 @@ class CourseSerializer(StrictSerializer, serializers.ModelSerializer):
 
 
 class CourseFilter(django_filters.FilterSet):
+    license = django_filters.ModelChoiceFilter(queryset=_scoped_choices(License))
     code = django_filters.CharFilter(max_length=64)
     name = django_filters.CharFilter(lookup_expr="icontains", max_length=200)
     lti_context_id = django_filters.CharFilter(max_length=255)
@@ -389,16 +391,6 @@ def _flag(value: str | None, name: str) -> bool:
     raise ValidationError({name: ["true or false."]})
 
 
-@extend_schema(
-    parameters=[
-        OpenApiParameter(
-            "format",
-            OpenApiTypes.STR,
-            enum=["json", "csv"],
-            description="`csv` (usage only): one line per student, the columns of the JSON rows",
-        )
-    ]
-)
 class CourseViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -672,7 +664,15 @@ class CourseViewSet(
     # --- usage
 
     @extend_schema(
-        parameters=[UsageQuerySerializer],
+        parameters=[
+            UsageQuerySerializer,
+            OpenApiParameter(
+                "format",
+                OpenApiTypes.STR,
+                enum=["json", "csv"],
+                description="`csv`: one line per student, the columns of the JSON rows",
+            ),
+        ],
         responses={
             (200, "application/json"): CourseUsageSerializer,
             (200, "text/csv"): OpenApiTypes.STR,

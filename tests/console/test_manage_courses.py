@@ -213,6 +213,11 @@ def test_list_and_retrieve_are_scoped(world, admin_a):
     assert "next" in listed and "previous" in listed  # the cursor pagination of the others
     assert admin_a("get", f"{BASE}/courses", {"code": "CS-a"}).json()["results"]
     assert not admin_a("get", f"{BASE}/courses", {"code": "CS-b"}).json()["results"]
+    by_license = admin_a("get", f"{BASE}/courses", {"license": own.license_id}).json()
+    assert [row["id"] for row in by_license["results"]] == [own.pk]
+    for bad in (other.license_id, 2**64, -1, "abc", "\x00"):
+        assert admin_a("get", f"{BASE}/courses", {"license": bad}).status_code == 400, bad
+    assert admin_a("get", f"{BASE}/courses", {"code": "\x00"}).status_code == 400
     assert admin_a("get", f"{BASE}/courses/{own.pk}").json()["code"] == "CS-a"
     for bad in (other.pk, 2**64, -1, "abc", "%00"):
         assert admin_a("get", f"{BASE}/courses/{bad}").status_code == 404, bad
