@@ -13,8 +13,10 @@ policy (licensing.rules.courses.overlay_problems, run by `Course.clean`).
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -375,3 +377,122 @@ def course_teacher_remove(*, teacher: CourseTeacher, request=None, actor_name: s
         detail={"change": f"no longer teacher of course {course.pk}", "code": course.code},
         **_who(request, actor_name),
     )
+
+
+# --- students: who a roster names -------------------------------------------------------------
+
+# A subject is stored in EndUser.subject (a text column): no NUL, no lone surrogates.
+_UNSTORABLE = re.compile("[\\x00\\ud800-\\udfff]")
+SUBJECT_MAX = EndUser._meta.get_field("subject").max_length or 500
+ROSTER_MAX = 10_000  # students in one roster sync: a big course, far from a flood
+
+
+def _refuse(message: str, field: str = "student"):
+    return ValidationError({field: message})
+
+
+def student_find(course: Course, student: object, *, field: str = "student") -> EndUser | None:
+    """The end user a roster or key request names, on the course's license: a JSON integer is
+    an end user's id; a string is a subject (the LMS's user id). A subject held by several end
+    users of the license (a JWT issuer's and the API's or an LTI launch's) means the one without
+    an issuer (the LMS's own), else the only one; otherwise the caller must name the id. None: a
+    subject not known yet. An id that is not on the license is refused (whoever's it is)."""
+    if isinstance(student, bool) or not isinstance(student, int | str):
+        raise _refuse("Name a student by end user id (a number) or subject (a string).", field)
+    users = EndUser.objects.filter(license_id=course.license_id)
+    if isinstance(student, int):
+        found = users.filter(pk=student).first() if 0 < student < 2**63 else None
+        if found is None:
+            raise _refuse(f"No end user {student} on this course's license.", field)
+        return found
+    if not student or len(student) > SUBJECT_MAX or _UNSTORABLE.search(student):
+        raise _refuse(f"A subject is 1 to {SUBJECT_MAX} characters, no NUL or surrogates.", field)
+    matches = list(users.filter(subject=student).order_by("issuer_id", "pk")[:3])
+    without_issuer = [user for user in matches if user.issuer_id is None]
+    if without_issuer:
+        return without_issuer[0]
+    if len(matches) > 1:
+        raise _refuse(f"Several end users have the subject {student!r}: name the id.", field)
+    return matches[0] if matches else None
+
+
+@transaction.atomic
+def student_get_or_create(*, course: Course, subject: str) -> tuple[EndUser, bool]:
+    """The end user of `subject` on the course's license, made (issuer empty) if unknown. Two
+    requests naming the same new subject at once make one: the license row is locked first
+    (FOR NO KEY UPDATE: the ledger's inserts, which only share-lock it, are not held up)."""
+    from ..models import License
+
+    License.objects.select_for_update(no_key=True).filter(pk=course.license_id).first()
+    found = student_find(course, subject)
+    if found is not None:
+        return found, False
+    return EndUser.objects.create(license_id=course.license_id, subject=subject, issuer=None), True
+
+
+@dataclass(frozen=True)
+class RosterPlan:
+    add: list[object]  # the students (as named) not members yet
+    remove: list[CourseMember]
+    kept: int
+
+
+def _roster_plan(course: Course, students: list[object]) -> tuple[RosterPlan, list]:
+    if not isinstance(students, list):
+        raise _refuse("A list of end user ids or subjects.", "students")
+    if len(students) > ROSTER_MAX:
+        raise _refuse(f"At most {ROSTER_MAX} students in one sync.", "students")
+    members = {
+        m.end_user_id: m
+        for m in CourseMember.objects.filter(course=course).select_related("end_user")
+    }
+    listed: set[int] = set()
+    add: list[object] = []
+    resolved: list[tuple[object, EndUser | None]] = []
+    seen_new: set[str] = set()
+    for index, student in enumerate(students):
+        try:
+            found = student_find(course, student)
+        except ValidationError as exc:
+            messages = exc.message_dict["student"]
+            raise ValidationError({"students": [f"{index}: {m}" for m in messages]}) from exc
+        if found is not None:
+            if found.pk in listed:
+                continue
+            listed.add(found.pk)
+            if found.pk not in members:
+                add.append(student)
+                resolved.append((student, found))
+        elif student not in seen_new:
+            seen_new.add(cast(str, student))
+            add.append(student)
+            resolved.append((student, None))
+    remove = [m for end_user_id, m in members.items() if end_user_id not in listed]
+    kept = len(members) - len(remove)
+    return RosterPlan(add=add, remove=remove, kept=kept), resolved
+
+
+@transaction.atomic
+def course_roster_sync(
+    *,
+    course: Course,
+    students: list[object],
+    dry_run: bool = False,
+    request=None,
+    actor_name: str = "",
+) -> RosterPlan:
+    """Make the course's members exactly `students` (ids or subjects, see `student_find`): the
+    missing are added (an unknown subject becomes an end user of the license), members not
+    listed are removed and their course keys revoked. `dry_run`: the plan, nothing changed."""
+    # One sync of a course at a time: a second waits and then plans on the first's result.
+    Course.objects.select_for_update(no_key=True).filter(pk=course.pk).first()
+    plan, resolved = _roster_plan(course, students)
+    if dry_run:
+        return plan
+    for student, end_user in resolved:
+        if end_user is None:
+            end_user, _ = student_get_or_create(course=course, subject=cast(str, student))
+        course_member_add(course=course, end_user=end_user, **_who(request, actor_name))
+    for member in plan.remove:
+        course_member_remove(member=member, **_who(request, actor_name))
+    return plan

@@ -6,6 +6,8 @@ Roles:
   JWT issuers; reads its wallets, transactions and budget alerts, its audit log, and the
   catalog; manages its colleagues (licensing.access.colleagues).
 - `reviewer`: reads its licenses, wallets and transactions.
+- `teacher`: runs the courses they teach (and nothing else of the institution): settings,
+  windows, members; in the admin and through the management API.
 Anyone else (not staff, inactive, or staff without a profile) sees no licensing row at all.
 Shared license types (no institution) are visible to institution admins, read-only.
 """
@@ -86,12 +88,13 @@ ROLE_PERMISSIONS: dict[str, dict[type[Model], frozenset[str]]] = {
         LtiLaunchState: VIEW,
     },
     REVIEWER: {License: VIEW, Wallet: VIEW, Transaction: VIEW},
-    # Their own courses only (TEACHER_PATHS below narrows the rows): settings, windows, members'
-    # pauses and top-ups. Members and teachers are added by launches, the portal and the API.
+    # Their own courses only (TEACHER_PATHS below narrows the rows): settings, windows, members
+    # (pauses, top-ups, and the roster: an LMS's sync through the management API with the
+    # teacher's token). Teachers are added by launches, the admins and the operator commands.
     TEACHER: {
         Course: frozenset({"view", "change"}),
         CourseWindow: ALL,
-        CourseMember: frozenset({"view", "change"}),
+        CourseMember: ALL,
         CourseTeacher: VIEW,
     },
 }

@@ -1,7 +1,9 @@
 """Management API tokens (rest_framework.authtoken, `Authorization: Token ...` on /manage/v1/):
-a staff user with a role, or a superuser, creates or rotates their own from the admin ("My API
-token") or an operator prints one with `manage.py create_management_token`. Each new token is
-audited (never the token itself)."""
+a staff user with a role (admin, reviewer, teacher), or a superuser, creates or rotates their own
+from the admin ("My API token") or an operator prints one with `manage.py
+create_management_token`. A token is scoped exactly as its user's session (scope_of): a
+teacher's reaches the courses they teach and nothing else. Each new token is audited (never the
+token itself)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ from rest_framework.authtoken.models import Token
 
 from ..models import AuditEvent
 from .audit import audit_event_record
-from .scoping import ADMIN, REVIEWER, scope_of
+from .scoping import ADMIN, REVIEWER, TEACHER, scope_of
 
-TOKEN_ROLES = (ADMIN, REVIEWER)
+TOKEN_ROLES = (ADMIN, REVIEWER, TEACHER)
+NO_TOKEN = "Only admins, reviewers and teachers hold a management token"
 
 
 def may_hold_token(user) -> bool:
@@ -29,7 +32,7 @@ def management_token_exists(user) -> bool:
 def management_token_rotate(*, user, request=None, actor_name: str = "") -> str:
     """A new token for `user` (the old one, if any, stops working now); returns its key."""
     if not may_hold_token(user):
-        raise PermissionDenied("Only admins and reviewers hold a management token")
+        raise PermissionDenied(NO_TOKEN)
     replaced = Token.objects.filter(user_id=user.pk).delete()[0] > 0
     token = Token.objects.create(user=user)
     _audit(user, request=request, actor_name=actor_name, rotated=replaced)
@@ -40,7 +43,7 @@ def management_token_rotate(*, user, request=None, actor_name: str = "") -> str:
 def management_token_get_or_create(*, user, actor_name: str = "") -> str:
     """The user's token, made on first use (the operator command); only a new one is audited."""
     if not may_hold_token(user):
-        raise PermissionDenied("Only admins and reviewers hold a management token")
+        raise PermissionDenied(NO_TOKEN)
     token, created = Token.objects.get_or_create(user=user)
     if created:
         _audit(user, request=None, actor_name=actor_name, rotated=False)

@@ -10,13 +10,18 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path, reverse_lazy
 
-from ..access.tokens import management_token_exists, management_token_rotate, may_hold_token
+from ..access.tokens import (
+    NO_TOKEN,
+    management_token_exists,
+    management_token_rotate,
+    may_hold_token,
+)
 
 
 def my_token_view(request):
     """GET: whether a token exists; POST: a new one (the old one stops working), shown once."""
     if not may_hold_token(request.user):
-        raise PermissionDenied("Only admins and reviewers hold a management token")
+        raise PermissionDenied(NO_TOKEN)
     token = None
     if request.method == "POST":
         token = management_token_rotate(user=request.user, request=request)

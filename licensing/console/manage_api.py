@@ -583,6 +583,16 @@ router.register("transactions", TransactionViewSet, basename="manage-transaction
 router.register("audit", AuditEventViewSet, basename="manage-audit")
 router.register("connections", ConnectionViewSet, basename="manage-connection")
 
+
+def _register_courses() -> None:
+    # Imported here: the courses' module builds on this one's ScopedViewSet and renderers.
+    from .manage_courses import CourseViewSet
+
+    router.register("courses", CourseViewSet, basename="manage-course")
+
+
+_register_courses()
+
 urlpatterns = [
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="manage-openapi"),
     path("usage", include("licensing.console.usage_api")),

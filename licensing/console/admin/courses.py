@@ -156,8 +156,22 @@ class CourseMemberInline(ScopedInlineMixin, admin.TabularInline):
 
     def get_readonly_fields(self, request, obj=None):
         if scope_of(request.user).role == TEACHER:
-            return ("end_user",)  # a teacher pauses and tops up; members come from launches
+            return ("end_user",)  # a teacher pauses and tops up here (see below)
         return ()
+
+    def has_add_permission(self, request, obj=None):
+        return not _teacher(request) and super().has_add_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return not _teacher(request) and super().has_delete_permission(request, obj)
+
+
+def _teacher(request) -> bool:
+    """A teacher may add and remove members (scoping's ROLE_PERMISSIONS) but not in the admin:
+    it cannot show them the license's end users to pick from, and its delete would not revoke
+    the student's course keys. Their roster goes by launches and the management API
+    (licensing.access.course_services.course_roster_sync), which does both."""
+    return scope_of(request.user).role == TEACHER
 
 
 def _rule_text(name: str, rule: Any) -> str:
@@ -610,6 +624,12 @@ class CourseMemberAdmin(_CoursePartAdmin):
 
     def delete_model(self, request, obj):
         course_member_remove(member=obj, request=request)
+
+    def has_add_permission(self, request, *args):
+        return not _teacher(request) and super().has_add_permission(request, *args)
+
+    def has_delete_permission(self, request, obj=None):
+        return not _teacher(request) and super().has_delete_permission(request, obj)
 
 
 @admin.register(CourseTeacher)
