@@ -637,6 +637,20 @@ def _make_member(user, course: Course, sub: str) -> list[str]:
     changes = []
     end_user = EndUser.objects.select_for_update().filter(license=course.license, user=user).first()
     if end_user is None:
+        # A student a roster sync added by the LMS's user id (the same `sub`) before their first
+        # launch: the launch takes that end user (its membership, keys and wallets).
+        end_user = (
+            EndUser.objects.select_for_update()
+            .filter(license=course.license, subject=sub, issuer=None, user=None)
+            .order_by("pk")
+            .first()
+        )
+        if end_user is not None:
+            end_user.user = user
+            end_user.active = True
+            end_user.save(update_fields=["user", "active"])
+            changes.append("student role given (synced by the roster)")
+    if end_user is None:
         end_user = EndUser.objects.create(
             license=course.license, user=user, subject=sub, issuer=None, active=True
         )

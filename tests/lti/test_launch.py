@@ -380,3 +380,25 @@ def test_undecodable_bytes_are_no_500(world, browser):
 def test_the_launch_answers_post_only(world, browser):
     assert browser.get("/lti/launch/").status_code == 405
     assert browser.put("/lti/login/").status_code == 405
+
+
+def test_a_student_synced_by_the_roster_is_the_same_end_user_at_their_first_launch(world, browser):
+    """REST roster sync names students by the LMS's user id; their first launch (the same
+    `sub`) takes that end user, with its membership, rather than making a second one."""
+    from django.test import Client
+
+    from licensing.access.course_services import course_roster_sync
+
+    launch(Client(), world.fake, "teacher-1", roles=INSTRUCTOR)
+    course = Course.objects.get()
+    course_roster_sync(course=course, students=["student-9"], actor_name="sync")
+    synced = EndUser.objects.get(subject="student-9")
+    assert synced.user is None
+
+    response = launch(browser, world.fake, "student-9", roles=LEARNER)
+    assert response.status_code == 302
+    user = LtiIdentity.objects.get(subject="student-9").user
+    synced.refresh_from_db()
+    assert synced.user == user and synced.active
+    assert EndUser.objects.filter(subject="student-9").count() == 1
+    assert list(CourseMember.objects.values_list("end_user", flat=True)) == [synced.pk]
