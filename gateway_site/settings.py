@@ -235,6 +235,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON bodies refuse what no column or encoder takes (NUL, lone surrogates, 1e400, 2**64)
+    # with a 400 on the field; forms for the browsable API and the admin's session clients.
+    "DEFAULT_PARSER_CLASSES": [
+        "licensing.console.manage_parsers.StrictJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 
 # --- Secrets at rest, cache invalidation, admin hardening (docs/deployment.md, "Production") ---
