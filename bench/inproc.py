@@ -29,11 +29,11 @@ connections without `dead`. The circuits are each process's own (no REDIS_URL).
 valgrind's callgrind twice, with `--requests` and with twice as many, and the difference of the
 two totals divided by the difference of requests is the instructions per request, every thread
 of the process included, start-up and warm-up cancelled out (the caches' TTL is raised for these
-runs, so that they refill as seldom per request as at native speed). A count does not depend on what
-else the machine is doing (a loaded machine spreads CPU times by ±30%; these repeat within a
-fraction of a percent), so it decides an A/B that the timings cannot; it does not see time
-spent waiting for memory or for PostgreSQL. About 50 times slower than native: keep
-`--requests` at a few hundred.
+runs, so that they refill as seldom per request as at native speed). A count does not depend on
+how loaded the machine is, but it is not exact either: the gateway's background work (the group
+commit's batches, timers) follows the clock, which runs ~50 times slower under valgrind; the
+plain target repeated within 1.3%, a course member's within 5-15% (bench/results/courses.md).
+It does not see time spent waiting for memory or PostgreSQL. Keep `--requests` at a few hundred.
 """
 
 from __future__ import annotations
