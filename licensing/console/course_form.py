@@ -123,6 +123,7 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
                 models=models,
                 providers=providers,
                 ceiling=course_doc,
+                ceiling_name="the course",
                 disabled="exam_policy" not in self.fields,
                 prefix="examform",
             )

@@ -107,11 +107,13 @@ class PolicyForm(forms.Form):
         models: dict[str, list[str]],
         providers: dict[str, list[str]],
         ceiling: dict | None = None,
+        ceiling_name: str = "the license type",
         disabled: bool = False,
         prefix: str = "policyform",
     ):
         self.document = document
         self.ceiling = ceiling
+        self.ceiling_name = ceiling_name  # whose rules the ceiling is, in the help texts
         self.sections: list[dict] = []
         super().__init__(data, prefix=prefix, initial={"shown": "1"})
         for service in POLICY_SERVICES:
@@ -162,7 +164,7 @@ class PolicyForm(forms.Form):
                     widget=forms.CheckboxSelectMultiple,
                     label="Allowed models",
                     help_text="None ticked: every model"
-                    + (" the license type allows" if self.ceiling is not None else "")
+                    + (f" {self.ceiling_name} allows" if self.ceiling is not None else "")
                     + ".",
                 ),
                 current,
@@ -190,7 +192,7 @@ class PolicyForm(forms.Form):
                 widget=forms.CheckboxSelectMultiple,
                 label="Providers",
                 help_text="None ticked: every provider"
-                + (" the license type allows" if self.ceiling is not None else "")
+                + (f" {self.ceiling_name} allows" if self.ceiling is not None else "")
                 + ".",
             ),
             current_providers,
@@ -211,7 +213,9 @@ class PolicyForm(forms.Form):
             ceiling_value = self._ceiling_rule(service, limit.param).get(limit.key)
             help_text = f"Rule: params.{limit.param}.{limit.key}. Empty: no limit"
             if ceiling_value is not None:
-                help_text = f"License type: {ceiling_value}. Empty: the license type's"
+                whose = self.ceiling_name.removeprefix("the ")
+                whose = whose[:1].upper() + whose[1:]
+                help_text = f"{whose}: {ceiling_value}. Empty: {self.ceiling_name}'s"
                 if limit.key == "max":
                     high = min(high, ceiling_value)
                 else:
