@@ -23,7 +23,7 @@ urlpatterns = [
     path("sso/<int:provider_id>/callback/", sso_views.sso_callback, name="sso-callback"),
     path("lti/login/", lti_views.lti_login, name="lti-login"),
     path("lti/launch/", lti_views.lti_launch, name="lti-launch"),
-    path("manage/v1/", include("licensing.console.manage_api")),
+    path("manage/v1/", include("licensing.console.manage_urls")),
     path("portal/", include("licensing.portal.urls")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

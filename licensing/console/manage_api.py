@@ -12,17 +12,14 @@ from datetime import UTC, datetime
 from typing import cast
 
 import django_filters
-from django.urls import include, path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from drf_spectacular.views import SpectacularJSONAPIView
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
-from rest_framework.routers import DefaultRouter
 
 from catalog.circuit import CLOSED, HALF_OPEN, OPEN
 from catalog.models import Connection, parse_tags
@@ -573,28 +570,3 @@ class ConnectionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         return Response(
             self.get_serializer(connection_row(row, connections_health([row])[row.pk])).data
         )
-
-
-router = DefaultRouter(trailing_slash=False)
-router.register("licenses", LicenseViewSet, basename="manage-license")
-router.register("keys", ApiKeyViewSet, basename="manage-key")
-router.register("end-users", EndUserViewSet, basename="manage-end-user")
-router.register("transactions", TransactionViewSet, basename="manage-transaction")
-router.register("audit", AuditEventViewSet, basename="manage-audit")
-router.register("connections", ConnectionViewSet, basename="manage-connection")
-
-
-def _register_courses() -> None:
-    # Imported here: the courses' module builds on this one's ScopedViewSet and renderers.
-    from .manage_courses import CourseViewSet
-
-    router.register("courses", CourseViewSet, basename="manage-course")
-
-
-_register_courses()
-
-urlpatterns = [
-    path("openapi.json", SpectacularJSONAPIView.as_view(), name="manage-openapi"),
-    path("usage", include("licensing.console.usage_api")),
-    path("", include(router.urls)),
-]
