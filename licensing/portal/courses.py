@@ -20,7 +20,7 @@ from ..models import Course, CourseMember, CourseTeacher, CourseWindow, EndUser
 from ..rules.courses import in_exam, is_open, next_opening
 from ..rules.money import Rate
 from ..rules.policy import Policy
-from .selectors import WalletView, course_policy, institution_rate, wallet_view
+from .selectors import SpendFigures, WalletView, course_policy, institution_rate, wallet_view
 
 LEARNER = "learner"
 INSTRUCTOR = "instructor"
@@ -88,7 +88,7 @@ _INTO_NEXT = {
 
 
 @dataclass(frozen=True)
-class Level:
+class Level(SpendFigures):
     """One level a course key pays at, as the budget step reads it."""
 
     name: str
@@ -99,40 +99,6 @@ class Level:
     window_start: datetime
     resets_at: datetime
     rate: Rate
-
-    @property
-    def unlimited(self) -> bool:
-        return self.limit is None
-
-    @property
-    def used_text(self) -> str:
-        return f"{self.used:,}"
-
-    @property
-    def limit_text(self) -> str:
-        return "" if self.limit is None else f"{self.limit:,}"
-
-    @property
-    def remaining_text(self) -> str:
-        return "" if self.remaining is None else f"{self.remaining:,}"
-
-    @property
-    def used_money(self) -> str:
-        return self.rate.format(self.used)
-
-    @property
-    def limit_money(self) -> str:
-        return self.rate.format(self.limit)
-
-    @property
-    def remaining_money(self) -> str:
-        return self.rate.format(self.remaining)
-
-    @property
-    def used_percent(self) -> int:
-        if not self.limit:
-            return 0
-        return min(100, self.used * 100 // self.limit)
 
 
 @dataclass(frozen=True)

@@ -104,25 +104,18 @@ def institution_rate(institution: Institution) -> Rate:
 # --- the wallet ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class WalletView:
-    pooled: bool  # True: the license's one wallet, shared by everyone on it
-    period: str
-    limit: int | None  # micro-credits per period; None = unlimited
+class SpendFigures:
+    """How a limit, what was used and what remains are shown (credits and money): shared by the
+    license wallet's view and a course level's (licensing.portal.courses.Level)."""
+
+    limit: int | None
     used: int
     remaining: int | None
-    window_start: datetime | None  # None: lifetime
-    resets_at: datetime | None  # None: never (lifetime)
     rate: Rate
 
     @property
     def unlimited(self) -> bool:
         return self.limit is None
-
-    @property
-    def period_noun(self) -> str:
-        """ "day", "week", "month"; "" for a lifetime budget."""
-        return {"daily": "day", "weekly": "week", "monthly": "month"}.get(self.period, "")
 
     @property
     def used_text(self) -> str:
@@ -153,6 +146,23 @@ class WalletView:
         if not self.limit:
             return 0
         return min(100, self.used * 100 // self.limit)
+
+
+@dataclass(frozen=True)
+class WalletView(SpendFigures):
+    pooled: bool  # True: the license's one wallet, shared by everyone on it
+    period: str
+    limit: int | None  # micro-credits per period; None = unlimited
+    used: int
+    remaining: int | None
+    window_start: datetime | None  # None: lifetime
+    resets_at: datetime | None  # None: never (lifetime)
+    rate: Rate
+
+    @property
+    def period_noun(self) -> str:
+        """ "day", "week", "month"; "" for a lifetime budget."""
+        return {"daily": "day", "weekly": "week", "monthly": "month"}.get(self.period, "")
 
 
 # A length that always reaches into the next window from a window's start; window_start of
