@@ -12,6 +12,9 @@ PROVIDERS = [
     ("websearch", "websearch", "Web search API (Brave Search)"),
     ("academic", "academic", "Academic search API (OpenAlex)"),
     ("fetch", "fetch", "The gateway fetches URLs itself (POST /v1/fetch); no upstream"),
+    ("azure", "azure_openai", "Azure OpenAI (deployments of OpenAI models; EU data zones)"),
+    ("anthropic", "anthropic", "Anthropic's Claude models (Messages API)"),
+    ("mistral", "openai_compatible", "Mistral AI's API (OpenAI-compatible; an EU provider)"),
 ]
 
 TEXT = {"text": True, "image": False}
@@ -367,3 +370,24 @@ MODELS += [
     _service("academic-search", "academic", {"type": "per_call", "call": 0}, "web_search"),
     _service("web-fetch", "fetch", {"type": "per_page", "page": 1000}, "web_fetch"),
 ]
+
+
+# --- Chat on the providers with protocols of their own (issue 34) ----------------------------
+# Rows inactive until an operator has a connection with credentials and enables them
+# (`configure_connection SLUG ... --enable-models`, or the admin). One block per provider.
+
+# Claude: on `anthropic`, and on `cloud` (Bedrock) under the same model id.
+ANTHROPIC_MODELS: list[dict] = []
+# Bedrock Converse: Llama, Mistral and Nova on `cloud` (Claude is in ANTHROPIC_MODELS).
+BEDROCK_CHAT_MODELS: list[dict] = []
+# Gemini chat on `multimodal`.
+GEMINI_CHAT_MODELS: list[dict] = []
+# Mistral's API (`mistral`, openai_compatible); the OpenAI models' `azure` rows are added to their
+# entries above by AZURE_ROWS.
+MISTRAL_MODELS: list[dict] = []
+AZURE_ROWS: dict[str, str] = {}  # model id -> the upstream id (deployment) on `azure`
+
+MODELS += ANTHROPIC_MODELS + BEDROCK_CHAT_MODELS + GEMINI_CHAT_MODELS + MISTRAL_MODELS
+for _entry in MODELS:
+    if _entry["model_id"] in AZURE_ROWS:
+        _entry["rows"].append(("azure", AZURE_ROWS[_entry["model_id"]], False))

@@ -71,6 +71,10 @@ class Connection(models.Model):
         validators=[validate_tags],
         help_text="Comma-separated tags, e.g. eu,on-premises",
     )
+    # What a kind needs beyond a URL and a key (catalog.registry's kind; docs/providers.md):
+    # Azure's `api_version` and `deployments` ({model: deployment}), an OpenAI-compatible
+    # server's `responses_api` ("native" or "chat").
+    options = models.JSONField(default=dict, db_default={}, blank=True)
     active = models.BooleanField(default=True)
     updated_at = models.DateTimeField(auto_now=True)
 

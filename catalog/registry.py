@@ -72,7 +72,7 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
         ProviderKind(
             "bedrock",
             "AWS Bedrock Runtime",
-            frozenset({"image_generation", "bedrock_embeddings"}),
+            frozenset({"chat_completions", "responses", "image_generation", "bedrock_embeddings"}),
             Credentials.IAM,
             "aws.bedrock",
             _P + "bedrock.BedrockTransport",
@@ -80,7 +80,7 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
         ProviderKind(
             "gemini",
             "Google Gemini API",
-            frozenset({"image_generation", "gemini_embeddings"}),
+            frozenset({"chat_completions", "responses", "image_generation", "gemini_embeddings"}),
             Credentials.API_KEY,
             "gcp.gemini",
             _P + "gemini.GeminiTransport",
@@ -108,6 +108,30 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
             Credentials.BUILTIN,
             "inference_gateway",
             _P + "fetch.FetchTransport",
+        ),
+        ProviderKind(
+            "azure_openai",
+            "Azure OpenAI",
+            frozenset({"chat_completions", "responses", "embeddings"}),
+            Credentials.API_KEY,
+            "azure.ai.openai",
+            _P + "azure.AzureOpenAITransport",
+        ),
+        ProviderKind(
+            "anthropic",
+            "Anthropic Messages API",
+            frozenset({"chat_completions", "responses"}),
+            Credentials.API_KEY,
+            "anthropic",
+            _P + "anthropic.AnthropicTransport",
+        ),
+        ProviderKind(
+            "openai_compatible",
+            "OpenAI-compatible server (vLLM, Ollama, llama.cpp, TGI, Mistral, ...)",
+            frozenset({"chat_completions", "responses", "embeddings"}),
+            Credentials.OPTIONAL,
+            "openai_compatible",
+            _P + "openai_compatible.OpenAICompatibleTransport",
         ),
     )
 }

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.crypto import UndecryptableSecret, reveal
 from core.errors import BadRequest, ServiceUnavailable
@@ -44,6 +44,8 @@ class ConnectionInfo:
     weight: int = 1
     tags: frozenset[str] = frozenset()
     circuit: str = ""  # its circuit's key (catalog.circuit): provider, name and updated_at
+    # Connection.options: a kind's own settings (Azure's deployments, ...)
+    options: dict = field(default_factory=dict, hash=False, compare=False)
 
     def __repr__(self):  # credentials stay out of logs and tracebacks
         return f"<ConnectionInfo {self.name} {self.base_url}>"
@@ -202,6 +204,7 @@ def _connection_info(c: Connection) -> ConnectionInfo:
         weight=c.weight,
         tags=frozenset(parse_tags(c.tags)),
         circuit=circuit_key(c.provider.slug, c.name, c.updated_at.timestamp()),
+        options=c.options if isinstance(c.options, dict) else {},
     )
 
 

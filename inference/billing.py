@@ -4,7 +4,8 @@
 to a whole micro-credit per request (a zero cost stays zero).
 
 Cost structures (catalog `cost`, shown to clients by GET /v1/models):
-    {"type": "per_token", "prompt": p, "completion": c, "cached_prompt": k}   per token
+    {"type": "per_token", "prompt": p, "completion": c, "cached_prompt": k,
+     "cache_write_prompt": w}                                                  per token
     {"type": "per_image", "image": n}                                          per image
     {"type": "per_image_by_size", "sizes": {"1024x1024": n, ...}}
     {"type": "per_image_by_size_quality", "qualities": {"standard": {"1024x1024": n}, ...}}
@@ -34,7 +35,9 @@ class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     total_tokens: int | None = None
-    cached_tokens: int | None = None
+    cached_tokens: int | None = None  # of prompt_tokens: read from the provider's cache
+    # Of prompt_tokens: written to the provider's cache (Anthropic, Bedrock bill them dearer).
+    cache_write_tokens: int | None = None
     images: int | None = None
     megapixels: Decimal | None = None
     # For per-image tables: the size and quality the images were made at.
@@ -106,9 +109,13 @@ def credits_for(cost: dict, usage: Usage) -> int:
     if kind == "per_token":
         prompt = usage.prompt_tokens or 0
         cached = min(usage.cached_tokens or 0, prompt) if "cached_prompt" in cost else 0
+        written = 0
+        if usage.cache_write_tokens and "cache_write_prompt" in cost:
+            written = min(usage.cache_write_tokens, prompt - cached)
         total = (
-            (prompt - cached) * _d(cost.get("prompt"))
+            (prompt - cached - written) * _d(cost.get("prompt"))
             + cached * _d(cost.get("cached_prompt"))
+            + written * _d(cost.get("cache_write_prompt"))
             + (usage.completion_tokens or 0) * _d(cost.get("completion"))
         )
     elif kind == "per_image":

@@ -40,81 +40,11 @@ from . import tokens
 from .billing import Usage
 from .providers import usage as usage_formats
 from .providers.base import ProviderFailure, sanitize_message, unavailable
+from .providers.events import DecoderFactory, EventTooLarge, SSEDecoder, StreamBroken, parse_event
 from .providers.pool import StreamTooLarge
 from .schemas.common import INT64_MAX
 
 logger = logging.getLogger("gateway")
-
-BOM = b"\xef\xbb\xbf"
-
-
-class EventTooLarge(Exception):
-    """An upstream event still incomplete past the decoder's cap."""
-
-
-class SSEDecoder:
-    """Splits a byte stream into SSE events (each ending in a blank line) the moment each is
-    complete. Lines may end in CRLF, LF or CR (the standard allows all three, mixed); they are
-    relayed as LF. A CR at the end of a chunk waits for the next one (it may be half a CRLF).
-    An event still incomplete past `max_event` bytes is EventTooLarge: what is held of one
-    event is bounded (docs/decisions/README.md, "Upstream bounds")."""
-
-    def __init__(self, max_event: int | None = None):
-        self.buffer = b""
-        self.started = False
-        self.pending_cr = False
-        self.max_event = max_event
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        if not self.started and chunk:
-            self.started = True
-            chunk = chunk.removeprefix(BOM)
-        if self.pending_cr:
-            chunk, self.pending_cr = b"\r" + chunk, False
-        if b"\r" in chunk:
-            if chunk.endswith(b"\r"):
-                chunk, self.pending_cr = chunk[:-1], True
-            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        buffer = self.buffer + chunk if self.buffer else chunk
-        blocks = []
-        while True:
-            buffer = buffer.lstrip(b"\n")  # blank lines between events dispatch nothing
-            end = buffer.find(b"\n\n")
-            if end < 0:
-                break
-            blocks.append(buffer[: end + 2])
-            buffer = buffer[end + 2 :]
-        if self.max_event is not None and len(buffer) > self.max_event:
-            raise EventTooLarge(f"event over {self.max_event} bytes")
-        self.buffer = buffer
-        return blocks
-
-    def flush(self) -> list[bytes]:
-        """What is left when the upstream closes: relayed as a last event (lenient: a final
-        usage event without its blank line is still billed)."""
-        rest = self.buffer.strip(b"\n")
-        self.buffer = b""
-        return [rest + b"\n\n"] if rest else []
-
-
-def parse_event(block: bytes) -> tuple[bytes | None, bytes | None]:
-    """(event name, data) of one event block; fields may come in any order, comments (`:`)
-    and `id:`/`retry:` lines are skipped. data is None when the block has no `data:` line."""
-    if block.startswith(b"data: ") and block.find(b"\n") == len(block) - 2:
-        return None, block[6:-2]  # the common case: one data line
-    event = None
-    data: list[bytes] = []
-    for line in block.split(b"\n"):
-        if not line or line.startswith(b":"):
-            continue
-        name, colon, value = line.partition(b":")
-        if colon and value.startswith(b" "):
-            value = value[1:]
-        if name == b"data":
-            data.append(value)
-        elif name == b"event":
-            event = value
-    return event, b"\n".join(data) if data else None
 
 
 @dataclass
@@ -380,6 +310,9 @@ class ProviderStream:
 
     response: Any  # httpx.Response, or providers.pool.StreamedAnswer
     protocol: SSEProtocol
+    # The adapter's decoder into the contract's events (providers.events); None: the upstream
+    # speaks them already and is split as it comes (SSEDecoder).
+    decoder: DecoderFactory | None = None
     first: bytes = b""  # the upstream's first bytes, read by `prime`
     rest: Any = None  # the rest of `response.aiter_raw()` after them
 
@@ -451,8 +384,9 @@ class _Upstream:
 
     async def _read(self) -> None:
         outcome = self.outcome
-        decoder = SSEDecoder(settings.GATEWAY["ANSWER_MAX_BYTES"]["event"])
         stream = self.stream
+        max_event = settings.GATEWAY["ANSWER_MAX_BYTES"]["event"]
+        decoder = SSEDecoder(max_event) if stream.decoder is None else stream.decoder(max_event)
         try:
             if stream.first and not self._take(decoder.feed(stream.first)):
                 return
@@ -462,7 +396,7 @@ class _Upstream:
                     return
             if self._take(decoder.flush()) and not outcome.completed:
                 self._fail(SERVICE_UNAVAILABLE)
-        except (httpx.HTTPError, EventTooLarge) as exc:
+        except (httpx.HTTPError, EventTooLarge, StreamBroken) as exc:
             logger.warning("stream broke: %s", type(exc).__name__)
             self._fail(SERVICE_UNAVAILABLE)
         finally:

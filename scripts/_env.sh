@@ -16,7 +16,7 @@ fi
 STAMP="$VENV/.installed-$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$STAMP" ]; then
     echo "Installing the pinned dependencies into .venv (log: .venv/pip.log) ..."
-    # Every extra (".[dev,server,clients]") is in constraints.txt: scripts/lock.sh writes it.
+    # Every extra (".[dev,server,clients,vendors]") is in constraints.txt: scripts/lock.sh writes it.
     if ! bash scripts/install_locked.sh constraints.txt "$VENV/bin/python" \
             > "$VENV/pip.log" 2>&1; then
         cat "$VENV/pip.log" >&2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes the hash-pinned locks from pyproject.toml:
-#   constraints.txt         the base and every extra (dev, server, clients), plus pip and the build
+#   constraints.txt         the base and every extra (dev, server, clients, vendors), plus pip and the build
 #                           backend (setuptools): what scripts/_env.sh installs
 #   constraints-server.txt  the base and `server` only, the same versions: what the Dockerfile
 #                           installs
@@ -45,7 +45,7 @@ compile() {  # compile OUTPUT EXTRA...
     { echo "$HEADER"; cat "$TMP/out.txt"; } > "$out"
 }
 UPGRADE=("$@")
-compile constraints.txt dev server clients
+compile constraints.txt dev server clients vendors
 compile constraints-server.txt server
 echo "constraints.txt: $(grep -cE '^[A-Za-z0-9]' constraints.txt) packages;" \
     "constraints-server.txt: $(grep -cE '^[A-Za-z0-9]' constraints-server.txt)"

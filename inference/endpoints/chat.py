@@ -97,6 +97,9 @@ class ChatCompletions(TextGeneration, endpoint="chat_completions"):
             if part.type in PART_MODALITY
         }
         check_model_support(route, modalities=modalities, effort=body.effort)
+        adapter = adapter_for(route.provider.kind, ChatProvider)
+        if adapter.checks_requests:
+            adapter.check_chat(route, self.payload(route, body))
 
     def payload(self, route: Route, body: ChatCompletionRequest) -> dict:
         payload = body.model_dump(exclude_unset=True, by_alias=True)
@@ -121,9 +124,9 @@ class ChatCompletions(TextGeneration, endpoint="chat_completions"):
         adapter = adapter_for(route.provider.kind, ChatProvider)
         payload = self.payload(route, body)
         if body.stream:
-            response = await adapter.chat_stream(route, payload)
+            opened = await adapter.chat_stream(route, payload)
             protocol = ChatSSE(payload, model=route.upstream_model)
-            return ProviderStream(response=response, protocol=protocol)
+            return ProviderStream(opened.response, protocol, opened.decoder)
         answer = await adapter.chat(route, payload)
         if not isinstance(answer, dict):
             raise malformed("chat answer is not an object")

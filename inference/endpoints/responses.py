@@ -88,6 +88,8 @@ class Responses(TextGeneration, endpoint="responses"):
                 if isinstance(parts, list):
                     modalities |= {PART_MODALITY[p.type] for p in parts if p.type in PART_MODALITY}
         check_model_support(route, modalities=modalities, effort=body.effort)
+        if adapter.checks_requests:
+            adapter.check_responses(route, self.payload(route, body))
 
     def payload(self, route: Route, body: ResponseRequest) -> dict:
         payload = body.model_dump(exclude_unset=True, by_alias=True)
@@ -110,9 +112,9 @@ class Responses(TextGeneration, endpoint="responses"):
         adapter = adapter_for(route.provider.kind, ResponsesProvider)
         payload = self.payload(route, body)
         if body.stream:
-            response = await adapter.responses_stream(route, payload)
+            opened = await adapter.responses_stream(route, payload)
             protocol = ResponsesSSE(payload, model=route.upstream_model)
-            return ProviderStream(response=response, protocol=protocol)
+            return ProviderStream(opened.response, protocol, opened.decoder)
         answer = await adapter.responses(route, payload)
         if not isinstance(answer, dict):
             raise malformed("responses answer is not an object")

@@ -32,6 +32,7 @@ from core.errors import (
     ServiceUnavailable,
 )
 
+from .events import DecoderFactory
 from .pool import Upstream, UpstreamTimeout, UpstreamTooLarge, UpstreamUnreachable
 
 if TYPE_CHECKING:
@@ -140,6 +141,19 @@ class Transport:
     stateful_responses: ClassVar[bool] = False
     # The Responses `include` values the provider honours; None: every documented one.
     responses_include: ClassVar[frozenset[str] | None] = None
+
+    # Whether `check_chat` / `check_responses` refuse anything (the endpoints build the payload
+    # for them in step 7 only then: OpenAI's own kinds take every field the contract has).
+    checks_requests: ClassVar[bool] = False
+
+    def check_chat(self, route: Route, payload: dict) -> None:
+        """Refuse, with the spec's 400 (`BadRequest`), what this provider cannot take (a field
+        with no counterpart that would change the answer), before any call: step 7, for the
+        chosen route and for each failover (one that refuses is skipped). `payload` is what
+        `chat` would get."""
+
+    def check_responses(self, route: Route, payload: dict) -> None:
+        """`check_chat` for `/v1/responses` (`payload` is what `responses` would get)."""
 
     def refine_route(self, route: Route) -> Route:
         """The route this adapter serves the request on (e.g. another connection of the same
@@ -295,21 +309,48 @@ class Transport:
 # --- capabilities: what an endpoint asks of an adapter ------------------------------------------
 
 
+@dataclass
+class UpstreamStream:
+    """A streamed answer whose headers are in and status checked, its body unread: `response`
+    (an `httpx.Response` or a `pool.StreamedAnswer`) and the adapter's `decoder` of it into
+    the contract's events (`providers.events`; None: the upstream speaks them already)."""
+
+    response: Any
+    decoder: DecoderFactory | None = None
+
+
 @runtime_checkable
 class ChatProvider(Protocol):
+    """`/v1/chat/completions`. `payload` is the contract's request (the validated body, tools
+    in the function format, `model` the upstream id, `stream_options.include_usage` set on a
+    stream); the answer is the contract's chat completion, its `usage` the contract's
+    (`events.contract_usage`), and a stream's decoder yields the contract's chunks, ending
+    with a usage-only chunk and `[DONE]`. Failures are `ProviderFailure`s (`raise_for_response`)."""
+
+    checks_requests: bool
+
+    def check_chat(self, route: Route, payload: dict) -> None: ...
+
     async def chat(self, route: Route, payload: dict) -> dict: ...
 
-    async def chat_stream(self, route: Route, payload: dict) -> httpx.Response: ...
+    async def chat_stream(self, route: Route, payload: dict) -> UpstreamStream: ...
 
 
 @runtime_checkable
 class ResponsesProvider(Protocol):
+    """`/v1/responses`, natively or through the adapter's chat (`providers.bridge`). The
+    payload and answer are the contract's Responses shapes; a stream's decoder yields the
+    contract's Responses events, ending with `response.completed` (its usage)."""
+
     stateful_responses: bool
     responses_include: frozenset[str] | None
+    checks_requests: bool
+
+    def check_responses(self, route: Route, payload: dict) -> None: ...
 
     async def responses(self, route: Route, payload: dict) -> dict: ...
 
-    async def responses_stream(self, route: Route, payload: dict) -> httpx.Response: ...
+    async def responses_stream(self, route: Route, payload: dict) -> UpstreamStream: ...
 
 
 @runtime_checkable
@@ -372,6 +413,7 @@ __all__ = [
     "NotFound",
     "ProviderFailure",
     "Transport",
+    "UpstreamStream",
     "malformed",
     "sanitize_message",
     "unavailable",

@@ -13,7 +13,15 @@ from catalog.routing import Route
 from inference.imagesizes import nearest_size
 
 from . import usage as usage_formats
-from .base import ContentBlocked, GeneratedImage, GeneratedImages, Transport, malformed, unavailable
+from .base import (
+    ContentBlocked,
+    GeneratedImage,
+    GeneratedImages,
+    Transport,
+    UpstreamStream,
+    malformed,
+    unavailable,
+)
 from .pool import UpstreamTooLarge
 
 
@@ -129,16 +137,21 @@ class OpenAITransport(Transport):
             route, "/chat/completions", self.chat_payload(payload), max_bytes=cap
         )
 
-    async def chat_stream(self, route: Route, payload: dict) -> httpx.Response:
-        return await self.open_stream(route, "/chat/completions", self.chat_payload(payload))
+    async def chat_stream(self, route: Route, payload: dict) -> UpstreamStream:
+        # The contract's chunks already: relayed as they come (no decoder of its own).
+        return UpstreamStream(
+            await self.open_stream(route, "/chat/completions", self.chat_payload(payload))
+        )
 
     async def responses(self, route: Route, payload: dict) -> dict:
         return await self.post_json(
             route, "/responses", self.responses_payload(payload), max_bytes=self.answer_cap("chat")
         )
 
-    async def responses_stream(self, route: Route, payload: dict) -> httpx.Response:
-        return await self.open_stream(route, "/responses", self.responses_payload(payload))
+    async def responses_stream(self, route: Route, payload: dict) -> UpstreamStream:
+        return UpstreamStream(
+            await self.open_stream(route, "/responses", self.responses_payload(payload))
+        )
 
 
 # --- images: the request each model family takes -----------------------------------------------

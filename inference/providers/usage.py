@@ -34,26 +34,33 @@ def _block(value, what: str) -> dict:
 
 
 def openai_chat(usage) -> Usage:
-    """Chat Completions `usage` (also the usage-only last chunk of a stream)."""
+    """Chat Completions `usage` (also the usage-only last chunk of a stream): OpenAI's, and the
+    contract's that every adapter writes (`events.contract_usage`; `cache_write_tokens` is
+    OpenRouter's and ours, for providers that bill cache writes)."""
     usage = _block(usage, "usage")
     details = _block(usage.get("prompt_tokens_details"), "prompt_tokens_details")
+    written = details.get("cache_write_tokens")
     return Usage(
         prompt_tokens=_tokens(usage.get("prompt_tokens")),
         completion_tokens=_tokens(usage.get("completion_tokens")),
         total_tokens=_tokens(usage.get("total_tokens")),
         cached_tokens=_tokens(details.get("cached_tokens")),
+        cache_write_tokens=_tokens(written) if written is not None else None,
     )
 
 
 def openai_responses(usage) -> Usage:
-    """Responses API `usage` (also in a stream's `response.completed` event)."""
+    """Responses API `usage` (also in a stream's `response.completed` event); the bridge
+    (providers.bridge) carries cache writes as `input_tokens_details.cache_write_tokens`."""
     usage = _block(usage, "usage")
     details = _block(usage.get("input_tokens_details"), "input_tokens_details")
+    written = details.get("cache_write_tokens")
     return Usage(
         prompt_tokens=_tokens(usage.get("input_tokens")),
         completion_tokens=_tokens(usage.get("output_tokens")),
         total_tokens=_tokens(usage.get("total_tokens")),
         cached_tokens=_tokens(details.get("cached_tokens")),
+        cache_write_tokens=_tokens(written) if written is not None else None,
     )
 
 

@@ -105,6 +105,9 @@ def test_provider_kind_choices_are_the_declared_kinds():
         "websearch",
         "academic",
         "fetch",
+        "azure_openai",
+        "anthropic",
+        "openai_compatible",
     ]
     assert {k.credentials for k in PROVIDER_KINDS.values()} == set(Credentials)
 

@@ -1,0 +1,12 @@
+"""`anthropic`: the Anthropic Messages API (`x-api-key`, `anthropic-version`; base URL like
+https://api.anthropic.com/v1). Chat completions in its own wire format; `/v1/responses` through
+it (providers.bridge)."""
+
+from __future__ import annotations
+
+from .base import Transport
+from .bridge import ResponsesOverChat
+
+
+class AnthropicTransport(ResponsesOverChat, Transport):
+    kind = "anthropic"
