@@ -51,7 +51,9 @@ def test_create_text(sdk, fake):
     assert message.usage.input_tokens == 6 and message.usage.output_tokens == 7
     sent = fake.last
     assert sent.path == "/v1/messages"
-    assert sent.headers["x-api-key"] == KEY and sent.headers["anthropic-version"] == "2023-06-01"
+    # The SDK sends its key as a bearer token and its own API version (the gateway sends
+    # `x-api-key` and 2023-06-01): the fake takes both.
+    assert sent.headers["authorization"] == f"Bearer {KEY}" and sent.headers["anthropic-version"]
 
 
 def test_tool_loop(sdk):
