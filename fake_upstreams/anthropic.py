@@ -80,7 +80,7 @@ FIELDS = frozenset(
         "context_management",
     }
 )
-REFUSAL_EXPLANATION = "This request was declined by Anthropic's usage policy classifiers."
+REFUSAL_EXPLANATION = "This request was declined by the usage policy's classifiers."
 
 
 def anthropic_error(status: int, message: str | None = None) -> Response:
