@@ -340,6 +340,30 @@ def test_in_stream_failures(client, auth, claude_catalog, mode):
     assert (row.status_code, row.credits) == (503, 0)
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"event: message_start\ndata: " + b"x" * (256 * 1024),  # an event that never ends
+        b"event: message_start\ndata: not json\n\n",  # garbage
+    ],
+    ids=["endless", "garbage"],
+)
+def test_hostile_streams_are_bounded(client, auth, claude_catalog, settings, answer):
+    caps = {**settings.GATEWAY["ANSWER_MAX_BYTES"], "event": 64 * 1024}
+    settings.GATEWAY = {**settings.GATEWAY, "ANSWER_MAX_BYTES": caps}
+    headers = {"Content-Type": "text/event-stream"}
+    claude_catalog["anthropic"].fail_next(200, answer, headers=headers)
+    body = {"model": HAIKU, "messages": ASK, "stream": True}
+    response = client.post("/v1/chat/completions", json=body, headers=auth)
+    assert response.status_code == 200
+    assert [e for e in response.text.split("\n\n") if e] == [
+        'data: {"error":{"message":"Service temporarily unavailable","type":"server_error"}}',
+        "data: [DONE]",
+    ]
+    row = rows(1)[0]
+    assert (row.status_code, row.credits, row.error_code) == (503, 0, "stream_failed")
+
+
 # --- the OpenAI Agents SDK ---------------------------------------------------------------------
 
 
