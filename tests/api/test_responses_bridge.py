@@ -6,16 +6,12 @@ spec's 400 before any call."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 
 import openai
 import pytest
-from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from agents.items import ToolCallItem, ToolCallOutputItem
-from openai import AsyncOpenAI
-from pydantic import BaseModel
 
 from inference.endpoints.responses import STATELESS_MESSAGE
 from licensing.models import Transaction
@@ -26,12 +22,13 @@ from tests.client_helpers import (
     valid_weather_args,
     weather_report,
 )
+from tests.clients.test_clients_agents import Forecast
+from tests.clients.test_clients_agents import run as run_agent
 from tests.fixtures_bridge import BRIDGE_COST, BRIDGE_MODEL, BRIDGE_REASONER
 from tests.kit import error, wait_for_ledger, wait_until
 from tests.ledger_helpers import refusal_codes
 
 pytestmark = pytest.mark.django_db(transaction=True)
-set_tracing_disabled(True)
 CHAT = "/v1/chat/completions"
 WEATHER_TOOL = {
     "type": "function",
@@ -40,12 +37,6 @@ WEATHER_TOOL = {
     "parameters": WEATHER_SCHEMA,
     "strict": True,
 }
-
-
-class Forecast(BaseModel):
-    city: str
-    temperature_c: int
-    sunny: bool
 
 
 def credits(usage) -> int:
@@ -268,40 +259,16 @@ def test_in_stream_error_event_and_a_dropped_stream(sdk, bridged):
 # --- the OpenAI Agents SDK --------------------------------------------------------------------
 
 
-def run_agent(gateway, api_key, question, *, output_type=None, streamed=False):
-    calls: list[dict] = []
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """The weather in a city now."""
-        calls.append({"city": city})
-        return weather_report(city)
-
-    async def go():
-        client = AsyncOpenAI(base_url=gateway.url + "/v1", api_key=api_key, max_retries=0)
-        agent = Agent(
-            name="assistant",
-            instructions="Answer briefly; use the tools you have.",
-            model=OpenAIResponsesModel(model=BRIDGE_MODEL, openai_client=client),
-            tools=[] if output_type else [get_weather],
-            output_type=output_type,
-        )
-        try:
-            if not streamed:
-                return await Runner.run(agent, question)
-            result = Runner.run_streamed(agent, question)
-            async for _ in result.stream_events():
-                pass
-            return result
-        finally:
-            await client.close()
-
-    return asyncio.run(go()), calls
-
-
 @pytest.mark.parametrize("streamed", [False, True])
 def test_agents_sdk_tool_loop(gateway, api_key, bridged, streamed):
-    result, calls = run_agent(gateway, api_key, "What is the weather in Berlin?", streamed=streamed)
+    result, calls = run_agent(
+        gateway,
+        api_key,
+        BRIDGE_MODEL,
+        "What is the weather in Berlin?",
+        tools=["get_weather"],
+        streamed=streamed,
+    )
     assert len(calls) == 1 and valid_weather_args(calls[0])
     kinds = [type(item) for item in result.new_items]
     assert ToolCallItem in kinds and ToolCallOutputItem in kinds
@@ -315,7 +282,12 @@ def test_agents_sdk_tool_loop(gateway, api_key, bridged, streamed):
 @pytest.mark.parametrize("streamed", [False, True])
 def test_agents_sdk_structured_output(gateway, api_key, bridged, streamed):
     result, _ = run_agent(
-        gateway, api_key, "The weather in Rome, please.", output_type=Forecast, streamed=streamed
+        gateway,
+        api_key,
+        BRIDGE_MODEL,
+        "The weather in Rome, please.",
+        output_type=Forecast,
+        streamed=streamed,
     )
     assert isinstance(result.final_output, Forecast)
     (sent,) = provider_calls(bridged, CHAT)

@@ -41,6 +41,16 @@ WEATHER = {
 }
 
 
+def tool_call(call_id: str, city: str) -> dict:
+    """A chat tool call of the weather function."""
+    arguments = orjson.dumps({"city": city}).decode()
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "weather", "arguments": arguments},
+    }
+
+
 def contract(body: dict) -> dict:
     """The payload the endpoint hands an adapter: the validated body, dumped as it dumps it."""
     payload = ResponseRequest.model_validate({"model": "m", **body}).model_dump(
@@ -171,16 +181,8 @@ def test_every_input_item_kind():
             "role": "assistant",
             "content": "Let me check. Not that part.",
             "tool_calls": [
-                {
-                    "id": "call_a",
-                    "type": "function",
-                    "function": {"name": "weather", "arguments": '{"city":"Oslo"}'},
-                },
-                {
-                    "id": "call_b",
-                    "type": "function",
-                    "function": {"name": "weather", "arguments": '{"city":"Rome"}'},
-                },
+                tool_call("call_a", "Oslo"),
+                tool_call("call_b", "Rome"),
             ],
         },
         {"role": "tool", "tool_call_id": "call_a", "content": "rain"},
@@ -351,16 +353,8 @@ def test_a_text_answer_with_its_usage_and_echoed_settings():
 
 def test_reasoning_and_parallel_tool_calls_become_items_in_order():
     calls = [
-        {
-            "id": "call_1",
-            "type": "function",
-            "function": {"name": "weather", "arguments": '{"city":"Oslo"}'},
-        },
-        {
-            "id": "call_2",
-            "type": "function",
-            "function": {"name": "weather", "arguments": '{"city":"Rome"}'},
-        },
+        tool_call("call_1", "Oslo"),
+        tool_call("call_2", "Rome"),
     ]
     message = {"content": None, "reasoning_content": "Two cities.", "tool_calls": calls}
     parsed = Response.model_validate(
