@@ -381,6 +381,13 @@ def _reasoning_text(holder: dict) -> Any:
     return text if text is not None else holder.get("reasoning")
 
 
+def _message_text(content: Any) -> Any:
+    """A message's content; a list of text parts (some servers answer so) as its text."""
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and "text" in p)
+    return content
+
+
 def _output(message: dict, ids: str, status: str, request: dict) -> list[dict]:
     """The output items of a chat answer's message; item ids `<prefix>_<ids>_<output index>`,
     as a stream of the same answer numbers them."""
@@ -388,7 +395,7 @@ def _output(message: dict, ids: str, status: str, request: dict) -> list[dict]:
     reasoning = _reasoning_text(message)
     if isinstance(reasoning, str) and reasoning and not _reasoning_excluded(request):
         output.append(reasoning_item(f"rs_{ids}_0", reasoning, status))
-    content, refusal = message.get("content"), message.get("refusal")
+    content, refusal = _message_text(message.get("content")), message.get("refusal")
     calls = message.get("tool_calls") or []
     parts = [text_part(content)] if isinstance(content, str) and content else []
     if isinstance(refusal, str) and refusal:
@@ -502,6 +509,7 @@ class ChatToResponsesEvents:
         self.items: list[_Item] = []
         self.open: _Item | None = None  # the message or reasoning item text deltas go to
         self.calls: dict[Any, _Item] = {}  # chat tool call index -> its item
+        self.last_call: Any = None  # the index of the call opened last
         self.finish: str | None = None
         self.usage: dict | None = None
         self.ended = False
@@ -588,8 +596,9 @@ class ChatToResponsesEvents:
         error = error if isinstance(error, dict) else {"message": error}
         code, kind, param = error.get("code"), error.get("type"), error.get("param")
         message = error.get("message")
+        out = [] if self.ids else self._start({})  # every stream opens with response.created
         self.ended = True
-        return [
+        return out + [
             self._event(
                 "error",
                 code=code if isinstance(code, str) else kind if isinstance(kind, str) else None,
@@ -653,7 +662,9 @@ class ChatToResponsesEvents:
         if not isinstance(call, dict) or not isinstance(call.get("function") or {}, dict):
             raise StreamBroken("a chat chunk's tool call is not an object")
         function = call.get("function") or {}
-        index = call.get("index", position)
+        index = call.get("index")
+        if index is None:  # a server that numbers no calls: each id a call, pieces the last's
+            index = call.get("id") or self.last_call or position
         out: list[bytes] = []
         item = self.calls.get(index)
         if item is None:
@@ -664,6 +675,7 @@ class ChatToResponsesEvents:
                 "function_call", call_id=call_id, name=function.get("name") or ""
             )
             self.calls[index] = item
+            self.last_call = index
             item.parts.append(("arguments", []))
             out.append(added)
         arguments = function.get("arguments")

@@ -585,6 +585,46 @@ def test_an_error_chunk_is_an_error_event_and_nothing_follows():
     assert outcome.failure == "overloaded" and not outcome.completed
 
 
+def test_an_error_first_still_opens_the_response():
+    error = b'data: {"error": {"message": "busy", "code": "overloaded", "param": "model"}}\n\n'
+    bodies = data_of(translate([error]))
+    assert [b["type"] for b in bodies] == ["response.created", "response.in_progress", "error"]
+    assert (bodies[-1]["code"], bodies[-1]["param"], bodies[-1]["sequence_number"]) == (
+        "overloaded",
+        "model",
+        2,
+    )
+
+
+def test_calls_of_a_server_that_numbers_none():
+    """Each id is a call; a piece without id or index belongs to the call opened last."""
+
+    def chunk(call):
+        return (
+            b"data: "
+            + orjson.dumps({"id": "c", "choices": [{"delta": {"tool_calls": [call]}}]})
+            + b"\n\n"
+        )
+
+    stream = [
+        chunk({"id": "call_x", "function": {"name": "weather", "arguments": '{"city":'}}),
+        chunk({"function": {"arguments": '"Oslo"}'}}),
+        chunk({"id": "call_y", "function": {"name": "weather", "arguments": '{"city":"Rome"}'}}),
+        ChatChunks.done(),
+    ]
+    _, final = sdk_stream(translate(stream))
+    assert [(item.call_id, item.arguments) for item in final.output] == [
+        ("call_x", '{"city":"Oslo"}'),
+        ("call_y", '{"city":"Rome"}'),
+    ]
+
+
+def test_content_given_as_text_parts():
+    message = {"content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}
+    body = chat_to_response(answer(message), contract({"input": "x"}))
+    assert Response.model_validate(body).output_text == "Hello"
+
+
 def test_done_without_usage_still_completes_with_zeros():
     events = translate(text_chunks(usage=False))
     final = data_of(events)[-1]
