@@ -175,6 +175,24 @@ def test_parallel_calls_sent_back_are_one_assistant_message(sdk, bridged):
     assert [c["id"] for c in messages[1]["tool_calls"]] == ["call_Oslo", "call_Rome"]
 
 
+def test_an_image_in_the_input(sdk, bridged):
+    image = "data:image/png;base64,iVBORw0KGgo="
+    content = [
+        {"type": "input_text", "text": "What is in this picture?"},
+        {"type": "input_image", "image_url": image, "detail": "low"},
+    ]
+    response = sdk.responses.create(
+        model=BRIDGE_MODEL, input=[{"role": "user", "content": content}]
+    )
+    assert response.output_text == "Echo: What is in this picture?"
+    (sent,) = provider_calls(bridged, CHAT)
+    assert sent["messages"][0]["content"][1] == {
+        "type": "image_url",
+        "image_url": {"url": image, "detail": "low"},
+    }
+    charged_row(response)
+
+
 @pytest.mark.parametrize("streamed", [False, True])
 def test_structured_output(sdk, bridged, streamed):
     body = {"model": BRIDGE_MODEL, "input": "The weather in Rome, please.", "text_format": Forecast}
