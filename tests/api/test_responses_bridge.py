@@ -272,6 +272,31 @@ def test_in_stream_error_event_and_a_dropped_stream(sdk, bridged):
     assert list(Transaction.objects.values_list("status_code", "credits")) == [(503, 0), (503, 0)]
 
 
+@pytest.mark.parametrize(
+    "stream",
+    [
+        b"data: not json\n\n",  # garbage
+        b'data: {"choices": {"delta": 1}}\n\n',  # a wrong shape
+        b"data: " + b"x" * (256 * 1024),  # an event that never ends, past the event cap
+    ],
+)
+def test_garbage_and_oversized_chat_streams_end_with_the_in_stream_error(
+    client, auth, bridged, settings, stream
+):
+    caps = {**settings.GATEWAY["ANSWER_MAX_BYTES"], "event": 64 * 1024}
+    settings.GATEWAY = {**settings.GATEWAY, "ANSWER_MAX_BYTES": caps}
+    bridged.fail_next(200, stream, headers={"Content-Type": "text/event-stream"})
+    body = {"model": BRIDGE_MODEL, "input": "hi", "stream": True}
+    response = client.post("/v1/responses", json=body, headers=auth)
+    assert response.status_code == 200
+    (event,) = [e for e in response.text.split("\n\n") if e]
+    assert event.startswith("event: error\ndata: ")
+    assert json.loads(event.split("data: ", 1)[1])["message"] == "Service temporarily unavailable"
+    wait_for_ledger(1)
+    row = Transaction.objects.get()
+    assert (row.status_code, row.credits, row.error_code) == (503, 0, "stream_failed")
+
+
 # --- the OpenAI Agents SDK --------------------------------------------------------------------
 
 
