@@ -14,6 +14,7 @@ import pytest
 from agents.items import ToolCallItem, ToolCallOutputItem
 
 from inference.endpoints.responses import STATELESS_MESSAGE
+from inference.providers.events import ChatChunks, chat_completion, contract_usage
 from licensing.models import Transaction
 from tests.client_helpers import (
     WEATHER_SCHEMA,
@@ -270,6 +271,50 @@ def test_in_stream_error_event_and_a_dropped_stream(sdk, bridged):
     assert seen[-1].type == "error" and seen[-1].message == "Service temporarily unavailable"
     wait_for_ledger(2)
     assert list(Transaction.objects.values_list("status_code", "credits")) == [(503, 0), (503, 0)]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_content_filter_refusal_is_an_incomplete_answer_charged_at_its_usage(
+    client, auth, bridged, streamed
+):
+    """A provider's refusal (the contract's `finish_reason: content_filter` and `refusal`):
+    200, `incomplete` with reason `content_filter`, the refusal as a `refusal` part."""
+    usage = contract_usage(prompt=12, completion=6)
+    refusal = "I can't help with that."
+    if streamed:
+        chunks = ChatChunks("chatcmpl-refused", "gpt-4o-mini")
+        body = chunks.refusal(refusal) + chunks.finish("content_filter") + chunks.usage(usage)
+        bridged.fail_next(200, body + chunks.done(), headers={"Content-Type": "text/event-stream"})
+    else:
+        message = {"refusal": refusal}
+        answer = chat_completion(
+            answer_id="chatcmpl-refused",
+            model="gpt-4o-mini",
+            created=1,
+            message=message,
+            finish_reason="content_filter",
+            usage=usage,
+        )
+        bridged.fail_next(200, answer)
+    request = {"model": BRIDGE_MODEL, "input": "something refused", "stream": streamed}
+    response = client.post("/v1/responses", json=request, headers=auth)
+    assert response.status_code == 200
+    if streamed:
+        events = [e for e in response.text.split("\n\n") if e]
+        assert events[-1].startswith("event: response.incomplete\n")
+        final = json.loads(events[-1].split("data: ", 1)[1])["response"]
+    else:
+        final = response.json()
+    assert (final["status"], final["incomplete_details"]) == (
+        "incomplete",
+        {"reason": "content_filter"},
+    )
+    (item,) = final["output"]
+    assert item["content"] == [{"type": "refusal", "refusal": refusal}]
+    wait_for_ledger(1)
+    row = Transaction.objects.get()
+    assert (row.status_code, row.prompt_tokens, row.completion_tokens) == (200, 12, 6)
+    assert row.credits == math.ceil(12 * BRIDGE_COST["prompt"] + 6 * BRIDGE_COST["completion"])
 
 
 @pytest.mark.parametrize(
