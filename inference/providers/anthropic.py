@@ -69,6 +69,9 @@ REFUSAL = "The model declined to answer this request."
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
+# A `user` that looks like an e-mail address or a phone number is not sent as `metadata.user_id`
+# (the API wants an opaque id there and refuses e-mail addresses).
+_PERSONAL = re.compile(r".*@.*|\+?[\d\s().-]{8,}", re.DOTALL)
 # Fields of the contract with no counterpart on the Messages API, refused unless they ask for
 # the default (the value that changes nothing).
 _UNSUPPORTED_DEFAULTS: dict[str, tuple[Any, ...]] = {
@@ -338,8 +341,9 @@ def messages_body(route: Route, payload: dict) -> dict:
     stop = payload.get("stop")
     if stop:
         body["stop_sequences"] = [stop] if isinstance(stop, str) else stop
-    if payload.get("user"):
-        body["metadata"] = {"user_id": payload["user"]}
+    user = payload.get("user")
+    if user and not _PERSONAL.fullmatch(user):
+        body["metadata"] = {"user_id": user}
     _add_tools(payload, body)
     if not _last_turn_calls_tools(turns):
         thinking = claude_thinking(requested_effort(payload), max_tokens)

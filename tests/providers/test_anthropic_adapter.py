@@ -91,6 +91,13 @@ def test_sampling_stop_user_and_dropped_fields():
     assert not {"seed", "n", "stream_options", "stop"} & set(sent)
 
 
+@pytest.mark.parametrize("user", ["ada@example.org", "+41 79 123 45 67"])
+def test_a_personal_user_is_not_sent(user):
+    assert "metadata" not in body(user=user)
+    opaque = "550e8400-e29b-41d4-a716-446655440000"
+    assert body(user=opaque)["metadata"] == {"user_id": opaque}
+
+
 def test_a_tool_loop_conversation():
     messages = [
         {"role": "system", "content": "Be brief."},
