@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 
-from core.errors import PROVIDER_ERROR, SERVICE_UNAVAILABLE, BadRequest
+from core.errors import PROVIDER_ERROR, BadRequest
 from fake_upstreams.anthropic import anthropic_error
 from inference.providers.anthropic import (
     CLAUDE_THINKING_BUDGETS,
@@ -653,32 +653,7 @@ def test_an_oversized_event_is_bounded():
         translate([START, b"data: " + b"x" * 5000], max_event=4096)
 
 
-# --- errors ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("status", "client", "message"),
-    [
-        (400, 400, "max_tokens: Field required"),
-        (422, 400, "max_tokens: Field required"),
-        (404, 404, "model: claude-x"),
-        (401, 503, SERVICE_UNAVAILABLE),
-        (403, 503, SERVICE_UNAVAILABLE),
-        (429, 503, SERVICE_UNAVAILABLE),
-        (500, 503, SERVICE_UNAVAILABLE),
-        (529, 503, SERVICE_UNAVAILABLE),
-        (413, 500, PROVIDER_ERROR),
-    ],
-)
-def test_status_mapping(status, client, message):
-    said = {400: "max_tokens: Field required", 422: "max_tokens: Field required"}
-    rendered = anthropic_error(
-        status, said.get(status, "model: claude-x" if status == 404 else None)
-    )
-    response = httpx.Response(status, content=rendered.body, headers=rendered.headers)
-    with pytest.raises(ProviderFailure) as excinfo:
-        AnthropicTransport().raise_for_response(response)
-    assert (excinfo.value.status, excinfo.value.message) == (client, message)
+# --- errors (the status table, once per adapter: tests/providers/test_provider_status_mapping.py)
 
 
 def test_provider_names_are_scrubbed():
