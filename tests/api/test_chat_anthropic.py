@@ -15,7 +15,14 @@ from fractions import Fraction
 import jsonschema
 import openai
 import pytest
-from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 
@@ -359,6 +366,8 @@ def test_in_stream_failures(client, auth, claude_catalog, settings):
 
 
 def test_agents_sdk_tool_loop_and_output_type(gateway, api_key, claude_catalog):
+    """The Agents SDK on both of its models: chat completions, and its default, the Responses
+    API (through the bridge), a tool loop run and streamed, and a structured output type."""
     calls: list[str] = []
 
     @function_tool
@@ -367,45 +376,34 @@ def test_agents_sdk_tool_loop_and_output_type(gateway, api_key, claude_catalog):
         calls.append(city)
         return f"Sunny in {city}"
 
-    async def go():
+    async def go(model_class):
         client = AsyncOpenAI(base_url=gateway.url + "/v1", api_key=api_key, max_retries=0)
-        model = OpenAIChatCompletionsModel(model=HAIKU, openai_client=client)
+        model = model_class(model=HAIKU, openai_client=client)
         try:
             agent = Agent(name="a", instructions="Be brief.", model=model, tools=[get_weather])
             looped = await Runner.run(agent, QUESTION)
+            streamed = Runner.run_streamed(agent, QUESTION)
+            _ = [event async for event in streamed.stream_events()]
             typed = Agent(name="t", instructions="Be brief.", model=model, output_type=Forecast)
-            return looped, await Runner.run(typed, QUESTION)
+            return looped, streamed, await Runner.run(typed, QUESTION)
         finally:
             await client.close()
 
-    looped, typed = asyncio.run(go())
-    assert calls == ["Paris"]
-    assert looped.final_output == "The get_weather tool returned: Sunny in Paris"
-    assert isinstance(typed.final_output, Forecast)
-    assert all(row.credits > 0 and row.status_code == 200 for row in rows(3))
+    for model_class in (OpenAIChatCompletionsModel, OpenAIResponsesModel):
+        calls.clear()
+        looped, streamed, typed = asyncio.run(go(model_class))
+        assert calls == ["Paris", "Paris"], model_class
+        for result in (looped, streamed):
+            assert result.final_output == "The get_weather tool returned: Sunny in Paris"
+        assert isinstance(typed.final_output, Forecast)
+    recorded = rows(10)
+    assert [r.service for r in recorded] == ["chat_completions"] * 5 + ["responses"] * 5
+    assert all(row.credits > 0 and row.status_code == 200 for row in recorded)
 
 
 # --- /v1/responses, through the bridge ------------------------------------------------------------
 
 
-def _bridge_ready() -> bool:
-    from inference.providers import bridge
-
-    try:
-        bridge.responses_to_chat({"model": "m", "input": "x"})
-    except NotImplementedError:
-        return False
-    except Exception:
-        return True
-    return True
-
-
-bridged = pytest.mark.skipif(
-    not _bridge_ready(), reason="providers/bridge.py not on this branch yet (issue 34's bridge)"
-)
-
-
-@bridged
 @pytest.mark.parametrize("stream", [False, True], ids=["answer", "stream"])
 def test_responses_text_and_tools(sdk, claude_catalog, stream):
     tools = [{"type": "function", **WEATHER_TOOL["function"]}]
@@ -435,7 +433,6 @@ def test_responses_text_and_tools(sdk, claude_catalog, stream):
     assert all(row.credits > 0 for row in rows(2))
 
 
-@bridged
 def test_responses_structured_output(sdk, claude_catalog):
     schema = Forecast.model_json_schema() | {"additionalProperties": False}
     response = sdk.responses.create(
@@ -446,7 +443,6 @@ def test_responses_structured_output(sdk, claude_catalog):
     jsonschema.validate(json.loads(response.output_text), schema)
 
 
-@bridged
 def test_responses_previous_response_id_is_the_spec_s_400(sdk, claude_catalog):
     with pytest.raises(openai.BadRequestError, match="previous_response_id is not supported"):
         sdk.responses.create(model=HAIKU, input="hi", previous_response_id="resp_1")
