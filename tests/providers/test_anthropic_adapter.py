@@ -25,7 +25,13 @@ from inference.providers.anthropic import (
     messages_body,
 )
 from inference.providers.base import ProviderFailure
-from inference.providers.events import EventTooLarge, SSEFrames, StreamBroken, TranslatingDecoder
+from inference.providers.events import (
+    EventTooLarge,
+    SSEFrames,
+    StreamBroken,
+    TranslatingDecoder,
+    parse_event,
+)
 from tests.providers.test_adapters import BASE, ok, route, run, wired
 
 MODEL = "claude-haiku-4-5-20251001"
@@ -646,6 +652,24 @@ def test_a_stream_without_message_stop_has_no_done():
 def test_garbage_breaks_the_stream(events):
     with pytest.raises(StreamBroken):
         translate(events)
+
+
+@pytest.mark.parametrize(
+    ("block", "parsed"),
+    [
+        (b"event: a\ndata: x\n\n", (b"a", b"x")),
+        (b"event: a\ndata: \n\n", (b"a", b"")),
+        (b"event:a\ndata:x\n\n", (b"a", b"x")),
+        (b"event: a\ndata: x\ndata: y\n\n", (b"a", b"x\ny")),
+        (b"event: a\n: keep-alive\ndata: x\n\n", (b"a", b"x")),
+        (b"event: a\ndata: x\nid: 3\n\n", (b"a", b"x")),
+        (b"event: a\n\n", (b"a", None)),
+        (b"event: ping\ndata: {}\n\n", (b"ping", b"{}")),
+    ],
+)
+def test_named_events_parse_as_the_standard_reads_them(block, parsed):
+    # Anthropic names every event: a name and one data line have a fast path of their own.
+    assert parse_event(block) == parsed
 
 
 def test_an_oversized_event_is_bounded():
