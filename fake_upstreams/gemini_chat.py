@@ -87,6 +87,58 @@ def _unknown(fields: dict, known: set[str], where: str) -> None:
             )
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word[:1].upper() + word[1:] for word in rest)
+
+
+def _keys(value: Any) -> Any:
+    return {_camel(k): v for k, v in value.items()} if isinstance(value, dict) else value
+
+
+def normalize(body: dict) -> dict:
+    """The request with its field names in camelCase: the API (proto3 JSON) takes either
+    spelling, and the SDK sends some nested ones in snake_case. Schemas and arguments (the
+    client's own data) are left as they are."""
+    body = _keys(body)
+    config = _keys(body.get("generationConfig") or {})
+    if "thinkingConfig" in config:
+        config["thinkingConfig"] = _keys(config["thinkingConfig"])
+    body["generationConfig"] = config
+    tool_config = _keys(body.get("toolConfig") or {})
+    if "functionCallingConfig" in tool_config:
+        tool_config["functionCallingConfig"] = _keys(tool_config["functionCallingConfig"])
+    body["toolConfig"] = tool_config
+    body["tools"] = [
+        {
+            **_keys(tool),
+            "functionDeclarations": [
+                _keys(d) for d in _keys(tool).get("functionDeclarations") or []
+            ],
+        }
+        for tool in body.get("tools") or []
+    ]
+    body["contents"] = [
+        {**content, "parts": [_part(p) for p in content.get("parts") or []]}
+        for content in body["contents"]
+    ]
+    if isinstance(body.get("systemInstruction"), dict):
+        system = body["systemInstruction"]
+        body["systemInstruction"] = {
+            **system,
+            "parts": [_part(p) for p in system.get("parts") or []],
+        }
+    return body
+
+
+def _part(part: dict) -> dict:
+    part = _keys(part)
+    for name in ("inlineData", "functionCall", "functionResponse"):
+        if name in part:
+            part[name] = _keys(part[name])
+    return part
+
+
 def signature(seed: str) -> str:
     """An opaque thought signature (base64, as the API sends them)."""
     return base64.b64encode(hashlib.sha256(seed.encode()).digest() * 2).decode()
@@ -246,6 +298,7 @@ def answer(
     model: str, body: dict, *, reply_text: str | None, parallel: bool, cached: int, block: str
 ) -> dict:
     """The `GenerateContentResponse` (raises `Invalid`, `agentic.UnknownTool`)."""
+    body = normalize(body)
     check(model, body)
     config = body.get("generationConfig") or {}
     said = dialogue(body["contents"])

@@ -369,7 +369,7 @@ def _message(candidate: dict, answer_id: str, single_call: bool) -> tuple[dict, 
     ]
     if single_call:
         calls = calls[:1]
-    message: dict[str, Any] = {"content": "".join(texts) if texts or not calls else None}
+    message: dict[str, Any] = {"content": "".join(texts) if texts else None}
     if calls:
         message["tool_calls"] = calls
     if thoughts:
