@@ -151,9 +151,8 @@ class GeminiTransport(ResponsesOverChat, Transport):
 
     async def chat(self, route: Route, payload: dict) -> dict:
         body = gemini_chat.gemini_request(payload)
-        answer = await self.post_json(
-            route, self._path(route.upstream_model, "generateContent"), body
-        )
+        path = self._path(route.upstream_model, "generateContent")
+        answer = await self.post_json(route, path, body, max_bytes=self.answer_cap("chat"))
         if not isinstance(answer, dict):
             raise malformed("generateContent answer is not an object")
         return gemini_chat.chat_answer(answer, payload)
