@@ -9,6 +9,19 @@ import pytest
 from tests.conftest import UPSTREAM_KEY
 
 GEMINI_3 = "gemini-3-pro-preview"
+# A function tool in the contract's (chat) format.
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from fake_upstreams import gemini_chat as fake_chat
 from licensing.models import Transaction
-from tests.fixtures_gemini import GEMINI_3
+from tests.fixtures_gemini import GEMINI_3, WEATHER
 from tests.kit import error, wait_for_ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -20,18 +20,6 @@ PRICES = {  # USD per 1M tokens == micro-credits per token: (prompt, cached, com
     FLASH: (0.3, 0.03, 2.5),
     PRO: (1.25, 0.125, 10.0),
     GEMINI_3: (2.0, 0.2, 12.0),
-}
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
 }
 CLOCK = {
     "type": "function",

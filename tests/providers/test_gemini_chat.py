@@ -11,17 +11,10 @@ import pytest
 from core.errors import BadRequest
 from inference.providers import gemini_chat as gc
 from inference.providers.events import EventTooLarge, SSEFrames, StreamBroken, TranslatingDecoder
+from tests.fixtures_gemini import WEATHER
 
 FLASH, PRO3 = "gemini-2.5-flash", "gemini-3-pro-preview"
 PNG = "data:image/png;base64,iVBORw0KGgo="
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
 
 
 def request(**fields) -> dict:
@@ -152,7 +145,7 @@ def test_generation_config_and_tools():
             "functionDeclarations": [
                 {
                     "name": "get_weather",
-                    "description": "The weather",
+                    "description": "The weather in a city",
                     "parametersJsonSchema": WEATHER["function"]["parameters"],
                 }
             ]

@@ -8,8 +8,8 @@ from google import genai
 from google.genai import errors, types
 
 from fake_upstreams.gemini_chat import normalize
+from tests.conftest import UPSTREAM_KEY
 
-KEY = "gemini-sdk-test-key"
 WEATHER = types.FunctionDeclaration(
     name="get_weather",
     description="The weather in a city",
@@ -24,19 +24,17 @@ CLOCK = types.FunctionDeclaration(
 )
 
 
-@pytest.fixture(scope="module")
-def fake():
-    from fake_upstreams import GeminiFake, serve
-
-    with serve(GeminiFake(api_key=KEY)) as served:
-        yield served
+@pytest.fixture
+def fake(gemini_upstream):
+    """The session's Gemini fake (tests/conftest.py), reset."""
+    gemini_upstream.reset()
+    return gemini_upstream
 
 
 @pytest.fixture
 def gemini(fake):
-    fake.reset()
     return genai.Client(
-        api_key=KEY,
+        api_key=UPSTREAM_KEY,
         http_options=types.HttpOptions(base_url=fake.origin, api_version="v1beta"),
     )
 
@@ -60,7 +58,7 @@ def test_generate_content_text_and_usage(gemini, fake):
     assert (usage.thoughts_token_count, usage.cached_content_token_count) == (5, 2)
     assert answer.candidates[0].finish_reason == types.FinishReason.STOP
     sent = fake.last
-    assert sent.headers["x-goog-api-key"] == KEY
+    assert sent.headers["x-goog-api-key"] == UPSTREAM_KEY
     # The SDK spells some nested names in snake_case; the API (and the fake) take both.
     assert normalize(sent.json)["generationConfig"]["thinkingConfig"] == {
         "thinkingBudget": 1024,
