@@ -3,10 +3,21 @@ SDK through the live gateway to the Gemini fake, and the ledger row of each call
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 
 import pytest
+from agents import (
+    Agent,
+    OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
+from openai import AsyncOpenAI
+from pydantic import BaseModel
 
 from fake_upstreams import gemini_chat as fake_chat
 from licensing.models import Transaction
@@ -14,6 +25,7 @@ from tests.fixtures_gemini import GEMINI_3, WEATHER
 from tests.kit import error, wait_for_ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
+set_tracing_disabled(True)
 FLASH, PRO = "gemini-2.5-flash", "gemini-2.5-pro"
 HELLO = [{"role": "user", "content": "hello big world"}]
 PRICES = {  # USD per 1M tokens == micro-credits per token: (prompt, cached, completion)
@@ -490,3 +502,89 @@ def test_responses_tool_loop_and_text_format(sdk, gemini_chat):
         text={"format": {"type": "json_schema", "name": "c", "schema": schema}},
     )
     assert set(json.loads(shaped.output_text)) == {"city"}
+
+
+# --- the OpenAI Agents SDK ----------------------------------------------------------------------
+
+
+class Trip(BaseModel):
+    city: str
+    days: int
+
+
+def agent_run(
+    gateway, api_key, model, question, *, responses=False, output_type=None, streamed=False
+):
+    """One agent run on `model` through the gateway (chat completions, or the Responses API),
+    with a `get_weather` tool; the result and the cities the tool was called for."""
+    cities: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city now."""
+        cities.append(city)
+        return f"sunny in {city}"
+
+    async def go():
+        client = AsyncOpenAI(base_url=gateway.url + "/v1", api_key=api_key, max_retries=0)
+        kind = OpenAIResponsesModel if responses else OpenAIChatCompletionsModel
+        agent = Agent(
+            name="assistant",
+            instructions="Answer briefly; use the tools you have.",
+            model=kind(model=model, openai_client=client),
+            tools=[] if output_type else [get_weather],
+            output_type=output_type,
+        )
+        try:
+            if not streamed:
+                return await Runner.run(agent, question)
+            result = Runner.run_streamed(agent, question)
+            async for _event in result.stream_events():
+                pass
+            return result
+        finally:
+            await client.close()
+
+    return asyncio.run(go()), cities
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("model", [FLASH, GEMINI_3])
+def test_agents_sdk_tool_loop_on_chat_completions(gateway, api_key, gemini_chat, model, streamed):
+    result, cities = agent_run(
+        gateway, api_key, model, "What is the weather in Paris?", streamed=streamed
+    )
+    assert cities == ["Paris"]
+    assert result.final_output == "The get_weather tool returned: sunny in Paris"
+    wait_for_ledger(2)
+    assert [r.status_code for r in rows()] == [200, 200]
+    assert all(r.credits > 0 for r in rows())
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_agents_sdk_structured_output_on_chat_completions(gateway, api_key, gemini_chat, streamed):
+    result, _ = agent_run(
+        gateway, api_key, FLASH, "Plan a trip", output_type=Trip, streamed=streamed
+    )
+    assert isinstance(result.final_output, Trip)
+    config = sent(gemini_chat)["generationConfig"]
+    assert config["responseJsonSchema"]["required"] == ["city", "days"]
+
+
+@needs_bridge
+@pytest.mark.parametrize("streamed", [False, True])
+def test_agents_sdk_on_responses(gateway, api_key, gemini_chat, streamed):
+    result, cities = agent_run(
+        gateway,
+        api_key,
+        GEMINI_3,
+        "What is the weather in Paris?",
+        responses=True,
+        streamed=streamed,
+    )
+    assert cities == ["Paris"]
+    assert result.final_output == "The get_weather tool returned: sunny in Paris"
+    shaped, _ = agent_run(
+        gateway, api_key, FLASH, "Plan a trip", responses=True, output_type=Trip, streamed=streamed
+    )
+    assert isinstance(shaped.final_output, Trip)
