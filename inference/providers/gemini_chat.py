@@ -290,9 +290,9 @@ def _thinking(payload: dict, model: str) -> dict:
             thinking["thinkingLevel"] = THINKING_LEVEL[effort]
         else:
             thinking["thinkingBudget"] = THINKING_BUDGET[effort]
-    # Thought summaries only when the client asks to see reasoning (`reasoning` without
-    # `exclude`), as OpenRouter shows it; OpenAI's `reasoning_effort` shows none.
-    if reasoning and not reasoning.get("exclude") and effort != "none":
+    # Thought summaries whenever an effort is asked for (they cost nothing more: thinking is
+    # billed either way), unless `reasoning.exclude` says the client does not want them.
+    if effort not in (None, "none") and not reasoning.get("exclude"):
         thinking["includeThoughts"] = True
     return thinking
 

@@ -266,8 +266,8 @@ def test_structured_output(sdk, gemini_chat, stream):
     "model,fields,thinking",
     [
         (FLASH, {"reasoning_effort": "none"}, {"thinkingBudget": 0}),
-        (PRO, {"reasoning_effort": "high"}, {"thinkingBudget": 24576}),
-        (GEMINI_3, {"reasoning_effort": "low"}, {"thinkingLevel": "low"}),
+        (PRO, {"reasoning_effort": "high"}, {"thinkingBudget": 24576, "includeThoughts": True}),
+        (GEMINI_3, {"reasoning_effort": "low"}, {"thinkingLevel": "low", "includeThoughts": True}),
     ],
 )
 def test_reasoning_effort(client, auth, gemini_chat, model, fields, thinking):
@@ -280,12 +280,25 @@ def test_reasoning_effort(client, auth, gemini_chat, model, fields, thinking):
     assert reasoning == (0 if fields.get("reasoning_effort") == "none" else 5)
 
 
-def test_reasoning_shown_when_asked(client, auth, gemini_chat):
-    body = {"model": FLASH, "messages": HELLO, "reasoning": {"effort": "low"}}
+@pytest.mark.parametrize(
+    "fields,shown",
+    [
+        ({"reasoning": {"effort": "low"}}, True),
+        ({"reasoning_effort": "medium"}, True),
+        ({"reasoning": {"effort": "low", "exclude": True}}, False),
+        ({}, False),  # Gemini's own default: it thinks, and shows nothing
+    ],
+)
+def test_thought_summaries(client, auth, gemini_chat, fields, shown):
+    body = {"model": FLASH, "messages": HELLO, **fields}
     response = client.post("/v1/chat/completions", json=body, headers=auth)
     message = response.json()["choices"][0]["message"]
-    assert message["reasoning_content"] == "Thinking about: hello big world"
-    assert sent(gemini_chat)["generationConfig"]["thinkingConfig"]["includeThoughts"] is True
+    assert message.get("reasoning_content") == (
+        "Thinking about: hello big world" if shown else None
+    )
+    thinking = sent(gemini_chat).get("generationConfig", {}).get("thinkingConfig", {})
+    assert thinking.get("includeThoughts", False) is shown
+    assert response.json()["usage"]["completion_tokens_details"]["reasoning_tokens"] == 5
 
 
 def test_effort_the_model_lacks_is_the_spec_400(client, auth, gemini_chat):
@@ -448,22 +461,6 @@ def test_broken_streams_end_with_the_in_stream_503(client, auth, gemini_chat, se
 # --- /v1/responses through the bridge ------------------------------------------------------------
 
 
-def _bridge_ready() -> bool:
-    from inference.providers import bridge
-
-    try:
-        bridge.responses_to_chat({"model": "m", "input": "x"})
-    except NotImplementedError:
-        return False
-    except Exception:  # noqa: BLE001 - a real translation that wants more fields
-        return True
-    return True
-
-
-needs_bridge = pytest.mark.skipif(not _bridge_ready(), reason="providers/bridge.py is a stub")
-
-
-@needs_bridge
 def test_responses(sdk, gemini_chat):
     answer = sdk.responses.create(model=FLASH, input="hello big world")
     assert answer.output_text == "Echo: hello big world"
@@ -475,7 +472,6 @@ def test_responses(sdk, gemini_chat):
     assert first.credits == second.credits > 0
 
 
-@needs_bridge
 def test_responses_tool_loop_and_text_format(sdk, gemini_chat):
     tool = {"type": "function", **WEATHER["function"]}
     first = sdk.responses.create(model=GEMINI_3, input="weather in Paris", tools=[tool])
@@ -502,6 +498,53 @@ def test_responses_tool_loop_and_text_format(sdk, gemini_chat):
         text={"format": {"type": "json_schema", "name": "c", "schema": schema}},
     )
     assert set(json.loads(shaped.output_text)) == {"city"}
+
+
+def test_responses_stream_parallel_calls_back_with_the_output(sdk, gemini_chat):
+    """A streamed turn of parallel calls, its output items sent back as they came (the thought
+    signature inside the first call's `call_id`), then the answer."""
+    gemini_chat.parallel_calls = True
+    tools = [{"type": "function", **t["function"]} for t in (WEATHER, CLOCK)]
+    ask = [{"role": "user", "content": "weather and time in Paris"}]
+    events = list(sdk.responses.create(model=GEMINI_3, input=ask, tools=tools, stream=True))
+    output = next(e for e in events if e.type == "response.completed").response.output
+    calls = [item for item in output if item.type == "function_call"]
+    assert [c.name for c in calls] == ["get_weather", "get_time"]
+    results = [
+        {"type": "function_call_output", "call_id": c.call_id, "output": out}
+        for c, out in zip(calls, ["sunny", "noon"], strict=True)
+    ]
+    history = ask + [item.model_dump(exclude_none=True) for item in output] + results
+    final = sdk.responses.create(model=GEMINI_3, input=history, tools=tools)
+    assert final.output_text == (
+        "The get_weather tool returned: sunny The get_time tool returned: noon"
+    )
+    assert sent(gemini_chat)["contents"][1]["parts"][0]["thoughtSignature"]
+
+
+def test_responses_reasoning_and_image(sdk, gemini_chat):
+    content = [
+        {"type": "input_text", "text": "what is this"},
+        {"type": "input_image", "image_url": PNG},
+    ]
+    answer = sdk.responses.create(
+        model=FLASH, input=[{"role": "user", "content": content}], reasoning={"effort": "low"}
+    )
+    assert answer.output_text == "Echo: what is this"
+    reasoning = next(item for item in answer.output if item.type == "reasoning")
+    assert reasoning.content[0].text == "Thinking about: what is this"
+    assert answer.usage.output_tokens_details.reasoning_tokens == 5
+    body = sent(gemini_chat)
+    assert body["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 1024
+    assert body["contents"][0]["parts"][1]["inlineData"]["mimeType"] == "image/png"
+
+
+def test_responses_content_filter(sdk, gemini_chat):
+    answer = sdk.responses.create(model=FLASH, input="something forbidden")
+    assert answer.status == "incomplete"
+    assert answer.incomplete_details.reason == "content_filter"
+    (row,) = rows()
+    assert (row.status_code, row.credits) == (200, math.ceil(2 * 0.3))
 
 
 # --- the OpenAI Agents SDK ----------------------------------------------------------------------
@@ -571,7 +614,6 @@ def test_agents_sdk_structured_output_on_chat_completions(gateway, api_key, gemi
     assert config["responseJsonSchema"]["required"] == ["city", "days"]
 
 
-@needs_bridge
 @pytest.mark.parametrize("streamed", [False, True])
 def test_agents_sdk_on_responses(gateway, api_key, gemini_chat, streamed):
     result, cities = agent_run(

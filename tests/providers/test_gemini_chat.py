@@ -197,15 +197,15 @@ def test_response_format(response_format, config):
     "model,fields,thinking",
     [
         (FLASH, {"reasoning_effort": "none"}, {"thinkingBudget": 0}),
-        (FLASH, {"reasoning_effort": "low"}, {"thinkingBudget": 1024}),
-        (FLASH, {"reasoning_effort": "high"}, {"thinkingBudget": 24576}),
+        (FLASH, {"reasoning_effort": "low"}, {"thinkingBudget": 1024, "includeThoughts": True}),
+        (FLASH, {"reasoning_effort": "high"}, {"thinkingBudget": 24576, "includeThoughts": True}),
         (
             FLASH,
             {"reasoning": {"effort": "medium"}},
             {"thinkingBudget": 8192, "includeThoughts": True},
         ),
         (FLASH, {"reasoning": {"effort": "medium", "exclude": True}}, {"thinkingBudget": 8192}),
-        (PRO3, {"reasoning_effort": "low"}, {"thinkingLevel": "low"}),
+        (PRO3, {"reasoning_effort": "low"}, {"thinkingLevel": "low", "includeThoughts": True}),
         (
             PRO3,
             {"reasoning": {"effort": "high"}},
