@@ -25,6 +25,7 @@ import orjson
 
 from core.errors import BadRequest
 
+from .base import malformed
 from .events import (
     ChatChunks,
     StreamBroken,
@@ -381,7 +382,9 @@ def chat_answer(answer: dict, payload: dict) -> dict:
     """The contract's chat completion for a `GenerateContentResponse` (one choice a candidate)."""
     answer_id = _answer_id(answer)
     single_call = payload.get("parallel_tool_calls") is False
-    candidates = [c for c in answer.get("candidates") or () if isinstance(c, dict)]
+    candidates = answer.get("candidates") or []
+    if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
+        raise malformed("gemini candidates")
     choices = []
     for index, candidate in enumerate(candidates):
         message, has_calls = _message(candidate, answer_id, single_call)
@@ -414,8 +417,12 @@ def _answer_id(answer: dict) -> str:
 
 
 def _blocked_prompt(feedback: Any) -> tuple[dict, str, int]:
+    """The answer to a prompt Gemini blocked; an answer without candidates that says no block
+    reason is unreadable (`malformed`)."""
     reason = feedback.get("blockReason") if isinstance(feedback, dict) else None
-    refusal = PROMPT_BLOCKED.format(reason=reason or "no candidates")
+    if not reason:
+        raise malformed("gemini answer without candidates or a block reason")
+    refusal = PROMPT_BLOCKED.format(reason=reason)
     return {"content": None, "refusal": refusal}, "content_filter", 0
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from core.errors import BadRequest
 from inference.providers import gemini_chat as gc
+from inference.providers.base import ProviderFailure
 from inference.providers.events import EventTooLarge, SSEFrames, StreamBroken, TranslatingDecoder
 from tests.fixtures_gemini import WEATHER
 
@@ -402,6 +403,20 @@ def test_blocked_prompt_is_a_content_filter_answer():
         "The prompt was blocked by the provider's safety filter (PROHIBITED_CONTENT)."
     )
     assert result["usage"]["prompt_tokens"] == 105
+
+
+@pytest.mark.parametrize(
+    "answer_body",
+    [
+        {"candidates": {"0": {}}},
+        {"candidates": ["x"]},
+        {"usageMetadata": USAGE},  # no candidates, no block reason
+    ],
+)
+def test_unreadable_answers_are_malformed(answer_body):
+    with pytest.raises(ProviderFailure) as failed:
+        gc.chat_answer(answer_body, request())
+    assert (failed.value.status, failed.value.upstream_kind) == (500, "malformed")
 
 
 def test_candidates_are_choices():
