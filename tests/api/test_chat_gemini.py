@@ -458,6 +458,18 @@ def test_broken_streams_end_with_the_in_stream_503(client, auth, gemini_chat, se
     assert (row.status_code, row.credits, row.error_code) == (503, 0, "stream_failed")
 
 
+def test_answer_over_its_cap_is_a_503(client, auth, gemini_chat, settings):
+    caps = {**settings.GATEWAY["ANSWER_MAX_BYTES"], "chat": 4 * 1024}
+    settings.GATEWAY = {**settings.GATEWAY, "ANSWER_MAX_BYTES": caps}
+    gemini_chat.bloat_next(8 * 1024)
+    response = client.post(
+        "/v1/chat/completions", json={"model": FLASH, "messages": HELLO}, headers=auth
+    )
+    assert error(response, 503) == "Service temporarily unavailable"
+    (row,) = rows()
+    assert (row.status_code, row.credits) == (503, 0)
+
+
 # --- /v1/responses through the bridge ------------------------------------------------------------
 
 
