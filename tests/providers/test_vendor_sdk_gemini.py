@@ -139,6 +139,23 @@ def test_stream(gemini, fake):
     assert chunks[-1].candidates[0].finish_reason == types.FinishReason.STOP
     assert chunks[-1].usage_metadata.candidates_token_count == 4
     assert fake.last.query == {"alt": "sse"}
+    fake.parallel_calls = True
+    calls = [
+        call
+        for chunk in gemini.models.generate_content_stream(
+            model="gemini-3-pro-preview",
+            contents="weather and time in Oslo",
+            config=types.GenerateContentConfig(
+                tools=[types.Tool(function_declarations=[WEATHER, CLOCK])]
+            ),
+        )
+        for call in chunk.function_calls or []
+    ]
+    assert [(c.name, c.args) for c in calls] == [
+        ("get_weather", {"city": "Oslo"}),
+        ("get_time", {}),
+    ]
+    assert all(c.id for c in calls)  # Gemini 3 names its calls
 
 
 def test_safety_block(gemini, fake):
