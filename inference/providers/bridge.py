@@ -74,8 +74,10 @@ def _image_part(part: dict) -> dict:
 
 
 def _file_part(part: dict) -> dict:
-    if part.get("file_url") or not (part.get("file_data") or part.get("file_id")):
-        raise _refused("'input_file' with 'file_url'")
+    if part.get("file_url"):
+        raise _refused("'input_file' with 'file_url'")  # the chat APIs fetch no URL
+    if not (part.get("file_data") or part.get("file_id")):
+        raise BadRequest("'input_file' needs 'file_data' or 'file_id'")
     file = {key: part[key] for key in ("file_data", "file_id", "filename") if part.get(key)}
     return {"type": "file", "file": file}
 

@@ -280,6 +280,10 @@ def test_tools_tool_choice_formats_effort_and_stream():
             "'input_image' in a 'function_call_output' is not supported by this provider",
         ),
         (
+            {"role": "user", "content": [{"type": "input_file", "filename": "a.pdf"}]},
+            "'input_file' needs 'file_data' or 'file_id'",
+        ),
+        (
             {"type": "item_reference", "id": "msg_1"},
             "input item 'item_reference' is not supported by this provider",
         ),
