@@ -680,6 +680,8 @@ class ChatToResponsesEvents:
             self.last_call = index
             item.parts.append(("arguments", []))
             out.append(added)
+        if not item.name and isinstance(function.get("name"), str):
+            item.name = function["name"]  # a server that names the call after opening it
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
             item.parts[0][1].append(arguments)

@@ -601,7 +601,8 @@ def test_an_error_first_still_opens_the_response():
 
 
 def test_calls_of_a_server_that_numbers_none():
-    """Each id is a call; a piece without id or index belongs to the call opened last."""
+    """Each id is a call; a piece without id or index belongs to the call opened last (its
+    name too, when it comes after the id)."""
 
     def chunk(call):
         return (
@@ -611,15 +612,16 @@ def test_calls_of_a_server_that_numbers_none():
         )
 
     stream = [
-        chunk({"id": "call_x", "function": {"name": "weather", "arguments": '{"city":'}}),
+        chunk({"id": "call_x", "function": {"arguments": ""}}),
+        chunk({"function": {"name": "weather", "arguments": '{"city":'}}),
         chunk({"function": {"arguments": '"Oslo"}'}}),
         chunk({"id": "call_y", "function": {"name": "weather", "arguments": '{"city":"Rome"}'}}),
         ChatChunks.done(),
     ]
     _, final = sdk_stream(translate(stream))
-    assert [(item.call_id, item.arguments) for item in final.output] == [
-        ("call_x", '{"city":"Oslo"}'),
-        ("call_y", '{"city":"Rome"}'),
+    assert [(item.call_id, item.name, item.arguments) for item in final.output] == [
+        ("call_x", "weather", '{"city":"Oslo"}'),
+        ("call_y", "weather", '{"city":"Rome"}'),
     ]
 
 
