@@ -500,7 +500,7 @@ class ChatToResponsesEvents:
     calls come out as separate items); an item is done when another kind of item starts (a
     call at `[DONE]`), and `[DONE]` ends the response with `response.completed` (or
     `response.incomplete`) carrying the whole response and the usage of the usage-only chunk
-    (zeros without one). A chat error chunk is an `error` event, and nothing follows it."""
+    (null without one). A chat error chunk is an `error` event, and nothing follows it."""
 
     def __init__(self, request: dict):
         self.request = request
@@ -589,7 +589,10 @@ class ChatToResponsesEvents:
         for item in self.items:
             if item.final is None:
                 out += self._close(item, status)
-        final = self._response(status, response_usage(self.usage))
+        # Without a usage chunk the usage is null, not zeros: the relay then records the
+        # stream at zero cost and logs that it ended without usage (as a chat stream's).
+        usage = response_usage(self.usage) if self.usage is not None else None
+        final = self._response(status, usage)
         out.append(self._event(f"response.{status}", response=final))
         self.ended = True
         return out

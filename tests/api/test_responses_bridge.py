@@ -7,6 +7,7 @@ spec's 400 before any call."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import openai
@@ -316,6 +317,29 @@ def test_a_content_filter_refusal_is_an_incomplete_answer_charged_at_its_usage(
     row = Transaction.objects.get()
     assert (row.status_code, row.prompt_tokens, row.completion_tokens) == (200, 12, 6)
     assert row.credits == math.ceil(12 * BRIDGE_COST["prompt"] + 6 * BRIDGE_COST["completion"])
+
+
+def test_a_stream_without_usage_completes_and_is_recorded_at_zero(client, auth, bridged, caplog):
+    logger = logging.getLogger("gateway")  # it does not propagate: caplog listens on it
+    logger.addHandler(caplog.handler)
+    try:
+        _stream_without_usage(client, auth, bridged)
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert "ended without usage; recorded at zero cost" in caplog.text
+
+
+def _stream_without_usage(client, auth, bridged):
+    chunks = ChatChunks("chatcmpl-nousage", "gpt-4o-mini")
+    body = chunks.text("Hi") + chunks.finish("stop") + chunks.done()
+    bridged.fail_next(200, body, headers={"Content-Type": "text/event-stream"})
+    request = {"model": BRIDGE_MODEL, "input": "hi", "stream": True}
+    response = client.post("/v1/responses", json=request, headers=auth)
+    final = json.loads([e for e in response.text.split("\n\n") if e][-1].split("data: ", 1)[1])
+    assert (final["type"], final["response"]["usage"]) == ("response.completed", None)
+    wait_for_ledger(1)
+    row = Transaction.objects.get()
+    assert (row.status_code, row.credits) == (200, 0)
 
 
 @pytest.mark.parametrize(

@@ -631,16 +631,15 @@ def test_content_given_as_text_parts():
     assert Response.model_validate(body).output_text == "Hello"
 
 
-def test_done_without_usage_still_completes_with_zeros():
+def test_done_without_usage_still_completes_without_usage():
+    """The relay then records the stream at zero cost and logs that it had no usage."""
     events = translate(text_chunks(usage=False))
     final = data_of(events)[-1]
-    assert final["type"] == "response.completed"
-    assert (
-        final["response"]["usage"]["input_tokens"],
-        final["response"]["usage"]["output_tokens"],
-    ) == (0, 0)
+    assert final["type"] == "response.completed" and final["response"]["usage"] is None
+    _, response = sdk_stream(events)
+    assert response.output_text == "Hello!" and response.usage is None
     outcome = billed(events)
-    assert outcome.completed and outcome.usage.total_tokens == 0
+    assert outcome.completed and outcome.usage is None
 
 
 def test_a_stream_cut_by_length_is_incomplete():
