@@ -140,7 +140,9 @@ def _contents(messages: list[dict], model: str) -> tuple[list[str], list[dict]]:
     for message in messages:
         role = message["role"]
         if role in ("system", "developer"):
-            system.append(_text_of(message["content"]))
+            text = _text_of(message["content"])
+            if text:  # Gemini refuses an empty part
+                system.append(text)
             continue
         if role == "user":
             turn, parts = "user", _user_parts(message["content"])

@@ -30,6 +30,7 @@ def test_conversation_maps_to_contents_and_system_instruction():
     payload = request(
         messages=[
             {"role": "system", "content": "Be brief."},
+            {"role": "system", "content": ""},
             {"role": "developer", "content": [{"type": "text", "text": "Use metric units."}]},
             {
                 "role": "user",
