@@ -422,8 +422,28 @@ ANTHROPIC_MODELS: list[dict] = [
 ]
 # Bedrock Converse: Llama, Mistral and Nova on `cloud` (Claude is in ANTHROPIC_MODELS).
 BEDROCK_CHAT_MODELS: list[dict] = []
-# Gemini chat on `multimodal`.
-GEMINI_CHAT_MODELS: list[dict] = []
+# Gemini chat on `multimodal` (list prices for prompts up to 200k tokens; reasoning effort is
+# Gemini 2.5's thinking budget: Flash can turn thinking off, Pro cannot).
+GEMINI_CHAT_MODELS: list[dict] = [
+    _chat(
+        "gemini-2.5-flash",
+        "multimodal",
+        prompt=0.3,
+        completion=2.5,
+        cached=0.03,
+        efforts=["none", "low", "medium", "high"],
+        rows=[("multimodal", "gemini-2.5-flash", False)],
+    ),
+    _chat(
+        "gemini-2.5-pro",
+        "multimodal",
+        prompt=1.25,
+        completion=10.0,
+        cached=0.125,
+        efforts=["low", "medium", "high"],
+        rows=[("multimodal", "gemini-2.5-pro", False)],
+    ),
+]
 # Mistral's API (`mistral`, openai_compatible); the OpenAI models' `azure` rows are added to their
 # entries above by AZURE_ROWS.
 MISTRAL_MODELS: list[dict] = []
