@@ -10,11 +10,12 @@ Anthropic's ``{"type": "error", "error": {"type", "message"}, "request_id"}`` sh
 
 The model's turn is the other fakes' (:mod:`fake_upstreams.agentic`): a tool call chosen by
 word overlap, ``The <tool> tool returned: <output>`` after tool results, a JSON document for
-``output_config.format``, ``Echo: <last user text>`` otherwise. ``thinking`` adds a thinking
-block (its tokens in ``output_tokens``). The request is checked as the API checks it: unknown
-top-level fields, a missing ``max_tokens``, a thinking budget under 1,024 or not under
-``max_tokens``, ``temperature`` other than 1 with thinking, a forced tool with thinking, and a
-final assistant turn with tool calls but no thinking block while thinking is on are 400s.
+``output_config.format``, ``Echo: <last user text>`` otherwise. ``thinking`` (a budget, or
+adaptive with ``output_config.effort``) adds a thinking block (its tokens in
+``output_tokens``). The request is checked as the API checks it: unknown top-level fields, a
+missing ``max_tokens``, a thinking budget under 1,024 or not under ``max_tokens``, an unknown
+effort, ``temperature`` other than 1 with thinking, a forced tool with thinking, and a final
+assistant turn with tool calls but no thinking block while thinking is on are 400s.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ FIELDS = frozenset(
         "context_management",
     }
 )
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
 REFUSAL_EXPLANATION = "This request was declined by the usage policy's classifiers."
 
 
@@ -252,18 +254,20 @@ class AnthropicFake(FakeUpstream):
             raise self.fail(400, "temperature: Input should be less than or equal to 1")
         if body["model"] not in self.models:
             raise self.fail(404, f"model: {body['model']}")
-        thinking = body.get("thinking")
-        if isinstance(thinking, dict) and thinking.get("type") == "enabled":
-            self._check_thinking(body, thinking)
+        config = body.get("output_config") if isinstance(body.get("output_config"), dict) else {}
+        if config.get("effort") not in (None, *EFFORTS):
+            raise self.fail(400, "output_config.effort: Input should be " + ", ".join(EFFORTS))
+        if _thinks(body):
+            self._check_thinking(body, body["thinking"])
 
     def _check_thinking(self, body: dict, thinking: dict) -> None:
         budget = thinking.get("budget_tokens")
-        if not isinstance(budget, int) or budget < 1024:
+        if thinking["type"] == "enabled" and (not isinstance(budget, int) or budget < 1024):
             raise self.fail(
                 400,
                 "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
             )
-        if budget >= body["max_tokens"]:
+        if thinking["type"] == "enabled" and budget >= body["max_tokens"]:
             raise self.fail(400, "`max_tokens` must be greater than `thinking.budget_tokens`.")
         if body.get("temperature") not in (None, 1):
             raise self.fail(400, "`temperature` may only be set to 1 when thinking is enabled.")
@@ -296,8 +300,7 @@ class AnthropicFake(FakeUpstream):
             raise self.fail(400, f"tool_choice: Tool '{exc.name}' not found in 'tools'") from None
         action = self._open_tool_action(action, tools, talk)
         thought = None
-        thinking = body.get("thinking")
-        if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        if _thinks(body):
             thought = f"The user asks: {talk.last_user}. I will answer plainly."
         prompt_texts = [block_text(body.get("system"))] + [
             block_text(m.get("content")) for m in messages
@@ -417,6 +420,13 @@ class AnthropicFake(FakeUpstream):
         events.append(sse_event("message_stop", {"type": "message_stop"}))
         error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
         return sse_response(events, error_event=lambda _i: sse_event("error", error))
+
+
+def _thinks(body: dict) -> bool:
+    """Whether the request turns thinking on: a fixed budget, or adaptive (whose effort goes in
+    `output_config.effort`)."""
+    thinking = body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
 
 
 def _signature() -> str:

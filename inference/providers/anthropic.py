@@ -8,7 +8,9 @@ its server-sent events become the contract's chat completion and chunks (`chat_a
 choices: docs/decisions/providers.md ("Anthropic").
 
 `CLAUDE_THINKING_BUDGETS` and `claude_thinking` are the reasoning effort -> thinking budget
-table of every Claude adapter (the Bedrock one uses them for Claude on Bedrock too).
+table of every Claude adapter (the Bedrock one uses them for Claude on Bedrock too);
+`claude_adaptive` is the effort for the models that think adaptively (catalog option
+`claude_thinking: "adaptive"`).
 """
 
 from __future__ import annotations
@@ -105,6 +107,25 @@ def claude_thinking(effort: str | None, max_tokens: int) -> dict | None:
             f"{THINKING_MIN_BUDGET} tokens)"
         )
     return {"type": "enabled", "budget_tokens": budget}
+
+
+def claude_adaptive(effort: str | None) -> dict | None:
+    """The body fields for a reasoning effort on a Claude model that thinks adaptively (catalog
+    option `claude_thinking: "adaptive"`: the models that refuse a fixed budget): adaptive
+    thinking at the effort's level (`output_config.effort`); None for no effort or `none` (the
+    model's own default)."""
+    if effort is None or effort == "none":
+        return None
+    return {"thinking": {"type": "adaptive"}, "output_config": {"effort": effort}}
+
+
+def _thinking_fields(route: Route, payload: dict, max_tokens: int) -> dict | None:
+    effort = requested_effort(payload)
+    options = route.model.options if route.model is not None else {}
+    if options.get("claude_thinking") == "adaptive":
+        return claude_adaptive(effort)
+    thinking = claude_thinking(effort, max_tokens)
+    return {"thinking": thinking} if thinking is not None else None
 
 
 def requested_effort(payload: dict) -> str | None:
@@ -316,7 +337,7 @@ def _add_tools(payload: dict, body: dict) -> None:
 def _add_format(payload: dict, body: dict) -> None:
     output_config, json_tool = _json_mode(payload)
     if output_config is not None:
-        body["output_config"] = output_config
+        body["output_config"] = {**body.get("output_config", {}), **output_config}
     if json_tool:
         if payload.get("tools") or "thinking" in body:
             raise BadRequest(
@@ -346,9 +367,7 @@ def messages_body(route: Route, payload: dict) -> dict:
         body["metadata"] = {"user_id": user}
     _add_tools(payload, body)
     if not _last_turn_calls_tools(turns):
-        thinking = claude_thinking(requested_effort(payload), max_tokens)
-        if thinking is not None:
-            body["thinking"] = thinking
+        body.update(_thinking_fields(route, payload, max_tokens) or {})
     _add_format(payload, body)
     if payload.get("stream"):
         body["stream"] = True

@@ -261,6 +261,20 @@ def test_reasoning_effort_is_claude_s_thinking(sdk, claude_catalog):
     assert "thinking" not in fake.last.json
 
 
+def test_an_adaptive_model_thinks_at_the_effort(sdk, claude_catalog):
+    from catalog.models import Model
+    from gateway_site.localcache import clear_all
+
+    model = Model.objects.get(model_id=HAIKU)
+    model.options = {**model.options, "claude_thinking": "adaptive"}
+    model.save()
+    clear_all()
+    result = sdk.chat.completions.create(model=HAIKU, messages=ASK, reasoning_effort="high")
+    assert result.choices[0].message.model_extra["reasoning_content"].startswith("The user asks")
+    sent = claude_catalog["anthropic"].last.json
+    assert (sent["thinking"], sent["output_config"]) == ({"type": "adaptive"}, {"effort": "high"})
+
+
 def test_unknown_effort_is_the_spec_s_400(client, auth, claude_catalog):
     body = {"model": HAIKU, "messages": ASK, "reasoning_effort": "none"}
     response = client.post("/v1/chat/completions", json=body, headers=auth)

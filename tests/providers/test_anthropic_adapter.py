@@ -234,6 +234,29 @@ def test_effort_from_either_field():
     assert body(reasoning_effort="low")["thinking"]["budget_tokens"] == 1024
 
 
+def test_adaptive_models_take_the_effort_itself():
+    adaptive = claude({"claude_thinking": "adaptive"})
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    payload = {
+        "model": MODEL,
+        "messages": HELLO,
+        "reasoning_effort": "high",
+        "max_tokens": 900,  # no budget to fit: the model shares it out itself
+        "response_format": {"type": "json_schema", "json_schema": {"name": "o", "schema": schema}},
+    }
+    sent = messages_body(adaptive, payload)
+    assert sent["thinking"] == {"type": "adaptive"}
+    assert sent["output_config"] == {
+        "effort": "high",
+        "format": {"type": "json_schema", "schema": schema},
+    }
+    for effort in ("none", None):
+        sent = messages_body(adaptive, {**payload, "reasoning_effort": effort})
+        assert "thinking" not in sent and "effort" not in sent["output_config"]
+    with pytest.raises(BadRequest, match="'temperature' cannot be set"):
+        check_messages(adaptive, {**payload, "temperature": 0.5})
+
+
 def test_thinking_stays_off_when_continuing_a_tool_call():
     messages = [
         *HELLO,

@@ -90,6 +90,17 @@ def test_stream_with_tools_and_thinking(sdk):
     assert final.usage.output_tokens_details.thinking_tokens > 0
 
 
+def test_adaptive_thinking(sdk):
+    message = sdk.messages.create(
+        model=MODEL,
+        max_tokens=1000,
+        messages=ASK,
+        thinking={"type": "adaptive"},
+        output_config={"effort": "medium"},
+    )
+    assert [block.type for block in message.content] == ["thinking", "text"]
+
+
 def test_structured_output(sdk):
     schema = {
         "type": "object",
