@@ -10,3 +10,8 @@ from .bridge import ResponsesOverChat
 
 class AnthropicTransport(ResponsesOverChat, Transport):
     kind = "anthropic"
+
+
+# The thinking budget (`budget_tokens`) of each reasoning effort, for Claude on every provider
+# (Anthropic's API and Bedrock's Converse take the same `thinking` object).
+CLAUDE_THINKING_BUDGETS = {"low": 1024, "medium": 2048, "high": 4096}
