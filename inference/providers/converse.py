@@ -561,7 +561,7 @@ class StreamTranslator:
             self.done = True
             message = loads_frame(data).get("message")
             return [self.chunks.error(message if isinstance(message, str) else "stream failed")]
-        handler = _HANDLERS.get(name)
+        handler = _HANDLERS.get(name) if name is not None else None
         if handler is None:
             return []  # an event this gateway does not know yet (forward compatible)
         try:
