@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import AWS_ACCESS_KEY, AWS_REGION, AWS_SECRET_KEY
+from tests.conftest import connect_cloud
 
 BEDROCK_CLAUDE = "test-claude-on-cloud"
 BEDROCK_CLAUDE_UPSTREAM = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -25,17 +25,10 @@ def bedrock_chat(catalog, bedrock_upstream):
     """`catalog`, plus `cloud` on the Bedrock fake with its chat rows and BEDROCK_CLAUDE active."""
     from catalog.defaults import BEDROCK_CHAT_MODELS
     from catalog.models import Model, Provider, ProviderModel
-    from catalog.services import connection_configure
     from gateway_site.localcache import clear_all
 
     bedrock_upstream.reset()
-    connection_configure(
-        provider_slug="cloud",
-        base_url=bedrock_upstream.base_url,
-        region=AWS_REGION,
-        aws_access_key_id=AWS_ACCESS_KEY,
-        aws_secret_access_key=AWS_SECRET_KEY,
-    )
+    connect_cloud(bedrock_upstream)
     cloud = Provider.objects.get(slug="cloud")
     claude = Model.objects.create(
         model_id=BEDROCK_CLAUDE,

@@ -235,18 +235,22 @@ def test_tool_choice(choice, expected):
     assert body["toolConfig"]["toolChoice"] == expected
 
 
-def test_tool_choice_none_leaves_the_tools_out_unless_the_history_needs_them():
-    body = converse_request(chat(user("hi"), tools=TOOLS, tool_choice="none"), claude=False).body
-    assert "toolConfig" not in body
+def after_a_tool_call(**fields) -> dict:
+    """A request answering the result of one get_weather call."""
     call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
-    history = chat(
+    return chat(
         user("hi"),
         {"role": "assistant", "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "c1", "content": "ok"},
         tools=TOOLS,
-        tool_choice="none",
+        **fields,
     )
-    body = converse_request(history, claude=False).body
+
+
+def test_tool_choice_none_leaves_the_tools_out_unless_the_history_needs_them():
+    body = converse_request(chat(user("hi"), tools=TOOLS, tool_choice="none"), claude=False).body
+    assert "toolConfig" not in body
+    body = converse_request(after_a_tool_call(tool_choice="none"), claude=False).body
     assert body["toolConfig"] == {
         "tools": [
             {
@@ -307,14 +311,7 @@ def test_claude_thinks_with_the_effort_budget(effort, budget):
 
 
 def test_claude_does_not_think_when_answering_tool_results():
-    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
-    payload = chat(
-        user("hi"),
-        {"role": "assistant", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-        tools=TOOLS,
-        reasoning_effort="high",
-    )
+    payload = after_a_tool_call(reasoning_effort="high")
     assert "additionalModelRequestFields" not in converse_request(payload, claude=True).body
 
 
