@@ -410,6 +410,8 @@ BEDROCK_CHAT_MODELS: list[dict] = [
         rows=[("cloud", "amazon.nova-pro-v1:0", False)],
     ),
 ]
+# Nova bills no premium for cache writes: a cache point after every system prompt.
+BEDROCK_CHAT_MODELS[-1]["options"]["prompt_cache"] = True
 # Gemini chat on `multimodal`.
 GEMINI_CHAT_MODELS: list[dict] = []
 # Mistral's API (`mistral`, openai_compatible); the OpenAI models' `azure` rows are added to their

@@ -132,9 +132,12 @@ class BedrockFake(FakeUpstream):
     ``reply_text`` (instead of ``Echo: <last user text>``),
     ``cache_read_tokens`` / ``cache_write_tokens`` (prompt tokens reported
     as read from / written to the prompt cache), ``parallel_calls`` (call
-    every offered tool at once), ``stream_pieces``, ``stream_exception``
-    (the exception frame ``stream_fail_mode="error_event"`` sends), plus
-    the stream and latency knobs of :class:`FakeUpstream`.
+    every offered tool at once; a ``cachePoint`` after the system prompt
+    writes it to the cache the first time and reads it after),
+    ``stream_pieces``, ``stream_exception`` (the exception frame
+    ``stream_fail_mode="error_event"`` sends), plus the stream and latency
+    knobs of :class:`FakeUpstream`. ``usage_reported`` lists the usage of
+    each Converse answer, in order.
 
     ``last_signature_valid`` is True/False for the last signed request
     checked, None while none was.
@@ -171,9 +174,13 @@ class BedrockFake(FakeUpstream):
         self.region = region
         self.session_token = session_token
         self.last_signature_valid: bool | None = None
+        self.prompt_cache: set[str] = set()  # system-prompt prefixes written to the cache
+        self.usage_reported: list[dict] = []
 
     def _reset_state(self) -> None:
         self.last_signature_valid = None
+        self.prompt_cache = set()
+        self.usage_reported = []
 
     # -- protocol hooks ----------------------------------------------------------------
 
@@ -346,13 +353,15 @@ class BedrockFake(FakeUpstream):
             self.reply_text, self.cache_read_tokens, self.cache_write_tokens, self.parallel_calls
         )
         try:
-            return chat.converse_reply(self.body_json(request), model, knobs)
+            reply = chat.converse_reply(self.body_json(request), model, knobs, self.prompt_cache)
         except chat.Invalid as exc:
             raise self.fail(400, str(exc)) from None
         except agentic.UnknownTool as exc:
             raise self.fail(
                 400, f"The tool {exc.name} in toolChoice is not in toolConfig.tools."
             ) from None
+        self.usage_reported.append(reply.usage())
+        return reply
 
     def converse(self, request: RecordedRequest, model_id: str) -> Response:
         return json_response(chat.converse_answer(self._reply(request, model_id)))

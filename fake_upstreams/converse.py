@@ -321,8 +321,27 @@ def _limit(reply: Reply, produced: str, body: dict) -> str:
     return produced
 
 
-def converse_reply(body: dict, model: str, knobs: Knobs) -> Reply:
-    """The model's turn for a Converse body (raises Invalid, agentic.UnknownTool)."""
+def _cache_point(body: dict, model: str, cache: set[str] | None) -> tuple[int, int]:
+    """(read, written) tokens of the system prompt before a `cachePoint`: written the first
+    time a model sees that prefix, read after (`cache` holds what was written)."""
+    system = body.get("system") or []
+    ends = [
+        i for i, block in enumerate(system) if isinstance(block, dict) and "cachePoint" in block
+    ]
+    if cache is None or not ends:
+        return 0, 0
+    prefix = _text_of(system[: ends[-1]])
+    key = f"{model}\x00{prefix}"
+    tokens = synth.count_tokens(prefix)
+    if key in cache:
+        return tokens, 0
+    cache.add(key)
+    return 0, tokens
+
+
+def converse_reply(body: dict, model: str, knobs: Knobs, cache: set[str] | None = None) -> Reply:
+    """The model's turn for a Converse body (raises Invalid, agentic.UnknownTool); `cache`:
+    the prompt prefixes cached so far (a `cachePoint` in `system` reads or writes them)."""
     validate(body, model)
     tools, choice = _tools(body)
     dialogue = _dialogue(body["messages"])
@@ -341,8 +360,9 @@ def converse_reply(body: dict, model: str, knobs: Knobs) -> Reply:
     else:
         produced = reply.text = _limit(reply, action.text, body)
     prompt = _prompt_tokens(body)
-    reply.cache_read = min(knobs.cache_read, prompt)
-    reply.cache_write = min(knobs.cache_write, prompt - reply.cache_read)
+    read, written = _cache_point(body, model, cache)
+    reply.cache_read = min(knobs.cache_read or read, prompt)
+    reply.cache_write = min(knobs.cache_write or written, prompt - reply.cache_read)
     reply.input_tokens = prompt - reply.cache_read - reply.cache_write
     reply.output_tokens = synth.count_tokens(produced) + synth.count_tokens(reply.thinking)
     return reply

@@ -340,6 +340,7 @@ class BedrockTransport(ResponsesOverChat, Transport):
             payload,
             claude=self._claude(route),
             native_json=options.get("structured_output") == "native",
+            cache_system=options.get("prompt_cache") is True,
         )
 
     async def chat(self, route: Route, payload: dict) -> dict:

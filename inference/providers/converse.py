@@ -361,12 +361,16 @@ def _thinking(payload: dict, claude: bool, turns: list[dict]) -> dict | None:
     return {"type": "enabled", "budget_tokens": CLAUDE_THINKING_BUDGETS[effort]}
 
 
-def converse_request(payload: dict, *, claude: bool, native_json: bool = False) -> Plan:
-    """The Converse body of the contract's chat request (`modelId` goes in the path)."""
+def converse_request(
+    payload: dict, *, claude: bool, native_json: bool = False, cache_system: bool = False
+) -> Plan:
+    """The Converse body of the contract's chat request (`modelId` goes in the path).
+    `native_json`: the model takes `outputConfig.textFormat`; `cache_system`: a cache point
+    after the system prompt (catalog option `prompt_cache`)."""
     system, turns = converse_messages(payload["messages"])
     body: dict = {"messages": turns}
     if system:
-        body["system"] = system
+        body["system"] = system + ([{"cachePoint": {"type": "default"}}] if cache_system else [])
     config = _inference_config(payload)
     if config:
         body["inferenceConfig"] = config

@@ -20,19 +20,13 @@ from fake_upstreams import converse as fake_converse
 from inference.providers import bridge
 from licensing.models import Transaction
 from tests.client_helpers import WEATHER_SCHEMA, ledger_rows, weather_report
-from tests.fixtures_bedrock import BEDROCK_CLAUDE, BEDROCK_CLAUDE_UPSTREAM
+from tests.fixtures_bedrock import BEDROCK_CLAUDE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 LLAMA = "llama-3.3-70b-instruct"
 LLAMA_UPSTREAM = "us.meta.llama3-3-70b-instruct-v1:0"
 PIXTRAL = "pixtral-large-2502"
 NOVA = "nova-pro"
-UPSTREAM = {
-    LLAMA: LLAMA_UPSTREAM,
-    PIXTRAL: "us.mistral.pixtral-large-2502-v1:0",
-    NOVA: "amazon.nova-pro-v1:0",
-    BEDROCK_CLAUDE: BEDROCK_CLAUDE_UPSTREAM,
-}
 QUESTION = "What is the weather in Paris and the time there?"
 TOOLS = [
     {
@@ -79,15 +73,10 @@ def converse_calls(fake) -> list[dict]:
     return [r.json for r in fake.requests if r.path.endswith(("/converse", "/converse-stream"))]
 
 
-def reported(fake, model_id: str, body: dict | None = None) -> dict:
-    """The usage the fake reported for its last Converse call (the same request gets the same
-    answer): Bedrock's own `TokenUsage`."""
-    knobs = fake_converse.Knobs(
-        fake.reply_text, fake.cache_read_tokens, fake.cache_write_tokens, fake.parallel_calls
-    )
-    sent = body if body is not None else converse_calls(fake)[-1]
-    model = UPSTREAM[model_id].removeprefix("us.")
-    return fake_converse.converse_reply(sent, model, knobs).usage()
+def reported(fake, index: int = -1) -> dict:
+    """The usage the fake reported for a Converse call (the last by default): Bedrock's own
+    `TokenUsage`."""
+    return fake.usage_reported[index]
 
 
 def list_price(model_id: str, usage: dict) -> int:
@@ -146,7 +135,7 @@ def test_chat_is_converse_signed_and_billed(sdk, fake):
         "requestMetadata": {"user": "student-7"},
     }
     (row,) = ledger_rows(1)
-    assert_billed(row, LLAMA, reported(fake, LLAMA))
+    assert_billed(row, LLAMA, reported(fake))
     assert result.usage.model_extra["credits_used"] == row.credits
     assert row.upstream_id == result.id
 
@@ -160,7 +149,7 @@ def test_a_stream_is_billed_like_the_same_request_unstreamed(sdk, fake):
     assert text == plain.choices[0].message.content
     assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == plain.usage.prompt_tokens
     first, second = ledger_rows(2)
-    assert first.credits == second.credits == list_price(PIXTRAL, reported(fake, PIXTRAL))
+    assert first.credits == second.credits == list_price(PIXTRAL, reported(fake))
 
 
 # --- tools ------------------------------------------------------------------------------------
@@ -191,8 +180,8 @@ def test_a_tool_loop_with_parallel_calls(sdk, fake, stream):
         len(block["toolResult"]["content"]) for block in sent[1]["messages"][-1]["content"]
     ] == [1, 1]
     rows = ledger_rows(2)
-    for row, body in zip(rows, sent, strict=True):
-        assert_billed(row, BEDROCK_CLAUDE, reported(fake, BEDROCK_CLAUDE, body))
+    for index, row in enumerate(rows):
+        assert_billed(row, BEDROCK_CLAUDE, reported(fake, index))
 
 
 def complete(sdk, stream: bool, **request) -> dict:
@@ -247,7 +236,7 @@ def test_structured_output_through_a_forced_tool(sdk, fake, stream):
     assert turn["finish_reason"] == "stop" and "tool_calls" not in turn
     assert fake.last.json["toolConfig"]["toolChoice"] == {"tool": {"name": "json_tool_call"}}
     (row,) = ledger_rows(1)
-    assert_billed(row, NOVA, reported(fake, NOVA))
+    assert_billed(row, NOVA, reported(fake))
 
 
 # --- reasoning, images, caching ---------------------------------------------------------------
@@ -268,7 +257,7 @@ def test_reasoning_effort_is_claudes_thinking_budget(sdk, fake, stream):
     }
     assert turn["reasoning_content"] == "The user asks: why is the sky blue"
     assert turn["content"] == "Echo: why is the sky blue"
-    usage = reported(fake, BEDROCK_CLAUDE)
+    usage = reported(fake)
     assert usage["outputTokens"] == 6 + 8  # the text and the thinking
     (row,) = ledger_rows(1)
     assert_billed(row, BEDROCK_CLAUDE, usage)
@@ -315,7 +304,22 @@ def test_cache_reads_and_writes_are_billed_at_their_prices(sdk, fake, model):
     assert details == {"cached_tokens": 4, "cache_write_tokens": 2}
     assert result.usage.prompt_tokens == 9
     (row,) = ledger_rows(1)
-    assert_billed(row, model, reported(fake, model))
+    assert_billed(row, model, reported(fake))
+
+
+def test_novas_system_prompt_is_cached_by_a_cache_point(sdk, fake):
+    """The catalog's `prompt_cache` option: a cache point after the system prompt, written at the
+    first call and read at the next (Nova bills no premium for the write)."""
+    system = {"role": "system", "content": "You are a patient tutor of Roman history for pupils"}
+    for question in ("who was Augustus", "who was Nero"):
+        sdk.chat.completions.create(
+            model=NOVA, messages=[system, {"role": "user", "content": question}]
+        )
+    assert fake.last.json["system"][-1] == {"cachePoint": {"type": "default"}}
+    first, second = reported(fake, 0), reported(fake, 1)
+    assert (first["cacheWriteInputTokens"], second["cacheReadInputTokens"]) == (10, 10)
+    for index, row in enumerate(ledger_rows(2)):
+        assert_billed(row, NOVA, reported(fake, index))
 
 
 # --- refusals, errors and broken streams --------------------------------------------------------
@@ -419,7 +423,7 @@ def test_a_content_filter_is_a_charged_refusal(sdk, fake):
     assert choice.finish_reason == "content_filter"
     assert (choice.message.content, choice.message.refusal) == (None, fake_converse.FILTERED_TEXT)
     (row,) = ledger_rows(1)
-    assert_billed(row, LLAMA, reported(fake, LLAMA))
+    assert_billed(row, LLAMA, reported(fake))
 
 
 def test_an_unknown_model_id_is_the_providers_400(client, auth, fake):
@@ -475,11 +479,10 @@ def test_responses_with_a_tool_loop_and_structured_output(sdk, fake, stream):
     )
     jsonschema.validate(json.loads(structured.output_text), schema)
     rows = ledger_rows(3)
-    sent = converse_calls(fake)
     models = [BEDROCK_CLAUDE, BEDROCK_CLAUDE, LLAMA]
-    for row, body, model in zip(rows, sent, models, strict=True):
+    for index, (row, model) in enumerate(zip(rows, models, strict=True)):
         assert row.service == "responses"
-        assert_billed(row, model, reported(fake, model, body))
+        assert_billed(row, model, reported(fake, index))
 
 
 def test_the_openai_sdk_sees_the_in_stream_error(sdk, fake):
