@@ -17,7 +17,6 @@ import pytest
 
 from catalog.models import Model
 from fake_upstreams import converse as fake_converse
-from inference.providers import bridge
 from licensing.models import Transaction
 from tests.client_helpers import WEATHER_SCHEMA, ledger_rows, weather_report
 from tests.fixtures_bedrock import BEDROCK_CLAUDE
@@ -47,21 +46,6 @@ PNG = (
     "rkJggg=="
 )
 STREAM_ERROR = 'data: {"error":{"message":"Service temporarily unavailable","type":"server_error"}}'
-
-
-def _bridge_ready() -> bool:
-    try:
-        bridge.responses_to_chat({"model": "m", "input": "hi"})
-    except NotImplementedError:
-        return False
-    except Exception:  # noqa: BLE001 - written, and this request is not its concern
-        return True
-    return True
-
-
-bridged = pytest.mark.skipif(
-    not _bridge_ready(), reason="/v1/responses over chat (providers/bridge.py) is not written yet"
-)
 
 
 @pytest.fixture
@@ -442,7 +426,6 @@ def test_an_unknown_model_id_is_the_providers_400(client, auth, fake):
 # --- /v1/responses through the bridge ---------------------------------------------------------
 
 
-@bridged
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_responses_with_a_tool_loop_and_structured_output(sdk, fake, stream):
     tools = [{"type": "function", **TOOLS[0]["function"]}]
@@ -493,3 +476,27 @@ def test_the_openai_sdk_sees_the_in_stream_error(sdk, fake):
                 model=LLAMA, messages=[{"role": "user", "content": "hi"}], stream=True
             )
         )
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+def test_the_agents_sdk_runs_a_tool_loop_and_structured_output(gateway, api_key, fake, streamed):
+    """The OpenAI Agents SDK on its default model (the Responses API), through the bridge and
+    Converse: Claude calls the tool and answers with its output; Llama fills a Pydantic
+    output type through the forced JSON tool."""
+    from tests.clients.test_clients_agents import Forecast, run
+
+    result, calls = run(
+        gateway, api_key, BEDROCK_CLAUDE, QUESTION, tools=["get_weather"], streamed=streamed
+    )
+    assert calls == [{"city": "Paris"}]
+    assert result.final_output == "The get_weather tool returned: Sunny and 21 degrees in Paris."
+    forecast, _ = run(
+        gateway, api_key, LLAMA, "Forecast for Oslo", output_type=Forecast, streamed=streamed
+    )
+    assert isinstance(forecast.final_output, Forecast)
+    tool = fake.requests[-1].json["toolConfig"]
+    assert tool["toolChoice"] == {"tool": {"name": "json_tool_call"}}
+    models = [BEDROCK_CLAUDE, BEDROCK_CLAUDE, LLAMA]
+    for index, (row, model) in enumerate(zip(ledger_rows(3), models, strict=True)):
+        assert row.service == "responses"
+        assert_billed(row, model, reported(fake, index))
