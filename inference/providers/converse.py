@@ -278,8 +278,17 @@ def _history_tools(turns: list[dict]) -> list[dict]:
     return [_tool_spec({"name": name}) for name in names]
 
 
-def _has_tool_blocks(turns: list[dict]) -> bool:
-    return any("toolUse" in b or "toolResult" in b for turn in turns for b in turn["content"])
+def _history_config(payload: dict, turns: list[dict]) -> dict | None:
+    """The toolConfig of a call that offers no tools (`tool_choice: none`, or none declared):
+    Converse wants one whenever the messages hold toolUse or toolResult blocks. The declared
+    tools, and the tools the conversation called that are no longer declared (with an empty
+    object schema); no toolChoice."""
+    if not any("toolUse" in b or "toolResult" in b for turn in turns for b in turn["content"]):
+        return None
+    tools = [_tool_spec(t["function"]) for t in payload.get("tools") or ()]
+    declared = {tool["toolSpec"]["name"] for tool in tools}
+    tools += [t for t in _history_tools(turns) if t["toolSpec"]["name"] not in declared]
+    return {"tools": tools} if tools else None
 
 
 def _tool_choice(choice) -> dict | None:
@@ -325,8 +334,7 @@ def _tool_config(
         if thinking:
             tool_choice = {"auto": {}}
     if not offered:
-        offered = _history_tools(turns) if _has_tool_blocks(turns) else []
-        return {"tools": offered} if offered else None
+        return _history_config(payload, turns)
     config: dict = {"tools": offered}
     if tool_choice is not None:
         config["toolChoice"] = tool_choice

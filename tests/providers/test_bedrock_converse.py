@@ -251,15 +251,22 @@ def test_tool_choice_none_leaves_the_tools_out_unless_the_history_needs_them():
     body = converse_request(chat(user("hi"), tools=TOOLS, tool_choice="none"), claude=False).body
     assert "toolConfig" not in body
     body = converse_request(after_a_tool_call(tool_choice="none"), claude=False).body
+    assert body["toolConfig"] == {"tools": [{"toolSpec": {**spec_of(TOOLS[0])}}]}
+    undeclared = after_a_tool_call()
+    del undeclared["tools"]
+    body = converse_request(undeclared, claude=False).body
+    empty = {"json": {"type": "object", "properties": {}}}
     assert body["toolConfig"] == {
-        "tools": [
-            {
-                "toolSpec": {
-                    "name": "get_weather",
-                    "inputSchema": {"json": {"type": "object", "properties": {}}},
-                }
-            }
-        ]
+        "tools": [{"toolSpec": {"name": "get_weather", "inputSchema": empty}}]
+    }
+
+
+def spec_of(tool: dict) -> dict:
+    function = tool["function"]
+    return {
+        "name": function["name"],
+        "inputSchema": {"json": function["parameters"]},
+        "description": function["description"],
     }
 
 
