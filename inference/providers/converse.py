@@ -19,7 +19,7 @@ from botocore.eventstream import EventStreamBuffer, ParserError
 
 from core.errors import BadRequest
 
-from .anthropic import CLAUDE_THINKING_BUDGETS
+from .anthropic import claude_thinking
 from .events import ChatChunks, StreamBroken, chat_completion, contract_usage, loads_frame, now
 
 # The tool a JSON response format is asked through when the model has no native structured
@@ -105,6 +105,8 @@ def check_converse(payload: dict, *, claude: bool) -> None:
     effort = _effort(payload)
     if effort not in (None, "none") and not claude:
         raise BadRequest(f"Model does not support reasoning effort '{effort}'")
+    if claude:
+        claude_thinking(effort, _max_tokens(payload))  # a budget max_tokens leaves room for
     for message in payload.get("messages") or ():
         content = message.get("content")
         if message.get("role") == "user" and isinstance(content, list):
@@ -362,11 +364,17 @@ def _continues_tool_use(turns: list[dict]) -> bool:
     return len(turns) >= 2 and any("toolUse" in block for block in turns[-2]["content"])
 
 
+def _max_tokens(payload: dict) -> int:
+    """The request's output limit; without one Converse allows the model's maximum, which is
+    above every thinking budget."""
+    asked = payload.get("max_completion_tokens", payload.get("max_tokens"))
+    return asked if asked is not None else 2**31
+
+
 def _thinking(payload: dict, claude: bool, turns: list[dict]) -> dict | None:
-    effort = _effort(payload)
-    if not claude or effort in (None, "none") or _continues_tool_use(turns):
+    if not claude or _continues_tool_use(turns):
         return None
-    return {"type": "enabled", "budget_tokens": CLAUDE_THINKING_BUDGETS[effort]}
+    return claude_thinking(_effort(payload), _max_tokens(payload))
 
 
 def converse_request(

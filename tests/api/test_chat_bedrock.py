@@ -17,6 +17,7 @@ import pytest
 
 from catalog.models import Model
 from fake_upstreams import converse as fake_converse
+from inference.providers.anthropic import CLAUDE_THINKING_BUDGETS
 from licensing.models import Transaction
 from tests.client_helpers import WEATHER_SCHEMA, ledger_rows, weather_report
 from tests.fixtures_bedrock import BEDROCK_CLAUDE
@@ -236,8 +237,9 @@ def test_reasoning_effort_is_claudes_thinking_budget(sdk, fake, stream):
         reasoning_effort="medium",
         max_tokens=4000,
     )
+    budget = min(CLAUDE_THINKING_BUDGETS["medium"], 4000 - 1)
     assert fake.last.json["additionalModelRequestFields"] == {
-        "thinking": {"type": "enabled", "budget_tokens": 2048}
+        "thinking": {"type": "enabled", "budget_tokens": budget}
     }
     assert turn["reasoning_content"] == "The user asks: why is the sky blue"
     assert turn["content"] == "Echo: why is the sky blue"

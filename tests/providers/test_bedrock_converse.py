@@ -13,6 +13,7 @@ import pytest
 
 from core.errors import BadRequest
 from fake_upstreams.converse import event_frame, exception_frame, frame
+from inference.providers.anthropic import CLAUDE_THINKING_BUDGETS
 from inference.providers.base import ProviderFailure
 from inference.providers.bedrock import BedrockTransport, invoke_path
 from inference.providers.converse import (
@@ -303,8 +304,9 @@ def test_json_object_beside_client_tools_asks_for_any_tool():
     assert plan.body["toolConfig"]["toolChoice"] == {"any": {}}
 
 
-@pytest.mark.parametrize("effort,budget", [("low", 1024), ("medium", 2048), ("high", 4096)])
-def test_claude_thinks_with_the_effort_budget(effort, budget):
+@pytest.mark.parametrize("effort", ["low", "medium", "high"])
+def test_claude_thinks_with_the_effort_budget(effort):
+    budget = CLAUDE_THINKING_BUDGETS[effort]  # the anthropic adapter's table
     body = converse_request(chat(user("hi"), reasoning_effort=effort), claude=True).body
     assert body["additionalModelRequestFields"] == {
         "thinking": {"type": "enabled", "budget_tokens": budget}
@@ -315,6 +317,14 @@ def test_claude_thinks_with_the_effort_budget(effort, budget):
         claude=True,
     ).body
     assert body["toolConfig"]["toolChoice"] == {"auto": {}}
+
+
+def test_the_thinking_budget_stays_below_max_tokens():
+    payload = chat(user("hi"), reasoning_effort="high", max_tokens=1500)
+    thinking = converse_request(payload, claude=True).body["additionalModelRequestFields"]
+    assert thinking == {"thinking": {"type": "enabled", "budget_tokens": 1499}}
+    with pytest.raises(BadRequest, match="'max_tokens' must be more than 1024"):
+        check_converse(chat(user("hi"), reasoning_effort="low", max_tokens=1000), claude=True)
 
 
 def test_claude_does_not_think_when_answering_tool_results():
