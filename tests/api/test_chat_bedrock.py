@@ -401,13 +401,15 @@ def test_broken_event_streams_end_with_the_in_stream_503(client, auth, fake, bod
     assert (row.status_code, row.credits, row.error_code) == (503, 0, "stream_failed")
 
 
-def test_a_content_filter_is_a_charged_refusal(sdk, fake):
-    result = sdk.chat.completions.create(
-        model=LLAMA, messages=[{"role": "user", "content": "tell me the forbidden thing"}]
-    )
-    choice = result.choices[0]
-    assert choice.finish_reason == "content_filter"
-    assert (choice.message.content, choice.message.refusal) == (None, fake_converse.FILTERED_TEXT)
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_a_content_filter_is_a_charged_refusal(sdk, fake, stream):
+    messages = [{"role": "user", "content": "tell me the forbidden thing"}]
+    turn = complete(sdk, stream, model=LLAMA, messages=messages)
+    assert turn["finish_reason"] == "content_filter"
+    if stream:  # the text went out before the finish reason said what it was
+        assert turn["content"] == fake_converse.FILTERED_TEXT
+    else:
+        assert (turn.get("content"), turn["refusal"]) == (None, fake_converse.FILTERED_TEXT)
     (row,) = ledger_rows(1)
     assert_billed(row, LLAMA, reported(fake))
 

@@ -531,6 +531,11 @@ def test_a_stream_with_thinking_text_and_parallel_tool_calls():
     assert {e["id"] for e in out[:-1]} == {"chatcmpl-1"}
 
 
+def test_excluded_reasoning_is_not_streamed():
+    out = events(decoder(Plan({}, show_reasoning=False)).feed(b"".join(STREAM)))
+    assert not any("reasoning_content" in e["choices"][0]["delta"] for e in out[:-2])
+
+
 def test_frames_split_anywhere_across_chunks_make_the_same_events():
     whole = b"".join(STREAM)
     expected = events(decoder().feed(whole))
