@@ -359,7 +359,7 @@ class BedrockTransport(ResponsesOverChat, Transport):
             return converse.chat_answer(
                 answer, plan, model=payload["model"], answer_id=_answer_id(response.headers)
             )
-        except (ValueError, KeyError, TypeError) as exc:  # orjson's error is a ValueError
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # orjson: ValueError
             raise malformed(f"converse answer: {exc}") from exc
 
     async def chat_stream(self, route: Route, payload: dict) -> UpstreamStream:

@@ -453,7 +453,8 @@ def finish_reason(stop_reason, *, called_tools: bool) -> str:
 
 def chat_answer(answer: dict, plan: Plan, *, model: str, answer_id: str) -> dict:
     """The contract's chat completion of a Converse answer (ValueError: unreadable)."""
-    message = (answer.get("output") or {}).get("message")
+    output = answer.get("output")
+    message = output.get("message") if isinstance(output, dict) else None
     if not isinstance(message, dict) or not isinstance(message.get("content"), list):
         raise ValueError("no output message")
     texts: list[str] = []

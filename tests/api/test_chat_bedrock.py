@@ -354,6 +354,16 @@ def test_provider_statuses(client, auth, fake, status, error_type, client_status
     assert (row.status_code, row.credits) == (client_status, 0)
 
 
+def test_an_unreadable_converse_answer_is_a_500_not_charged(client, auth, fake):
+    fake.fail_next(200, {"output": [], "stopReason": "end_turn"})
+    body = {"model": LLAMA, "messages": [{"role": "user", "content": "hi"}]}
+    response = client.post("/v1/chat/completions", json=body, headers=auth)
+    assert response.status_code == 500
+    assert response.json()["error"]["message"] == "An error occurred"
+    (row,) = ledger_rows(1)
+    assert (row.status_code, row.credits) == (500, 0)
+
+
 def test_an_exception_frame_mid_stream_is_the_in_stream_error(client, auth, fake):
     fake.stream_fail_after, fake.stream_fail_mode = 3, "error_event"
     body = {

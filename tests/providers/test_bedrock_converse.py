@@ -453,10 +453,16 @@ def test_the_json_tool_input_is_the_content():
 
 @pytest.mark.parametrize(
     "bad",
-    [{}, {"output": {"message": {"content": "text"}}}, {"output": {"message": {"content": [1]}}}],
+    [
+        {},
+        {"output": []},
+        {"output": {"message": {"content": "text"}}},
+        {"output": {"message": {"content": [1]}}},
+        {"output": {"message": {"content": [{"toolUse": {"name": "f"}}]}}},
+    ],
 )
 def test_unreadable_answers(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises((ValueError, KeyError)):  # the adapter's 500 (malformed)
         chat_answer(bad, Plan({}), model="m", answer_id="x")
 
 
