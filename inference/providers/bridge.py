@@ -74,8 +74,10 @@ def _image_part(part: dict) -> dict:
 
 
 def _file_part(part: dict) -> dict:
-    if part.get("file_url") or not (part.get("file_data") or part.get("file_id")):
-        raise _refused("'input_file' with 'file_url'")
+    if part.get("file_url"):
+        raise _refused("'input_file' with 'file_url'")  # the chat APIs fetch no URL
+    if not (part.get("file_data") or part.get("file_id")):
+        raise BadRequest("'input_file' needs 'file_data' or 'file_id'")
     file = {key: part[key] for key in ("file_data", "file_id", "filename") if part.get(key)}
     return {"type": "file", "file": file}
 
@@ -498,7 +500,7 @@ class ChatToResponsesEvents:
     calls come out as separate items); an item is done when another kind of item starts (a
     call at `[DONE]`), and `[DONE]` ends the response with `response.completed` (or
     `response.incomplete`) carrying the whole response and the usage of the usage-only chunk
-    (zeros without one). A chat error chunk is an `error` event, and nothing follows it."""
+    (null without one). A chat error chunk is an `error` event, and nothing follows it."""
 
     def __init__(self, request: dict):
         self.request = request
@@ -587,7 +589,10 @@ class ChatToResponsesEvents:
         for item in self.items:
             if item.final is None:
                 out += self._close(item, status)
-        final = self._response(status, response_usage(self.usage))
+        # Without a usage chunk the usage is null, not zeros: the relay then records the
+        # stream at zero cost and logs that it ended without usage (as a chat stream's).
+        usage = response_usage(self.usage) if self.usage is not None else None
+        final = self._response(status, usage)
         out.append(self._event(f"response.{status}", response=final))
         self.ended = True
         return out
@@ -678,6 +683,8 @@ class ChatToResponsesEvents:
             self.last_call = index
             item.parts.append(("arguments", []))
             out.append(added)
+        if not item.name and isinstance(function.get("name"), str):
+            item.name = function["name"]  # a server that names the call after opening it
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
             item.parts[0][1].append(arguments)

@@ -7,6 +7,7 @@ spec's 400 before any call."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import openai
@@ -224,7 +225,7 @@ def test_reasoning_effort_and_reasoning_tokens(sdk, bridged, streamed):
     charged_row(response, BRIDGE_REASONER)
 
 
-def test_refusals_before_any_call(client, auth, bridged):
+def test_refusals_before_any_call(client, auth, sdk, bridged):
     """The endpoint's 400s and the translation's: refusal rows, nothing sent upstream."""
     cases = [
         ({"previous_response_id": "resp_1"}, STATELESS_MESSAGE),
@@ -242,20 +243,21 @@ def test_refusals_before_any_call(client, auth, bridged):
         body = {"model": BRIDGE_MODEL, "input": "hi", **extra}
         response = client.post("/v1/responses", json=body, headers=auth)
         assert error(response, 400) == message
+    with pytest.raises(openai.BadRequestError):  # the SDK's own error for the 400
+        sdk.responses.create(model=BRIDGE_MODEL, input="hi", previous_response_id="resp_x")
     assert bridged.requests == []
-    wait_for_ledger(len(cases))
-    assert len(refusal_codes()) == len(cases)
+    wait_for_ledger(len(cases) + 1)
+    assert len(refusal_codes()) == len(cases) + 1
 
 
-@pytest.mark.parametrize(("status", "expected"), [(400, 400), (404, 404), (429, 503), (500, 503)])
-def test_provider_statuses_as_the_spec_maps_them(client, auth, bridged, status, expected):
-    bridged.fail_next(status)
-    response = client.post(
-        "/v1/responses", json={"model": BRIDGE_MODEL, "input": "hi"}, headers=auth
-    )
-    assert response.status_code == expected
-    for word in ("OpenAI", "openai"):
-        assert word not in response.text
+def test_provider_statuses_as_the_spec_maps_them(client, auth, bridged):
+    for status, expected in ((400, 400), (404, 404), (429, 503), (500, 503), (418, 500)):
+        bridged.fail_next(status)
+        response = client.post(
+            "/v1/responses", json={"model": BRIDGE_MODEL, "input": "hi"}, headers=auth
+        )
+        assert response.status_code == expected, (status, response.text)
+        assert "openai" not in response.text.lower()
 
 
 def test_in_stream_error_event_and_a_dropped_stream(sdk, bridged):
@@ -317,6 +319,29 @@ def test_a_content_filter_refusal_is_an_incomplete_answer_charged_at_its_usage(
     assert row.credits == math.ceil(12 * BRIDGE_COST["prompt"] + 6 * BRIDGE_COST["completion"])
 
 
+def test_a_stream_without_usage_completes_and_is_recorded_at_zero(client, auth, bridged, caplog):
+    logger = logging.getLogger("gateway")  # it does not propagate: caplog listens on it
+    logger.addHandler(caplog.handler)
+    try:
+        _stream_without_usage(client, auth, bridged)
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert "ended without usage; recorded at zero cost" in caplog.text
+
+
+def _stream_without_usage(client, auth, bridged):
+    chunks = ChatChunks("chatcmpl-nousage", "gpt-4o-mini")
+    body = chunks.text("Hi") + chunks.finish("stop") + chunks.done()
+    bridged.fail_next(200, body, headers={"Content-Type": "text/event-stream"})
+    request = {"model": BRIDGE_MODEL, "input": "hi", "stream": True}
+    response = client.post("/v1/responses", json=request, headers=auth)
+    final = json.loads([e for e in response.text.split("\n\n") if e][-1].split("data: ", 1)[1])
+    assert (final["type"], final["response"]["usage"]) == ("response.completed", None)
+    wait_for_ledger(1)
+    row = Transaction.objects.get()
+    assert (row.status_code, row.credits) == (200, 0)
+
+
 @pytest.mark.parametrize(
     "stream",
     [
@@ -324,6 +349,7 @@ def test_a_content_filter_refusal_is_an_incomplete_answer_charged_at_its_usage(
         b'data: {"choices": {"delta": 1}}\n\n',  # a wrong shape
         b"data: " + b"x" * (256 * 1024),  # an event that never ends, past the event cap
     ],
+    ids=["garbage", "wrong-shape", "endless-event"],
 )
 def test_garbage_and_oversized_chat_streams_end_with_the_in_stream_error(
     client, auth, bridged, settings, stream
@@ -379,8 +405,3 @@ def test_agents_sdk_structured_output(gateway, api_key, bridged, streamed):
     (sent,) = provider_calls(bridged, CHAT)
     assert sent["response_format"]["type"] == "json_schema"
     assert_charged(1, "responses", answer_ids=[result.raw_responses[0].response_id])
-
-
-def test_sdk_errors_are_the_sdk_s_own(sdk, bridged):
-    with pytest.raises(openai.BadRequestError):
-        sdk.responses.create(model=BRIDGE_MODEL, input="hi", previous_response_id="resp_x")

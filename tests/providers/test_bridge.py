@@ -280,6 +280,10 @@ def test_tools_tool_choice_formats_effort_and_stream():
             "'input_image' in a 'function_call_output' is not supported by this provider",
         ),
         (
+            {"role": "user", "content": [{"type": "input_file", "filename": "a.pdf"}]},
+            "'input_file' needs 'file_data' or 'file_id'",
+        ),
+        (
             {"type": "item_reference", "id": "msg_1"},
             "input item 'item_reference' is not supported by this provider",
         ),
@@ -597,7 +601,8 @@ def test_an_error_first_still_opens_the_response():
 
 
 def test_calls_of_a_server_that_numbers_none():
-    """Each id is a call; a piece without id or index belongs to the call opened last."""
+    """Each id is a call; a piece without id or index belongs to the call opened last (its
+    name too, when it comes after the id)."""
 
     def chunk(call):
         return (
@@ -607,15 +612,16 @@ def test_calls_of_a_server_that_numbers_none():
         )
 
     stream = [
-        chunk({"id": "call_x", "function": {"name": "weather", "arguments": '{"city":'}}),
+        chunk({"id": "call_x", "function": {"arguments": ""}}),
+        chunk({"function": {"name": "weather", "arguments": '{"city":'}}),
         chunk({"function": {"arguments": '"Oslo"}'}}),
         chunk({"id": "call_y", "function": {"name": "weather", "arguments": '{"city":"Rome"}'}}),
         ChatChunks.done(),
     ]
     _, final = sdk_stream(translate(stream))
-    assert [(item.call_id, item.arguments) for item in final.output] == [
-        ("call_x", '{"city":"Oslo"}'),
-        ("call_y", '{"city":"Rome"}'),
+    assert [(item.call_id, item.name, item.arguments) for item in final.output] == [
+        ("call_x", "weather", '{"city":"Oslo"}'),
+        ("call_y", "weather", '{"city":"Rome"}'),
     ]
 
 
@@ -625,16 +631,15 @@ def test_content_given_as_text_parts():
     assert Response.model_validate(body).output_text == "Hello"
 
 
-def test_done_without_usage_still_completes_with_zeros():
+def test_done_without_usage_still_completes_without_usage():
+    """The relay then records the stream at zero cost and logs that it had no usage."""
     events = translate(text_chunks(usage=False))
     final = data_of(events)[-1]
-    assert final["type"] == "response.completed"
-    assert (
-        final["response"]["usage"]["input_tokens"],
-        final["response"]["usage"]["output_tokens"],
-    ) == (0, 0)
+    assert final["type"] == "response.completed" and final["response"]["usage"] is None
+    _, response = sdk_stream(events)
+    assert response.output_text == "Hello!" and response.usage is None
     outcome = billed(events)
-    assert outcome.completed and outcome.usage.total_tokens == 0
+    assert outcome.completed and outcome.usage is None
 
 
 def test_a_stream_cut_by_length_is_incomplete():
