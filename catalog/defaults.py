@@ -412,8 +412,28 @@ BEDROCK_CHAT_MODELS: list[dict] = [
 ]
 # Nova bills no premium for cache writes: a cache point after every system prompt.
 BEDROCK_CHAT_MODELS[-1]["options"]["prompt_cache"] = True
-# Gemini chat on `multimodal`.
-GEMINI_CHAT_MODELS: list[dict] = []
+# Gemini chat on `multimodal` (list prices for prompts up to 200k tokens; reasoning effort is
+# Gemini 2.5's thinking budget: Flash can turn thinking off, Pro cannot).
+GEMINI_CHAT_MODELS: list[dict] = [
+    _chat(
+        "gemini-2.5-flash",
+        "multimodal",
+        prompt=0.3,
+        completion=2.5,
+        cached=0.03,
+        efforts=["none", "low", "medium", "high"],
+        rows=[("multimodal", "gemini-2.5-flash", False)],
+    ),
+    _chat(
+        "gemini-2.5-pro",
+        "multimodal",
+        prompt=1.25,
+        completion=10.0,
+        cached=0.125,
+        efforts=["low", "medium", "high"],
+        rows=[("multimodal", "gemini-2.5-pro", False)],
+    ),
+]
 # Mistral's API (`mistral`, openai_compatible); the OpenAI models' `azure` rows are added to their
 # entries above by AZURE_ROWS.
 MISTRAL_MODELS: list[dict] = []

@@ -14,7 +14,12 @@ import uvicorn
 from django.db import connection
 
 # The shared kit (helpers and fixtures every area uses): tests/kit.py.
-pytest_plugins = ["tests.kit", "tests.fixtures_bridge", "tests.fixtures_bedrock"]
+pytest_plugins = [
+    "tests.kit",
+    "tests.fixtures_bridge",
+    "tests.fixtures_gemini",
+    "tests.fixtures_bedrock",
+]
 
 UPSTREAM_KEY = "sk-upstream-test"
 
