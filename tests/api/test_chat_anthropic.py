@@ -376,6 +376,43 @@ def test_in_stream_failures(client, auth, claude_catalog, settings):
     assert recorded == [(503, 0, "stream_failed")] * len(cases)
 
 
+# --- failover across kinds ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["answer", "stream"])
+def test_claude_fails_over_from_anthropic_to_bedrock(sdk, claude_catalog, bedrock_upstream, stream):
+    """The same Claude model on `anthropic` and on `cloud`: Anthropic overloaded (529) before
+    the first byte, Bedrock answers; one ledger row, the answering attempt's, charged at its
+    usage."""
+    from catalog.models import ProviderModel
+    from gateway_site.localcache import clear_all
+    from tests.conftest import connect_cloud
+
+    bedrock_upstream.reset()
+    connect_cloud(bedrock_upstream)
+    ProviderModel.objects.filter(model__model_id=HAIKU, provider__slug="cloud").update(active=True)
+    clear_all()
+    claude_catalog["anthropic"].fail_next(529)
+    result = sdk.chat.completions.create(model=HAIKU, messages=ASK, stream=stream)
+    text = collect(result)[0] if stream else result.choices[0].message.content
+    assert text == f"Echo: {QUESTION}"
+    assert len(claude_catalog["anthropic"].requests) == 1
+    called = bedrock_upstream.last
+    assert "eu.anthropic.claude-haiku-4-5-20251001-v1:0" in called.path
+    row = rows(1)[0]
+    assert (row.provider, row.status_code, row.attempts) == ("cloud", 200, 2)
+    assert row.failovers
+    usage = bedrock_upstream.usage_reported[-1]  # Bedrock's own TokenUsage
+    total = (
+        usage["inputTokens"] * PRICES["prompt"]
+        + usage.get("cacheReadInputTokens", 0) * PRICES["cached"]
+        + usage.get("cacheWriteInputTokens", 0) * PRICES["written"]
+        + usage["outputTokens"] * PRICES["completion"]
+    )
+    assert row.credits == math.ceil(total) > 0
+    bedrock_upstream.reset()
+
+
 # --- the OpenAI Agents SDK ---------------------------------------------------------------------
 
 
