@@ -238,17 +238,7 @@ class AnthropicFake(FakeUpstream):
         for name in ("model", "max_tokens", "messages"):
             if name not in body:
                 raise self.fail(400, f"{name}: Field required")
-        messages = body["messages"]
-        if not isinstance(messages, list) or not messages:
-            raise self.fail(400, "messages: at least one message is required")
-        for index, message in enumerate(messages):
-            if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-                raise self.fail(
-                    400, f"messages.{index}.role: Input should be 'user' or 'assistant'"
-                )
-            for block in _blocks(message):
-                if block.get("type") == "text" and not block.get("text"):
-                    raise self.fail(400, "messages: text content blocks must be non-empty")
+        self._check_messages(body["messages"])
         temperature = body.get("temperature")
         if temperature is not None and not 0 <= temperature <= 1:
             raise self.fail(400, "temperature: Input should be less than or equal to 1")
@@ -259,6 +249,18 @@ class AnthropicFake(FakeUpstream):
             raise self.fail(400, "output_config.effort: Input should be " + ", ".join(EFFORTS))
         if _thinks(body):
             self._check_thinking(body, body["thinking"])
+
+    def _check_messages(self, messages: Any) -> None:
+        if not isinstance(messages, list) or not messages:
+            raise self.fail(400, "messages: at least one message is required")
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+                raise self.fail(
+                    400, f"messages.{index}.role: Input should be 'user' or 'assistant'"
+                )
+            for block in _blocks(message):
+                if block.get("type") == "text" and not block.get("text"):
+                    raise self.fail(400, "messages: text content blocks must be non-empty")
 
     def _check_thinking(self, body: dict, thinking: dict) -> None:
         budget = thinking.get("budget_tokens")
