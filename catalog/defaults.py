@@ -376,8 +376,50 @@ MODELS += [
 # Rows inactive until an operator has a connection with credentials and enables them
 # (`configure_connection SLUG ... --enable-models`, or the admin). One block per provider.
 
-# Claude: on `anthropic`, and on `cloud` (Bedrock) under the same model id.
-ANTHROPIC_MODELS: list[dict] = []
+# Claude: on `anthropic`, and on `cloud` (Bedrock) under the same model id. List prices (USD
+# per 1M tokens): input, output, cache reads (`cached`) and cache writes (5-minute cache, 1.25x
+# input: `cache_write_prompt`). `max_output_tokens` is the max_tokens sent when the request sets
+# none (the Messages API requires one). The `cloud` rows use Bedrock's `eu.` cross-region
+# inference profiles: the `cloud` connection's region must be an EU one (eu-central-1, ...).
+CLAUDE_MAX_OUTPUT_TOKENS = 64000
+
+
+def _claude(model_id, *, upstream, bedrock, prompt, completion, cached, cache_write):
+    entry = _chat(
+        model_id,
+        "anthropic",
+        prompt=prompt,
+        completion=completion,
+        cached=cached,
+        efforts=["low", "medium", "high"],
+        inputs={"text": True, "image": True, "audio": False, "video": False, "file": False},
+        rows=[("anthropic", upstream, False), ("cloud", bedrock, False)],
+    )
+    entry["cost"]["cache_write_prompt"] = cache_write
+    entry["options"]["max_output_tokens"] = CLAUDE_MAX_OUTPUT_TOKENS
+    return entry
+
+
+ANTHROPIC_MODELS: list[dict] = [
+    _claude(
+        "claude-sonnet-4-5",
+        upstream="claude-sonnet-4-5-20250929",
+        bedrock="eu.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        prompt=3.0,
+        completion=15.0,
+        cached=0.30,
+        cache_write=3.75,
+    ),
+    _claude(
+        "claude-haiku-4-5",
+        upstream="claude-haiku-4-5-20251001",
+        bedrock="eu.anthropic.claude-haiku-4-5-20251001-v1:0",
+        prompt=1.0,
+        completion=5.0,
+        cached=0.10,
+        cache_write=1.25,
+    ),
+]
 # Bedrock Converse: Llama, Mistral and Nova on `cloud` (Claude is in ANTHROPIC_MODELS). List
 # prices of us-east-1 on-demand (the source region prices a cross-region call); Llama 3.3 and
 # Pixtral Large take on-demand calls only through the `us.` inference profiles (EU accounts:

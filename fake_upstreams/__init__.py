@@ -16,6 +16,7 @@ Nothing here is a real model, and nothing here should be pointed at by
 production configuration.
 """
 
+from .anthropic import AnthropicFake
 from .bedrock import BedrockFake
 from .brave import BraveFake
 from .gemini import GeminiFake
@@ -26,6 +27,7 @@ from .server import FakeServer, FakeUpstream, RecordedRequest, serve
 from .website import WebsiteFake
 
 __all__ = [
+    "AnthropicFake",
     "BedrockFake",
     "BraveFake",
     "FakeServer",

@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 
+from .anthropic import AnthropicFake
 from .bedrock import BedrockFake
 from .brave import BraveFake
 from .gemini import GeminiFake
@@ -28,6 +29,7 @@ LABELS = {
     "gemini": "Gemini API",
     "brave": "Brave Search API",
     "openalex": "OpenAlex works API",
+    "anthropic": "Anthropic Messages API",
 }
 
 
@@ -42,6 +44,8 @@ def build(args: argparse.Namespace) -> FakeUpstream:
         return BraveFake(api_key=args.api_key)
     if args.provider == "openalex":
         return OpenAlexFake(api_key=args.api_key)
+    if args.provider == "anthropic":
+        return AnthropicFake(api_key=args.api_key)
     if (args.access_key is None) != (args.secret_key is None):
         raise SystemExit("bedrock: give both --access-key and --secret-key, or neither")
     return BedrockFake(access_key=args.access_key, secret_key=args.secret_key, region=args.region)

@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.kit",
     "tests.fixtures_bridge",
     "tests.fixtures_gemini",
+    "tests.fixtures_anthropic",
     "tests.fixtures_bedrock",
 ]
 

@@ -81,6 +81,10 @@ def parse_event(block: bytes) -> tuple[bytes | None, bytes | None]:
     and `id:`/`retry:` lines are skipped. data is None when the block has no `data:` line."""
     if block.startswith(b"data: ") and block.find(b"\n") == len(block) - 2:
         return None, block[6:-2]  # the common case: one data line
+    if block.startswith(b"event: "):  # the next most common: a name, then one data line
+        end = block.find(b"\n")
+        if block.startswith(b"data: ", end + 1) and block.find(b"\n", end + 1) == len(block) - 2:
+            return block[7:end], block[end + 7 : -2]
     event = None
     data: list[bytes] = []
     for line in block.split(b"\n"):

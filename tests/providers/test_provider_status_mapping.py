@@ -17,6 +17,7 @@ import pytest
 
 from core.errors import PROVIDER_ERROR, SERVICE_UNAVAILABLE
 from fake_upstreams import (
+    AnthropicFake,
     BedrockFake,
     BraveFake,
     GeminiFake,
@@ -25,6 +26,7 @@ from fake_upstreams import (
     OpenRouterFake,
 )
 from inference.providers import adapter_for
+from inference.providers.anthropic import AnthropicTransport
 from inference.providers.base import (
     ChatProvider,
     ContentBlocked,
@@ -48,6 +50,7 @@ ADAPTERS = [
     (GeminiTransport, GeminiFake),
     (BraveTransport, BraveFake),
     (OpenAlexTransport, OpenAlexFake),
+    (AnthropicTransport, AnthropicFake),
 ]
 IDS = [adapter.kind for adapter, _ in ADAPTERS]
 MESSAGE = "Bad thing happened."
@@ -161,6 +164,8 @@ def test_adapters_declare_their_capabilities():
     for capability in (ChatProvider, ResponsesProvider, EmbeddingsProvider):
         adapter_for("openrouter", capability)
     adapter_for("gemini", GeminiEmbedder)
+    for capability in (ChatProvider, ResponsesProvider):
+        adapter_for("anthropic", capability)
     for capability in (ChatProvider, ResponsesProvider, ImageProvider):
         adapter_for("bedrock", capability)
     assert adapter_for("openai").stateful_responses is True
