@@ -401,14 +401,17 @@ def _claude(model_id, *, upstream, bedrock, prompt, completion, cached, cache_wr
 
 
 ANTHROPIC_MODELS: list[dict] = [
+    # Not claude-sonnet-4-5: its end of life at Anthropic is 2026-11-30 (the pinned SDK's
+    # deprecation list). Models that think adaptively only (Sonnet 4.6, the 5 family) are added
+    # with `add_model` and the `claude_thinking: adaptive` option (docs/providers.md).
     _claude(
-        "claude-sonnet-4-5",
-        upstream="claude-sonnet-4-5-20250929",
-        bedrock="eu.anthropic.claude-sonnet-4-5-20250929-v1:0",
-        prompt=3.0,
-        completion=15.0,
-        cached=0.30,
-        cache_write=3.75,
+        "claude-opus-4-5",
+        upstream="claude-opus-4-5-20251101",
+        bedrock="eu.anthropic.claude-opus-4-5-20251101-v1:0",
+        prompt=5.0,
+        completion=25.0,
+        cached=0.50,
+        cache_write=6.25,
     ),
     _claude(
         "claude-haiku-4-5",

@@ -31,6 +31,7 @@ MODELS = {
     "claude-sonnet-4-5": "claude-sonnet-4-5-20250929",
     "claude-haiku-4-5": "claude-haiku-4-5-20251001",
     "claude-opus-4-1": "claude-opus-4-1-20250805",
+    "claude-opus-4-5": "claude-opus-4-5-20251101",
 }
 DEFAULT_MODELS = frozenset(MODELS) | frozenset(MODELS.values())
 ERROR_TYPES = {

@@ -29,6 +29,7 @@ CHAT_MODELS = {
     "anthropic.claude-sonnet-4-5-20250929-v1:0",
     "anthropic.claude-haiku-4-5-20251001-v1:0",
     "anthropic.claude-opus-4-1-20250805-v1:0",
+    "anthropic.claude-opus-4-5-20251101-v1:0",
     "anthropic.claude-sonnet-4-20250514-v1:0",
     "anthropic.claude-3-5-haiku-20241022-v1:0",
     "meta.llama3-3-70b-instruct-v1:0",

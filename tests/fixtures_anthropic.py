@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 ANTHROPIC_KEY = "sk-ant-upstream-test"
-CLAUDE_MODELS = ("claude-sonnet-4-5", "claude-haiku-4-5")
+CLAUDE_MODELS = ("claude-opus-4-5", "claude-haiku-4-5")
 
 
 @pytest.fixture(scope="session")
