@@ -6,6 +6,7 @@ from django.db import models
 
 from core.fields import EncryptedTextField
 
+from .connection_options import normalized_base_url, validate_options
 from .registry import KIND_CHOICES, credentials_present
 
 MAX_WEIGHT = 1000
@@ -93,6 +94,11 @@ class Connection(models.Model):
 
     def clean(self):
         self.tags = ",".join(parse_tags(self.tags or ""))
+        if self.provider_id is not None:
+            kind = self.provider.kind
+            validate_options(kind, self.options if self.options is not None else {})
+            if self.base_url:
+                self.base_url = normalized_base_url(kind, self.base_url)
 
     @property
     def has_credentials(self) -> bool:

@@ -14,7 +14,7 @@ import uvicorn
 from django.db import connection
 
 # The shared kit (helpers and fixtures every area uses): tests/kit.py.
-pytest_plugins = ["tests.kit"]
+pytest_plugins = ["tests.kit", "tests.fixtures_compat"]
 
 UPSTREAM_KEY = "sk-upstream-test"
 

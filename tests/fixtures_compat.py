@@ -1,0 +1,39 @@
+"""Fixtures of the `azure_openai` and `openai_compatible` kinds: their fakes (session-scoped)
+and catalogs with `azure` and an OpenAI-compatible provider connected to them."""
+
+from __future__ import annotations
+
+import pytest
+
+AZURE_KEY = "azure-upstream-test-key"
+AZURE_API_VERSION = "2024-10-21"
+
+
+@pytest.fixture(scope="session")
+def azure_fake():
+    from fake_upstreams import serve
+    from fake_upstreams.azure import AzureOpenAIFake
+
+    with serve(AzureOpenAIFake(api_key=AZURE_KEY)) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def compatible_fake():
+    from fake_upstreams import serve
+    from fake_upstreams.compatible import OpenAICompatibleFake
+
+    with serve(OpenAICompatibleFake()) as fake:
+        yield fake
+
+
+@pytest.fixture
+def azure_upstream(azure_fake):
+    azure_fake.reset()
+    return azure_fake
+
+
+@pytest.fixture
+def compatible_upstream(compatible_fake):
+    compatible_fake.reset()
+    return compatible_fake
