@@ -113,6 +113,19 @@ class Connection(models.Model):
         )
 
 
+def priced(cost, features) -> bool:
+    """Whether a catalog model's cost bills something (an empty or unpriced cost bills 0: such a
+    model is never activated; docs/decisions/providers.md)."""
+    if not isinstance(cost, dict) or not cost.get("type"):
+        return False
+    if cost["type"] != "per_token":
+        return True
+    needed = ["prompt"] + (["completion"] if "chat_completions" in (features or ()) else [])
+    return all(
+        isinstance(cost.get(k), int | float) and not isinstance(cost.get(k), bool) for k in needed
+    )
+
+
 class Model(models.Model):
     """A catalog entry: what clients see in GET /v1/models, plus what routing and billing need."""
 
@@ -166,3 +179,13 @@ class ProviderModel(models.Model):
     def __str__(self):
         state = "active" if self.active else "inactive"
         return f"{self.model.model_id} via {self.provider.slug} ({state})"
+
+    def clean(self):
+        try:
+            model = self.model
+        except Model.DoesNotExist:  # not chosen yet: the field's own error says so
+            return
+        if self.active and not priced(model.cost, model.supported_features):
+            raise ValidationError(
+                {"active": "A model without a price cannot be served: set its cost first"}
+            )

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from .defaults import MODELS, PROVIDERS
-from .models import Connection, Model, Provider, ProviderModel
+from .models import Connection, Model, Provider, ProviderModel, priced
 from .registry import PROVIDER_KINDS, kind_serves
 
 
@@ -139,14 +139,7 @@ def checked_price(value, label: str) -> float:
 
 
 def has_price(model: Model) -> bool:
-    """Whether a catalog model has a price to bill (an empty or unpriced cost bills 0)."""
-    cost, features = model.cost, model.supported_features
-    if not isinstance(cost, dict) or not cost.get("type"):
-        return False
-    if cost["type"] != "per_token":
-        return True
-    needed = ["prompt"] + (["completion"] if "chat_completions" in (features or ()) else [])
-    return all(isinstance(cost.get(k), int | float) for k in needed)
+    return priced(model.cost, model.supported_features)
 
 
 def chat_cost(input_price, output_price, cached_input_price=None) -> dict:
