@@ -208,6 +208,9 @@ def test_the_tables_read_from_the_registries_are_the_former_ones():
         "websearch": "brave_search",
         "academic": "openalex",
         "fetch": "inference_gateway",
+        "azure_openai": "azure.ai.openai",
+        "anthropic": "anthropic",
+        "openai_compatible": "openai_compatible",
     }
     assert {feature: set(services) for feature, services in FEATURE_SERVICES.items()} == {
         "chat_completions": {("chat_completions", "chat_completions", None)},
