@@ -111,7 +111,14 @@ class AzureOpenAIFake(OpenAIFake):
 
     def __init__(self, api_key: str | None = None, deployments: dict[str, str] | None = None):
         super().__init__(api_key=api_key)
-        self.deployments = dict(DEFAULT_DEPLOYMENTS if deployments is None else deployments)
+        self._initial_deployments = dict(
+            DEFAULT_DEPLOYMENTS if deployments is None else deployments
+        )
+        self.deployments = dict(self._initial_deployments)
+
+    def _reset_state(self) -> None:
+        super()._reset_state()
+        self.deployments = dict(self._initial_deployments)
 
     # -- protocol hooks ----------------------------------------------------------------
 

@@ -37,3 +37,20 @@ def azure_upstream(azure_fake):
 def compatible_upstream(compatible_fake):
     compatible_fake.reset()
     return compatible_fake
+
+
+@pytest.fixture
+def azure_catalog(catalog, azure_upstream):
+    """`catalog`, plus `azure` connected to its fake on the classic paths (an api version) and
+    its default rows switched on (as `configure_connection azure ... --enable-models` does)."""
+    from catalog.services import connection_configure_enabling
+    from gateway_site.localcache import clear_all
+
+    connection_configure_enabling(
+        provider_slug="azure",
+        base_url=azure_upstream.origin,
+        api_key=AZURE_KEY,
+        options={"api_version": AZURE_API_VERSION},
+    )
+    clear_all()
+    return {**catalog, "azure": azure_upstream}
