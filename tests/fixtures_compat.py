@@ -54,3 +54,23 @@ def azure_catalog(catalog, azure_upstream):
     )
     clear_all()
     return {**catalog, "azure": azure_upstream}
+
+
+@pytest.fixture
+def campus_catalog(catalog, compatible_upstream, settings):
+    """`catalog`, plus a provider `campus` (openai_compatible) connected without a key to the
+    vLLM-style fake, reachable by sync_models through the outbound guard (loopback and the
+    fake's port allowed, as an operator allows a campus network)."""
+    from catalog.services import connection_configure, provider_add
+    from gateway_site.localcache import clear_all
+
+    port = int(compatible_upstream.origin.rsplit(":", 1)[-1])
+    settings.GATEWAY = {
+        **settings.GATEWAY,
+        "OUTBOUND_ALLOW": "127.0.0.1/32",
+        "OUTBOUND_ALLOWED_PORTS": frozenset({443, port}),
+    }
+    provider_add(slug="campus", kind="openai_compatible", description="Our GPU server")
+    connection_configure(provider_slug="campus", base_url=compatible_upstream.base_url)
+    clear_all()
+    return {**catalog, "campus": compatible_upstream}

@@ -250,10 +250,11 @@ def test_add_model_bad_ids_and_providers(loaded, model_id, provider, message):
 def campus(loaded, compatible_upstream, settings):
     """A provider `campus` connected to the keyless fake, reachable through the outbound
     guard (loopback and its port allowed, as an operator allows a campus network)."""
+    port = int(compatible_upstream.origin.rsplit(":", 1)[-1])
     settings.GATEWAY = {
         **settings.GATEWAY,
         "OUTBOUND_ALLOW": "127.0.0.1/32",
-        "OUTBOUND_ALLOWED_PORTS": frozenset({443, int(compatible_upstream.origin.rsplit(":")[-1])}),
+        "OUTBOUND_ALLOWED_PORTS": frozenset({443, port}),
     }
     run("add_provider", "campus", "--kind", "openai_compatible")
     run("configure_connection", "campus", "--base-url", compatible_upstream.base_url)
