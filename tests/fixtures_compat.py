@@ -6,6 +6,19 @@ from __future__ import annotations
 import pytest
 
 AZURE_KEY = "azure-upstream-test-key"
+HELLO = [{"role": "user", "content": "hello big world"}]
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather of a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
 AZURE_API_VERSION = "2024-10-21"
 
 

@@ -18,25 +18,12 @@ from inference.billing import Usage, credits_for
 from inference.providers import usage as usage_formats
 from inference.providers.azure import CONTENT_FILTERED
 from licensing.models import Transaction
-from tests.fixtures_compat import AZURE_API_VERSION, AZURE_KEY
+from tests.fixtures_compat import AZURE_API_VERSION, AZURE_KEY, HELLO, WEATHER
 from tests.kit import error, wait_for_ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MINI = "gpt-4o-mini"
-HELLO = [{"role": "user", "content": "hello big world"}]
 AZURE = {"X-Service-Provider": "azure"}
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the weather of a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 SCHEMA = {
     "type": "object",
     "properties": {"title": {"type": "string"}, "year": {"type": "integer"}},

@@ -161,15 +161,20 @@ def _bridge_ready() -> bool:
     return True
 
 
+def respond(sdk, stream: bool):
+    """A /v1/responses answer, streamed (the final event's response) or not."""
+    if not stream:
+        return sdk.responses.create(model=LLAMA, input="hello big world")
+    events = list(sdk.responses.create(model=LLAMA, input="hello big world", stream=True))
+    assert events[-1].type == "response.completed"
+    return events[-1].response
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses_translated_to_chat(sdk, synced, stream):
     if not _bridge_ready():
         pytest.skip("the Responses-over-chat bridge is not on this branch yet")
-    if stream:
-        events = list(sdk.responses.create(model=LLAMA, input="hello big world", stream=True))
-        answer = events[-1].response
-    else:
-        answer = sdk.responses.create(model=LLAMA, input="hello big world")
+    answer = respond(sdk, stream)
     assert answer.output_text == "Echo: hello big world"
     assert synced.last.path == "/v1/chat/completions"  # the server has no Responses API
     (row,) = rows(1)
@@ -179,11 +184,7 @@ def test_responses_translated_to_chat(sdk, synced, stream):
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses_native_and_stateless(sdk, synced, stream):
     native(synced)
-    if stream:
-        events = list(sdk.responses.create(model=LLAMA, input="hello big world", stream=True))
-        answer = events[-1].response
-    else:
-        answer = sdk.responses.create(model=LLAMA, input="hello big world")
+    answer = respond(sdk, stream)
     assert answer.output_text == "Echo: hello big world"
     assert synced.last.path == "/v1/responses" and synced.last.json["store"] is False
     with pytest.raises(openai.BadRequestError) as raised:

@@ -8,21 +8,7 @@ import httpx
 import openai
 import pytest
 
-from tests.fixtures_compat import AZURE_API_VERSION, AZURE_KEY
-
-HELLO = [{"role": "user", "content": "hello big world"}]
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the weather of a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
+from tests.fixtures_compat import AZURE_API_VERSION, AZURE_KEY, HELLO, WEATHER
 
 
 def azure_client(fake, key=AZURE_KEY, version=AZURE_API_VERSION, deployment="gpt-4o-mini"):
