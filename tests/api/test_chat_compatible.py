@@ -218,3 +218,32 @@ def test_unpriced_models_are_listed_but_not_served(client, auth, campus_catalog)
     )
     assert response.status_code == 400
     assert campus_catalog["campus"].last.path == "/v1/models"  # never called for a chat
+
+
+ENDLESS = b"data: " + b"x" * (256 * 1024)  # an event that never ends
+GARBAGE = b"data: {not json\n\n"  # and no [DONE]: the stream is broken
+
+
+@pytest.mark.parametrize("kind", ["azure", "campus"])
+@pytest.mark.parametrize("body", [ENDLESS, GARBAGE], ids=["endless", "garbage"])
+def test_streams_are_bounded(client, auth, request, settings, kind, body):
+    """Both kinds relay OpenAI's chunks as they come: the relay's bounds hold for them (an event
+    over its cap, a stream without its end) and the row is the in-stream 503, not charged."""
+    fakes = request.getfixturevalue("azure_catalog" if kind == "azure" else "synced")
+    fake = fakes["azure"] if kind == "azure" else fakes
+    caps = {**settings.GATEWAY["ANSWER_MAX_BYTES"], "event": 64 * 1024}
+    settings.GATEWAY = {**settings.GATEWAY, "ANSWER_MAX_BYTES": caps}
+    fake.fail_next(200, body, headers={"Content-Type": "text/event-stream"})
+    model = "gpt-4o-mini" if kind == "azure" else LLAMA
+    response = client.post(
+        "/v1/chat/completions",
+        json={"model": model, "messages": HELLO, "stream": True},
+        headers={**auth, "X-Service-Provider": kind},
+    )
+    assert response.status_code == 200
+    assert response.text.endswith(
+        'data: {"error":{"message":"Service temporarily unavailable","type":"server_error"}}'
+        "\n\ndata: [DONE]\n\n"
+    )
+    (row,) = rows(1)
+    assert (row.status_code, row.credits, row.error_code) == (503, 0, "stream_failed")
