@@ -224,22 +224,50 @@ def test_deployment_map(pinned, azure_catalog):
     assert "The API deployment for this resource does not exist" in raised.value.message
 
 
-def test_eu_tagged_connection_serves_a_residency_rule(
-    client, azure_catalog, make_license, make_key
-):
+@pytest.fixture
+def eu_key(azure_catalog, make_license, make_key):
+    """A key of a license whose requests must stay on `eu`-tagged connections, with `azure`'s
+    connection tagged `eu` (and `direct`'s and `aggregator`'s not)."""
     from licensing.rules.policy import open_policy_document
 
     connection_configure(provider_slug="azure", base_url=azure_catalog["azure"].origin, tags=["eu"])
     clear_all()
     policy = {**open_policy_document(), "routing": {"connection_tags": ["eu"]}}
-    license = make_license(name="eu-school", policy=policy, limit=10**9)
-    auth = {"Authorization": f"Bearer {make_key(license)}"}
+    return make_key(make_license(name="eu-school", policy=policy, limit=10**9))
+
+
+def test_eu_tagged_connection_serves_a_residency_rule(client, eu_key, azure_catalog):
+    auth = {"Authorization": f"Bearer {eu_key}"}
     for stream in (False, True):
         body = {"model": MINI, "messages": HELLO, "stream": stream}
         response = client.post("/v1/chat/completions", json=body, headers=auth)
         assert response.status_code == 200
     assert azure_catalog["direct"].requests == [] and azure_catalog["aggregator"].requests == []
     assert [row.provider for row in rows(2)] == ["azure", "azure"]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_agents_sdk_tool_loop_and_structured_output(gateway, eu_key, azure_catalog, streamed):
+    """The OpenAI Agents SDK (Responses API) of an `eu` license: served by Azure's Responses."""
+    from tests.clients.test_clients_agents import Forecast
+    from tests.clients.test_clients_agents import run as run_agent
+
+    result, calls = run_agent(
+        gateway, eu_key, MINI, "What is the weather in Paris?", tools=["get_weather"],
+        streamed=streamed,
+    )  # fmt: skip
+    assert len(calls) == 1 and isinstance(result.final_output, str) and result.final_output
+    structured, _ = run_agent(
+        gateway, eu_key, MINI, "The weather in Rome, please.", output_type=Forecast,
+        streamed=streamed,
+    )  # fmt: skip
+    assert isinstance(structured.final_output, Forecast)
+    sent = [r for r in azure_catalog["azure"].requests if r.path == "/openai/responses"]
+    assert len(sent) == 3 and all(bool(r.json.get("stream")) is streamed for r in sent)
+    assert sent[-1].json["text"]["format"]["type"] == "json_schema"
+    for row in rows(3):
+        assert (row.service, row.provider) == ("responses", "azure")
+        assert row.credits == billed(row) > 0
 
 
 def test_failover_from_direct_to_azure_charges_the_answer_only(client, auth, azure_catalog):

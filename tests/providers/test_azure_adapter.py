@@ -249,3 +249,17 @@ def test_compatible_responses_native_or_translated():
 def test_compatible_error_bodies(response, status, message):
     failure = mapped(OpenAICompatibleTransport, response)
     assert failure.status == status and failure.message.startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("message", "scrubbed"),
+    [
+        ("Microsoft Azure OpenAI: quota exceeded.", "quota exceeded."),
+        ("Mistral AI rejected the request.", "rejected the request."),
+        ("The model `mistral-small` does not exist.", "The model `mistral-small` does not exist."),
+    ],
+)
+def test_new_provider_names_are_scrubbed(message, scrubbed):
+    from inference.providers.base import sanitize_message
+
+    assert sanitize_message(message).lstrip(": ") == scrubbed
