@@ -9,7 +9,8 @@ the ``api-key`` header (on the v1 path, ``Authorization: Bearer <key>`` too, as 
   optional there: ``preview`` or ``latest``);
 - the classic paths: ``/openai/deployments/{deployment}/chat/completions`` and ``/embeddings``,
   ``/openai/responses`` (the deployment as ``model``), each with a required ``api-version``
-  (missing: Azure's 404 "Resource not found"; unknown: its 400 "API version not supported").
+  (missing: Azure's 404 "Resource not found"; unknown: its 400 "API version not supported";
+  on ``/openai/responses``, one from 2025-03-01-preview on).
 
 A deployment the resource lacks is Azure's 404 ``DeploymentNotFound``. Answers are the OpenAI
 fake's (:class:`OpenAIFake`, the deployment's model behind it) with Azure's content-filter
@@ -39,6 +40,8 @@ API_VERSIONS = frozenset(
     }
 )
 V1_VERSIONS = frozenset({"preview", "latest"})
+# The classic Responses path came with these (an older version is Azure's 400 there).
+RESPONSES_VERSIONS = frozenset({"2025-03-01-preview", "2025-04-01-preview"})
 # deployment name -> the model behind it (the names an operator chose when deploying).
 DEFAULT_DEPLOYMENTS = {
     "gpt-4o-mini": "gpt-4o-mini",
@@ -244,6 +247,8 @@ class AzureOpenAIFake(OpenAIFake):
 
     def classic_responses(self, request: RecordedRequest) -> Response:
         self._check_version(request, classic=True)
+        if request.query["api-version"] not in RESPONSES_VERSIONS:
+            raise self.fail(400, "API version not supported", code="BadRequest")
         body = self.body_json(request)
         return self.create_response(self._as_openai(request, body.get("model")))
 

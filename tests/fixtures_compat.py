@@ -19,7 +19,7 @@ WEATHER = {
         },
     },
 }
-AZURE_API_VERSION = "2024-10-21"
+AZURE_API_VERSION = "2025-04-01-preview"  # chat, embeddings and Responses
 
 
 @pytest.fixture(scope="session")

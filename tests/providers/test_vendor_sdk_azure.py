@@ -155,3 +155,10 @@ def test_compatible_errors(compatible_upstream):
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="mistral-small", input="hi")
     assert compatible_upstream.last.path == "/v1/responses"
+
+
+def test_classic_responses_need_a_recent_api_version(azure_upstream):
+    with pytest.raises(openai.BadRequestError):
+        azure_client(azure_upstream, version="2024-10-21").responses.create(
+            model="gpt-4o-mini", input="hi"
+        )
