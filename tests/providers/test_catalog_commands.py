@@ -323,3 +323,16 @@ def test_sync_models_refusals(campus, settings):
     settings.GATEWAY = {**settings.GATEWAY, "OUTBOUND_ALLOW": ""}
     with refused("add its network to GATEWAY_OUTBOUND_ALLOW"):
         run("sync_models", "campus")
+
+
+def test_sync_models_server_that_hangs(campus, monkeypatch):
+    import catalog.services
+
+    monkeypatch.setattr(catalog.services, "MODELS_TIMEOUT", 0.05)
+    campus.hold_next()
+    try:
+        with refused("Could not read the models of campus: No complete answer within 0.05 s"):
+            run("sync_models", "campus")
+    finally:
+        campus.release()
+    assert not Model.objects.filter(owned_by__slug="campus").exists()
