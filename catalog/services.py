@@ -228,8 +228,9 @@ def chat_model_add(
     active: bool = True,
 ) -> tuple[Model, bool]:
     """Add or update a chat model (chat completions and responses, + reasoning with efforts)
-    and its row on the provider. A model another provider owns keeps its prices (they are
-    every provider's): then only the same prices are accepted, and the row is added."""
+    and its row on the provider. A model another provider owns stays as its owner made it
+    (its prices are every provider's): only the same prices are accepted, and the row is
+    added."""
     checked_model_id(model_id)
     upstream = checked_model_id(upstream_id or model_id, "upstream id")
     provider = _chat_provider(provider_slug)
@@ -245,17 +246,20 @@ def chat_model_add(
     created = model is None
     if model is None:
         model = Model(model_id=model_id, owned_by=provider, options={})
-    elif model.owned_by_id != provider.pk and model.cost != fields["cost"]:
+    if model.owned_by_id == provider.pk:
+        for name, value in fields.items():
+            setattr(model, name, value)
+        model.options = {**(model.options or {}), "reasoning_efforts": efforts}
+        model.full_clean()
+        model.save()
+    elif model.cost != fields["cost"]:
         raise ValidationError(
             f"Model {model_id!r} belongs to provider {model.owned_by.slug!r}, and its prices "
             f"are those of every provider serving it: change them with --provider "
             f"{model.owned_by.slug}, or give its current prices to add a row here"
         )
-    for name, value in fields.items():
-        setattr(model, name, value)
-    model.options = {**(model.options or {}), "reasoning_efforts": efforts}
-    model.full_clean()
-    model.save()
+    # Another provider's model (same prices): only the row is added; its features and
+    # modalities stay its owner's.
     ProviderModel.objects.update_or_create(
         model=model, provider=provider, defaults={"upstream_model_id": upstream, "active": active}
     )

@@ -201,6 +201,7 @@ def test_add_model_row_for_a_model_another_provider_owns(loaded):
     run(*args, "--input-price", "0.15", "--output-price", "0.6", "--cached-input-price", "0.075")
     row = ProviderModel.objects.get(model__model_id="gpt-4o-mini", provider__slug="azure")
     assert (row.upstream_model_id, row.active) == ("mini-eu", True)
+    assert row.model.input_modality["image"] is True  # the owner's, not the default text
 
 
 @pytest.mark.parametrize(
