@@ -182,7 +182,7 @@ class ConnectionForm(AdminModelFormMixin, forms.ModelForm):
         for name in OPTION_FIELDS:
             value = options.get(name)
             if name == "deployments" and isinstance(value, dict):
-                value = "\n".join(f"{model}={dep}" for model, dep in value.items())
+                value = "\n".join(f"{model}={dep}" for model, dep in sorted(value.items()))
             self.initial.setdefault(name, value or "")
 
     def clean_deployments(self) -> dict[str, str]:

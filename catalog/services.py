@@ -73,7 +73,11 @@ def connection_configure(
     """Create or update a connection; what is None stays as it is. `options` are merged into
     the connection's (a key given None is removed). Saving it gives it a new `updated_at`,
     which closes its circuit (inference.circuit keys its state by it)."""
-    provider = Provider.objects.get(slug=provider_slug)
+    provider = provider_of(provider_slug)
+    if not isinstance(name, str) or not _SLUG.match(name):
+        raise ValidationError(
+            f"Invalid connection name {str(name)[:64]!r}: 1-64 letters, digits, '-' or '_'"
+        )
     connection, _ = Connection.objects.get_or_create(
         provider=provider, name=name, defaults={"base_url": base_url}
     )
@@ -108,6 +112,7 @@ MAX_SYNCED_MODELS = 1000
 # Printable ASCII without spaces: the ids of OpenAI, Azure, vLLM (`org/Model-8B`), Ollama
 # (`llama3.1:8b`); no NUL, controls, look-alike letters or surrogates.
 _MODEL_ID = re.compile(rf"^[!-~]{{1,{MODEL_ID_MAX}}}$")
+_SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}\Z")  # Provider.slug and Connection.name
 
 
 def model_id_errors(value, label: str = "model id") -> list[str]:
@@ -153,6 +158,14 @@ def chat_cost(input_price, output_price, cached_input_price=None) -> dict:
     return cost
 
 
+def provider_of(slug) -> Provider:
+    """The provider with this slug; Provider.DoesNotExist also for a text no slug can be (NUL,
+    which PostgreSQL's text cannot even be compared with)."""
+    if not isinstance(slug, str) or not _SLUG.match(slug):
+        raise Provider.DoesNotExist(f"no provider {str(slug)[:64]!r}")
+    return Provider.objects.get(slug=slug)
+
+
 def _known_kind(kind: str) -> None:
     if kind not in PROVIDER_KINDS:
         known = ", ".join(PROVIDER_KINDS)
@@ -164,6 +177,8 @@ def provider_add(*, slug: str, kind: str, description: str | None = None) -> tup
     """Add a provider (a slug and its wire protocol); the same again is a no-op (a new
     description replaces the old), the slug with another kind is refused."""
     _known_kind(kind)
+    if not isinstance(slug, str) or not _SLUG.match(slug):
+        raise ValidationError(f"Invalid slug {str(slug)[:64]!r}: 1-64 letters, digits, '-' or '_'")
     provider = Provider.objects.filter(slug=slug).first()
     if provider is not None:
         if provider.kind != kind:
@@ -206,7 +221,7 @@ def _efforts(efforts) -> list[str]:
 
 
 def _chat_provider(slug: str) -> Provider:
-    provider = Provider.objects.get(slug=slug)
+    provider = provider_of(slug)
     if not kind_serves(provider.kind, "chat_completions"):
         raise ValidationError(
             f"Provider {slug!r} ({provider.kind}) does not serve chat completions"
@@ -311,8 +326,10 @@ def served_model_ids(provider_slug: str, name: str = "default") -> list[str]:
     from core.crypto import reveal
     from core.outbound import Refused, fetch_outbound_json
 
+    if not _SLUG.match(name or ""):
+        raise Connection.DoesNotExist(f"no connection {str(name)[:64]!r}")
     connection = Connection.objects.select_related("provider").get(
-        provider__slug=provider_slug, name=name
+        provider=provider_of(provider_slug), name=name
     )
     if connection.provider.kind != "openai_compatible":
         raise Refused(

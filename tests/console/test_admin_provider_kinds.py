@@ -101,7 +101,7 @@ def test_azure_connection_options(admin_client, loaded):
     change = url(Connection, "change", connection.pk)
     shown = form_data(admin_client.get(change))
     assert shown["api_version"] == "2025-04-01-preview"
-    assert shown["deployments"] == "gpt-4o-mini=mini-eu\ngpt-4.1=big"
+    assert shown["deployments"] == "gpt-4.1=big\ngpt-4o-mini=mini-eu"  # by model id
     shown.update(api_version="", deployments="")  # back to the v1 path
     assert admin_client.post(change, shown).status_code == 302
     connection.refresh_from_db()

@@ -236,6 +236,7 @@ def test_add_model_hostile_values(loaded, args, message):
         ("x" * 201, "mistral", "Invalid model id"),
         ("ok", "nobody", "Unknown provider 'nobody'"),
         ("ok", "websearch", "does not serve chat completions"),
+        ("ok", "nul\x00slug", "Unknown provider 'nul"),
     ],
 )
 def test_add_model_bad_ids_and_providers(loaded, model_id, provider, message):
@@ -337,3 +338,18 @@ def test_sync_models_server_that_hangs(campus, monkeypatch):
     finally:
         campus.release()
     assert not Model.objects.filter(owned_by__slug="campus").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("configure_connection", "nul\x00slug", "--base-url", "https://a.example"),
+        ("configure_connection", "azure", "--name", "n\x00", "--base-url", "https://a.example"),
+        ("sync_models", "nul\x00slug"),
+        ("sync_models", "mistral", "--name", "n\x00"),
+    ],
+)
+def test_nul_in_slugs_and_names_is_a_clear_error(loaded, args):
+    """Not a traceback: PostgreSQL's text cannot hold (or be compared with) NUL."""
+    with pytest.raises(CommandError):
+        run(*args)
