@@ -19,11 +19,10 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-import orjson
 
 from catalog.routing import Route
 
-from .openai import OpenAITransport
+from .openai import OpenAITransport, error_object
 
 CONTENT_FILTERED = "The request was blocked by the provider's content filter"
 # The error codes of Azure's content filtering (prompt filter, jailbreak shield, policy).
@@ -49,15 +48,6 @@ def azure_path(route: Route, path: str) -> str:
     if path == "/responses":
         return "/openai/responses" + query
     return f"/openai/deployments/{quote(deployment_for(route), safe='')}{path}{query}"
-
-
-def _error(response: httpx.Response) -> dict:
-    try:
-        body = orjson.loads(response.content)
-    except orjson.JSONDecodeError:
-        return {}
-    error = body.get("error") if isinstance(body, dict) else None
-    return error if isinstance(error, dict) else {}
 
 
 class AzureOpenAITransport(OpenAITransport):
@@ -92,7 +82,7 @@ class AzureOpenAITransport(OpenAITransport):
     # --- errors ----------------------------------------------------------------------------
 
     def content_blocked(self, response: httpx.Response) -> bool:
-        error = _error(response)
+        error = error_object(response)
         inner = error.get("innererror")
         codes = {error.get("code"), inner.get("code") if isinstance(inner, dict) else None}
         return bool(codes & FILTER_CODES)
