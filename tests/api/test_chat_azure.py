@@ -92,6 +92,7 @@ def test_stream_passes_the_prompt_filter_chunk_and_is_billed(pinned, azure_catal
     assert usage.prompt_tokens_details.cached_tokens == 2
     (row,) = rows(1)
     assert (row.provider, row.status_code) == ("azure", 200)
+    assert row.upstream_id == chunks[1].id and row.upstream_id.startswith("chatcmpl-")
     assert row.credits == billed(row, cached=2) > 0
     assert row.completion_tokens == usage.completion_tokens
 
