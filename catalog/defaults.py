@@ -378,10 +378,62 @@ MODELS += [
 
 # Claude: on `anthropic`, and on `cloud` (Bedrock) under the same model id.
 ANTHROPIC_MODELS: list[dict] = []
-# Bedrock Converse: Llama, Mistral and Nova on `cloud` (Claude is in ANTHROPIC_MODELS).
-BEDROCK_CHAT_MODELS: list[dict] = []
-# Gemini chat on `multimodal`.
-GEMINI_CHAT_MODELS: list[dict] = []
+# Bedrock Converse: Llama, Mistral and Nova on `cloud` (Claude is in ANTHROPIC_MODELS). List
+# prices of us-east-1 on-demand (the source region prices a cross-region call); Llama 3.3 and
+# Pixtral Large take on-demand calls only through the `us.` inference profiles (EU accounts:
+# `eu.` profiles, as the upstream id of the row).
+_TEXT_ONLY = {"text": True, "image": False, "audio": False, "video": False, "file": False}
+_DOCUMENTS = {"text": True, "image": True, "audio": False, "video": False, "file": True}
+BEDROCK_CHAT_MODELS: list[dict] = [
+    _chat(
+        "llama-3.3-70b-instruct",
+        "cloud",
+        prompt=0.72,
+        completion=0.72,
+        inputs=_TEXT_ONLY,
+        rows=[("cloud", "us.meta.llama3-3-70b-instruct-v1:0", False)],
+    ),
+    _chat(
+        "pixtral-large-2502",
+        "cloud",
+        prompt=2.0,
+        completion=6.0,
+        rows=[("cloud", "us.mistral.pixtral-large-2502-v1:0", False)],
+    ),
+    _chat(
+        "nova-pro",
+        "cloud",
+        prompt=0.80,
+        completion=3.20,
+        cached=0.20,
+        inputs=_DOCUMENTS,
+        rows=[("cloud", "amazon.nova-pro-v1:0", False)],
+    ),
+]
+# Nova bills no premium for cache writes: a cache point after every system prompt.
+BEDROCK_CHAT_MODELS[-1]["options"]["prompt_cache"] = True
+# Gemini chat on `multimodal` (list prices for prompts up to 200k tokens; reasoning effort is
+# Gemini 2.5's thinking budget: Flash can turn thinking off, Pro cannot).
+GEMINI_CHAT_MODELS: list[dict] = [
+    _chat(
+        "gemini-2.5-flash",
+        "multimodal",
+        prompt=0.3,
+        completion=2.5,
+        cached=0.03,
+        efforts=["none", "low", "medium", "high"],
+        rows=[("multimodal", "gemini-2.5-flash", False)],
+    ),
+    _chat(
+        "gemini-2.5-pro",
+        "multimodal",
+        prompt=1.25,
+        completion=10.0,
+        cached=0.125,
+        efforts=["low", "medium", "high"],
+        rows=[("multimodal", "gemini-2.5-pro", False)],
+    ),
+]
 # Mistral's API (`mistral`, openai_compatible); the OpenAI models' `azure` rows are added to their
 # entries above by AZURE_ROWS.
 # Mistral's list prices (USD per 1M tokens) when written: the `-latest` aliases move to newer

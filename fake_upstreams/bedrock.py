@@ -1,4 +1,4 @@
-"""A fake of the AWS Bedrock Runtime ``InvokeModel`` API.
+"""A fake of the AWS Bedrock Runtime ``InvokeModel``, ``Converse`` and ``ConverseStream`` APIs.
 
 Served at ``<origin>`` (``POST /model/{modelId}/invoke``, the model id
 URL-encoded as AWS SDKs send it). When built with credentials the fake checks
@@ -16,6 +16,10 @@ content filter in the way each model family reports it:
   blocked by our content filters."
 - Stability: 200 with ``{"finish_reasons": ["Filter reason: prompt"]}`` and
   nothing else, the filtered-response example in the Bedrock user guide.
+- Converse: 200 with ``stopReason: content_filtered`` and a short refusal text.
+
+Chat (``POST /model/{modelId}/converse`` and ``/converse-stream``, the latter a binary event
+stream) is :mod:`fake_upstreams.converse`.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from . import png, synth
+from . import agentic, png, synth
+from . import converse as chat
 from .server import FakeUpstream, RecordedRequest, Response, json_response
 
 BEDROCK_FAULT = "http://internal.amazon.com/coral/com.amazon.bedrock/"
@@ -123,8 +128,16 @@ class BedrockFake(FakeUpstream):
     Knobs: ``denied_models`` (model ids answered with 403
     AccessDeniedException, like a model not enabled in the account),
     ``max_clock_skew`` (seconds between ``x-amz-date`` and now before AWS
-    calls the signature expired; None disables the check), plus the
-    latency knobs of :class:`FakeUpstream`.
+    calls the signature expired; None disables the check), and for chat:
+    ``reply_text`` (instead of ``Echo: <last user text>``),
+    ``cache_read_tokens`` / ``cache_write_tokens`` (prompt tokens reported
+    as read from / written to the prompt cache), ``parallel_calls`` (call
+    every offered tool at once; a ``cachePoint`` after the system prompt
+    writes it to the cache the first time and reads it after),
+    ``stream_pieces``, ``stream_exception`` (the exception frame
+    ``stream_fail_mode="error_event"`` sends), plus the stream and latency
+    knobs of :class:`FakeUpstream`. ``usage_reported`` lists the usage of
+    each Converse answer, in order.
 
     ``last_signature_valid`` is True/False for the last signed request
     checked, None while none was.
@@ -132,8 +145,21 @@ class BedrockFake(FakeUpstream):
 
     name = "bedrock"
     base_path = ""
-    ROUTES = [("POST", r"/model/(?P<model_id>.+)/invoke", "invoke")]
-    KNOBS = {"denied_models": set(), "max_clock_skew": 300}
+    ROUTES = [
+        ("POST", r"/model/(?P<model_id>.+)/invoke", "invoke"),
+        ("POST", r"/model/(?P<model_id>.+)/converse", "converse"),
+        ("POST", r"/model/(?P<model_id>.+)/converse-stream", "converse_stream"),
+    ]
+    KNOBS = {
+        "denied_models": set(),
+        "max_clock_skew": 300,
+        "reply_text": None,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+        "parallel_calls": False,
+        "stream_pieces": 4,
+        "stream_exception": "modelStreamErrorException",
+    }
 
     def __init__(
         self,
@@ -148,9 +174,13 @@ class BedrockFake(FakeUpstream):
         self.region = region
         self.session_token = session_token
         self.last_signature_valid: bool | None = None
+        self.prompt_cache: set[str] = set()  # system-prompt prefixes written to the cache
+        self.usage_reported: list[dict] = []
 
     def _reset_state(self) -> None:
         self.last_signature_valid = None
+        self.prompt_cache = set()
+        self.usage_reported = []
 
     # -- protocol hooks ----------------------------------------------------------------
 
@@ -310,6 +340,41 @@ class BedrockFake(FakeUpstream):
         response = handler(model, body)
         response.headers.append(("X-Amzn-Bedrock-Invocation-Latency", "42"))
         return response
+
+    # -- Converse ----------------------------------------------------------------------
+
+    def _reply(self, request: RecordedRequest, model_id: str) -> chat.Reply:
+        if model_id in self.denied_models:
+            raise self.fail(403, error_type="AccessDeniedException")
+        model = base_model_id(model_id)
+        if model not in chat.CHAT_MODELS:
+            raise self.fail(400, "The provided model identifier is invalid.")
+        knobs = chat.Knobs(
+            self.reply_text, self.cache_read_tokens, self.cache_write_tokens, self.parallel_calls
+        )
+        try:
+            reply = chat.converse_reply(self.body_json(request), model, knobs, self.prompt_cache)
+        except chat.Invalid as exc:
+            raise self.fail(400, str(exc)) from None
+        except agentic.UnknownTool as exc:
+            raise self.fail(
+                400, f"The tool {exc.name} in toolChoice is not in toolConfig.tools."
+            ) from None
+        self.usage_reported.append(reply.usage())
+        return reply
+
+    def converse(self, request: RecordedRequest, model_id: str) -> Response:
+        return json_response(chat.converse_answer(self._reply(request, model_id)))
+
+    def converse_stream(self, request: RecordedRequest, model_id: str) -> Response:
+        reply = self._reply(request, model_id)
+        exception = self.stream_exception
+        return Response(
+            200,
+            headers=[("content-type", "application/vnd.amazon.eventstream")],
+            events=chat.stream_frames(reply, self.stream_pieces),
+            error_event=lambda _i: chat.exception_frame(exception, chat.STREAM_ERROR),
+        )
 
     # -- image models ------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ Routes are ``POST /v1beta/models/{model}:{method}``:
 
 - ``:predict`` for Imagen models;
 - ``:generateContent`` for ``gemini-2.5-flash-image`` (text + image parts) and
-  a few text models (text only);
+  the chat models (``gemini_chat``: tools, structured output, thinking), whose
+  ``:streamGenerateContent?alt=sse`` streams the same answer;
 - ``:embedContent`` / ``:batchEmbedContents`` for embedding models. Gemini's
   embedding answers carry no token counts at all (no ``usageMetadata``), so
   a gateway that bills them has to count the input itself;
@@ -37,8 +38,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from . import png, synth
-from .server import FakeUpstream, RecordedRequest, Response, json_response
+from . import agentic, gemini_chat, png, synth
+from .server import FakeUpstream, RecordedRequest, Response, json_response, sse_data, sse_response
 
 IMAGEN_MODELS = {
     "imagen-4.0-generate-001",
@@ -47,11 +48,17 @@ IMAGEN_MODELS = {
     "imagen-3.0-generate-002",
 }
 IMAGE_CHAT_MODELS = {"gemini-2.5-flash-image", "gemini-2.5-flash-image-preview"}
-TEXT_CHAT_MODELS = {"gemini-2.5-flash", "gemini-2.5-pro", "gemini-2.0-flash"}
+TEXT_CHAT_MODELS = {
+    "gemini-2.5-flash",
+    "gemini-2.5-pro",
+    "gemini-2.0-flash",
+    "gemini-3-pro-preview",
+}
 EMBED_MODELS = {"gemini-embedding-001": 3072, "text-embedding-004": 768}
 METHODS = {
     "predict": IMAGEN_MODELS,
     "generateContent": IMAGE_CHAT_MODELS | TEXT_CHAT_MODELS,
+    "streamGenerateContent": TEXT_CHAT_MODELS,
     "embedContent": set(EMBED_MODELS),
     "batchEmbedContents": set(EMBED_MODELS),
     # ListModels shows countTokens on gemini-embedding-001 but not on text-embedding-004.
@@ -129,14 +136,23 @@ class GeminiFake(FakeUpstream):
 
     Knobs: ``reply_text`` (text part of generateContent answers),
     ``imagen_block_mode`` ("filter" | "reject"), ``image_block_mode``
-    ("image_safety" | "prompt_blocked"), plus the latency knobs of
-    :class:`FakeUpstream`.
+    ("image_safety" | "prompt_blocked"), the chat models' ``chat_block_mode``
+    ("safety" | "prompt_blocked"), ``parallel_calls`` and ``cached_tokens``
+    (``gemini_chat``), plus the latency and stream knobs of :class:`FakeUpstream`
+    (``stream_fail_mode = "error_event"`` sends Google's error object as an event).
     """
 
     name = "gemini"
     base_path = "/v1beta"
     ROUTES = [("POST", r"/v1beta/models/(?P<model>[^/:]+):(?P<method>[A-Za-z]+)", "model_call")]
-    KNOBS = {"reply_text": None, "imagen_block_mode": "filter", "image_block_mode": "image_safety"}
+    KNOBS = {
+        "reply_text": None,
+        "imagen_block_mode": "filter",
+        "image_block_mode": "image_safety",
+        "chat_block_mode": "safety",
+        "parallel_calls": False,
+        "cached_tokens": 0,
+    }
 
     def __init__(self, api_key: str | None = None):
         super().__init__()
@@ -197,6 +213,12 @@ class GeminiFake(FakeUpstream):
                 "supported methods.",
             )
         body = self.body_json(request)
+        if method == "streamGenerateContent":
+            if request.query.get("alt") != "sse":
+                raise self._invalid("The fake streams with alt=sse only.")
+            return self._stream_chat(model, body)
+        if method == "generateContent" and model in TEXT_CHAT_MODELS:
+            return json_response(self._chat(model, body))
         handler = {
             "predict": self._predict,
             "generateContent": self._generate_content,
@@ -333,6 +355,34 @@ class GeminiFake(FakeUpstream):
             "index": 0,
         }
         return json_response({"candidates": [candidate], "usageMetadata": usage, **envelope})
+
+    # -- chat models: :generateContent and :streamGenerateContent -----------------------
+
+    def _chat(self, model: str, body: dict) -> dict:
+        contents = body.get("contents")
+        if not isinstance(contents, list) or not contents:
+            raise self._invalid("* GenerateContentRequest.contents: contents is not specified\n")
+        try:
+            return gemini_chat.answer(
+                model,
+                body,
+                reply_text=self.reply_text,
+                parallel=self.parallel_calls,
+                cached=self.cached_tokens,
+                block=self.chat_block_mode,
+            )
+        except gemini_chat.Invalid as exc:
+            raise self._invalid(str(exc)) from exc
+        except agentic.UnknownTool as exc:
+            raise self._invalid(
+                f"* GenerateContentRequest.tool_config.function_calling_config.allowed_function_"
+                f"names: function {exc.name} is not declared\n"
+            ) from exc
+
+    def _stream_chat(self, model: str, body: dict) -> Response:
+        events = [sse_data(event) for event in gemini_chat.stream_events(self._chat(model, body))]
+        error = {"error": {"code": 500, "message": DEFAULT_MESSAGES[500], "status": "INTERNAL"}}
+        return sse_response(events, error_event=lambda _index: sse_data(error))
 
     # -- :countTokens -----------------------------------------------------------------
 

@@ -14,7 +14,13 @@ import uvicorn
 from django.db import connection
 
 # The shared kit (helpers and fixtures every area uses): tests/kit.py.
-pytest_plugins = ["tests.kit", "tests.fixtures_compat"]
+pytest_plugins = [
+    "tests.kit",
+    "tests.fixtures_bridge",
+    "tests.fixtures_gemini",
+    "tests.fixtures_bedrock",
+    "tests.fixtures_compat",
+]
 
 UPSTREAM_KEY = "sk-upstream-test"
 
@@ -184,6 +190,19 @@ AWS_SECRET_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 AWS_REGION = "us-east-1"
 
 
+def connect_cloud(fake) -> None:
+    """`cloud/default` on the Bedrock fake, in its region, with its credentials."""
+    from catalog.services import connection_configure
+
+    connection_configure(
+        provider_slug="cloud",
+        base_url=fake.base_url,
+        region=AWS_REGION,
+        aws_access_key_id=AWS_ACCESS_KEY,
+        aws_secret_access_key=AWS_SECRET_KEY,
+    )
+
+
 @pytest.fixture(scope="session")
 def bedrock_upstream():
     from fake_upstreams import BedrockFake, serve
@@ -211,13 +230,7 @@ def all_upstreams(catalog, bedrock_upstream, gemini_upstream):
 
     for fake in (bedrock_upstream, gemini_upstream):
         fake.reset()
-    connection_configure(
-        provider_slug="cloud",
-        base_url=bedrock_upstream.base_url,
-        region=AWS_REGION,
-        aws_access_key_id=AWS_ACCESS_KEY,
-        aws_secret_access_key=AWS_SECRET_KEY,
-    )
+    connect_cloud(bedrock_upstream)
     connection_configure(
         provider_slug="multimodal", base_url=gemini_upstream.base_url, api_key=UPSTREAM_KEY
     )

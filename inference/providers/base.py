@@ -138,6 +138,8 @@ class Transport:
     kind: ClassVar[str] = ""
     # aiohttp re-quotes a URL's path; a protocol that signs the exact path (SigV4) keeps httpcore.
     aiohttp_transport: ClassVar[bool] = True
+    # The media type a stream's answer is asked in (`Accept` of `open_stream`).
+    stream_accept: ClassVar[str] = "text/event-stream"
     # Whether `previous_response_id` and `item_reference` work (the provider stores responses).
     stateful_responses: ClassVar[bool] = False
     # The Responses `include` values the provider honours; None: every documented one.
@@ -239,7 +241,7 @@ class Transport:
         JSON error before any stream opens."""
         url = route.connection.base_url + path
         content = orjson.dumps(body)
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        headers = {"Content-Type": "application/json", "Accept": self.stream_accept}
         headers.update(self.auth_headers(route, "POST", url, content))
         try:
             response = await self.upstream(route.connection).stream(

@@ -5,6 +5,9 @@ region; base URL like https://bedrock-runtime.us-east-1.amazonaws.com.
 Images: titan-type and nova-type models share one body (`TEXT_IMAGE`), stability-type models
 take theirs (one image per call, aspect-ratio sizes) and are served in one region only.
 Embeddings: the titan and cohere bodies are forwarded as the client sent them.
+Chat: `Converse` (`POST /model/{modelId}/converse`) and `ConverseStream` (`.../converse-stream`,
+a binary event stream), translated by providers.converse; `/v1/responses` through that chat
+(providers.bridge).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import uuid
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -25,8 +29,18 @@ from core.errors import BadRequest
 from inference.billing import Usage
 from inference.imagesizes import nearest_aspect_ratio, nearest_size, parse_size
 
+from . import converse
 from . import usage as usage_formats
-from .base import ContentBlocked, GeneratedImage, GeneratedImages, Transport, malformed
+from .base import (
+    ContentBlocked,
+    GeneratedImage,
+    GeneratedImages,
+    Transport,
+    UpstreamStream,
+    malformed,
+)
+from .bridge import ResponsesOverChat
+from .events import EventDecoder, TranslatingDecoder
 
 SERVICE = "bedrock"
 DEFAULT_REGION = "us-east-1"
@@ -84,9 +98,9 @@ def _usable(connection: ConnectionInfo) -> bool:
     return bool(connection.aws_access_key_id and connection.aws_secret_access_key)
 
 
-def invoke_path(model_id: str) -> str:
-    # As AWS SDKs send it: every reserved character encoded (`:` -> %3A).
-    return f"/model/{quote(model_id, safe='')}/invoke"
+def invoke_path(model_id: str, operation: str = "invoke") -> str:
+    # As AWS SDKs send it: every reserved character encoded (`:` -> %3A, an ARN's `/` -> %2F).
+    return f"/model/{quote(model_id, safe='')}/{operation}"
 
 
 # --- images: the body each model family takes --------------------------------------------------
@@ -168,9 +182,16 @@ def stability_size(aspect_ratio: str) -> str:
     return f"{round(height * a / b / 64) * 64}x{round(height / 64) * 64}"
 
 
-class BedrockTransport(Transport):
+def _answer_id(headers) -> str:
+    """Converse answers carry no id: the request id AWS logs it under (CloudTrail, support)."""
+    return "chatcmpl-" + (headers.get("x-amzn-requestid") or uuid.uuid4().hex)
+
+
+class BedrockTransport(ResponsesOverChat, Transport):
     kind = "bedrock"
     aiohttp_transport = False  # SigV4 signs the %-encoded path that aiohttp would re-quote
+    stream_accept = "application/vnd.amazon.eventstream"
+    checks_requests = True
 
     # --- routing, signing, errors -------------------------------------------------------------
 
@@ -302,3 +323,54 @@ class BedrockTransport(Transport):
             route, payload, self.answer_cap("embeddings", count)
         )
         return answer, usage_formats.bedrock_embeddings(answer, headers)
+
+    # --- chat: Converse and ConverseStream ------------------------------------------------------
+
+    @staticmethod
+    def _claude(route: Route) -> bool:
+        options = route.model.options if route.model is not None else {}
+        return converse.is_claude(route.upstream_model, options)
+
+    def check_chat(self, route: Route, payload: dict) -> None:
+        converse.check_converse(payload, claude=self._claude(route))
+
+    def converse_plan(self, route: Route, payload: dict) -> converse.Plan:
+        options = route.model.options if route.model is not None else {}
+        return converse.converse_request(
+            payload,
+            claude=self._claude(route),
+            native_json=options.get("structured_output") == "native",
+            cache_system=options.get("prompt_cache") is True,
+        )
+
+    async def chat(self, route: Route, payload: dict) -> dict:
+        plan = self.converse_plan(route, payload)
+        response = await self.request(
+            route,
+            "POST",
+            invoke_path(route.upstream_model, "converse"),
+            json=plan.body,
+            max_bytes=self.answer_cap("chat"),
+        )
+        try:
+            answer = orjson.loads(response.content)
+            if not isinstance(answer, dict):
+                raise ValueError("not an object")
+            return converse.chat_answer(
+                answer, plan, model=payload["model"], answer_id=_answer_id(response.headers)
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # orjson: ValueError
+            raise malformed(f"converse answer: {exc}") from exc
+
+    async def chat_stream(self, route: Route, payload: dict) -> UpstreamStream:
+        plan = self.converse_plan(route, payload)
+        response = await self.open_stream(
+            route, invoke_path(route.upstream_model, "converse-stream"), plan.body
+        )
+        answer_id, model = _answer_id(getattr(response, "headers", {})), payload["model"]
+
+        def decoder(max_event: int) -> EventDecoder:
+            translator = converse.StreamTranslator(plan, model=model, answer_id=answer_id)
+            return TranslatingDecoder(converse.EventStreamFrames(max_event), translator)
+
+        return UpstreamStream(response, decoder)

@@ -1,6 +1,8 @@
 """`multimodal`: the Google Gemini API (Generative Language, base URL like
 https://generativelanguage.googleapis.com/v1beta; key in `x-goog-api-key`).
 
+Chat completions: `models/{model}:generateContent` and `:streamGenerateContent?alt=sse`, the
+translation in `gemini_chat`; `/v1/responses` through the chat (providers.bridge).
 Images: imagen-type models through `models/{model}:predict`, the flash-image model through
 `models/{model}:generateContent`. Embeddings: `:embedContent` (one text),
 `:batchEmbedContents` (a list) and `:countTokens` (their answers carry no token counts).
@@ -19,6 +21,7 @@ import orjson
 from catalog.routing import Route
 from inference.imagesizes import nearest_aspect_ratio, parse_size
 
+from . import gemini_chat
 from . import usage as usage_formats
 from .base import (
     ContentBlocked,
@@ -26,9 +29,12 @@ from .base import (
     GeneratedImages,
     ProviderFailure,
     Transport,
+    UpstreamStream,
     malformed,
     unavailable,
 )
+from .bridge import ResponsesOverChat
+from .events import SSEFrames, TranslatingDecoder
 
 logger = logging.getLogger("gateway")
 
@@ -111,8 +117,9 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
-class GeminiTransport(Transport):
+class GeminiTransport(ResponsesOverChat, Transport):
     kind = "gemini"
+    checks_requests = True
 
     def auth_headers(self, route: Route, method: str, url: str, body: bytes) -> dict[str, str]:
         return {"x-goog-api-key": route.connection.api_key}
@@ -136,6 +143,29 @@ class GeminiTransport(Transport):
 
     def _path(self, model: str, method: str) -> str:
         return f"/models/{quote(model, safe='.-_')}:{method}"
+
+    # --- chat ------------------------------------------------------------------------------
+
+    def check_chat(self, route: Route, payload: dict) -> None:
+        gemini_chat.check_request(payload)
+
+    async def chat(self, route: Route, payload: dict) -> dict:
+        body = gemini_chat.gemini_request(payload)
+        path = self._path(route.upstream_model, "generateContent")
+        answer = await self.post_json(route, path, body, max_bytes=self.answer_cap("chat"))
+        if not isinstance(answer, dict):
+            raise malformed("generateContent answer is not an object")
+        return gemini_chat.chat_answer(answer, payload)
+
+    async def chat_stream(self, route: Route, payload: dict) -> UpstreamStream:
+        body = gemini_chat.gemini_request(payload)
+        path = self._path(route.upstream_model, "streamGenerateContent") + "?alt=sse"
+        response = await self.open_stream(route, path, body)
+
+        def decoder(max_event: int) -> TranslatingDecoder:
+            return TranslatingDecoder(SSEFrames(max_event), gemini_chat.GeminiChatEvents(payload))
+
+        return UpstreamStream(response, decoder)
 
     # --- images ----------------------------------------------------------------------------
 

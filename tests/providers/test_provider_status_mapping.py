@@ -161,13 +161,19 @@ def test_adapters_declare_their_capabilities():
     for capability in (ChatProvider, ResponsesProvider, EmbeddingsProvider):
         adapter_for("openrouter", capability)
     adapter_for("gemini", GeminiEmbedder)
+    for capability in (ChatProvider, ResponsesProvider, ImageProvider):
+        adapter_for("bedrock", capability)
     assert adapter_for("openai").stateful_responses is True
     assert adapter_for("openrouter").stateful_responses is False
 
 
 @pytest.mark.parametrize(
     ("kind", "capability"),
-    [("bedrock", ChatProvider), ("gemini", EmbeddingsProvider), ("openrouter", GeminiEmbedder)],
+    [
+        ("bedrock", EmbeddingsProvider),
+        ("gemini", EmbeddingsProvider),
+        ("openrouter", GeminiEmbedder),
+    ],
 )
 def test_a_missing_capability_is_a_500_not_a_probe(kind, capability):
     with pytest.raises(ProviderFailure) as excinfo:
