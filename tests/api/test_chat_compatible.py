@@ -151,16 +151,6 @@ def test_tool_loop_and_structured_output(sdk, synced, stream):
         assert row.credits == billed(row)
 
 
-def _bridge_ready() -> bool:
-    from inference.providers import bridge
-
-    try:
-        bridge.responses_to_chat({"model": "m", "input": "x"})
-    except NotImplementedError:
-        return False
-    return True
-
-
 def respond(sdk, stream: bool):
     """A /v1/responses answer, streamed (the final event's response) or not."""
     if not stream:
@@ -172,8 +162,6 @@ def respond(sdk, stream: bool):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses_translated_to_chat(sdk, synced, stream):
-    if not _bridge_ready():
-        pytest.skip("the Responses-over-chat bridge is not on this branch yet")
     answer = respond(sdk, stream)
     assert answer.output_text == "Echo: hello big world"
     assert synced.last.path == "/v1/chat/completions"  # the server has no Responses API
