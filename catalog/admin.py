@@ -209,6 +209,14 @@ class ConnectionAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
             ),
             ("API key (OpenAI-style providers)", {"fields": api_key}),
             ("AWS (Bedrock)", {"fields": aws}),
+            (
+                "Azure OpenAI",
+                {"fields": ["api_version", "deployments"], "classes": ["collapse"]},
+            ),
+            (
+                "OpenAI-compatible server",
+                {"fields": ["responses_api", "stream_usage"], "classes": ["collapse"]},
+            ),
         ]
 
     @admin.display(description="credentials set", boolean=True)

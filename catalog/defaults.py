@@ -481,8 +481,39 @@ GEMINI_CHAT_MODELS: list[dict] = [
 ]
 # Mistral's API (`mistral`, openai_compatible); the OpenAI models' `azure` rows are added to their
 # entries above by AZURE_ROWS.
-MISTRAL_MODELS: list[dict] = []
-AZURE_ROWS: dict[str, str] = {}  # model id -> the upstream id (deployment) on `azure`
+# Mistral's list prices (USD per 1M tokens) when written: the `-latest` aliases move to newer
+# models (Large 3, Small 3.2), and Mistral publishes no cached-input price. Both take images.
+MISTRAL_MODELS: list[dict] = [
+    _chat(
+        "mistral-large-latest",
+        "mistral",
+        prompt=0.5,
+        completion=1.5,
+        rows=[("mistral", "mistral-large-latest", False)],
+    ),
+    _chat(
+        "mistral-small-latest",
+        "mistral",
+        prompt=0.1,
+        completion=0.3,
+        rows=[("mistral", "mistral-small-latest", False)],
+    ),
+]
+# model id -> the upstream id on `azure`: the deployment name, by default the model's own (what
+# Azure's portal proposes); `configure_connection azure --deployment-map MODEL=DEPLOYMENT` names
+# another. Azure's Global Standard list prices for these equal OpenAI's, so the models' prices
+# serve both (Data Zone deployments cost Azure 10% more: docs/decisions/providers.md).
+AZURE_ROWS: dict[str, str] = {
+    model: model
+    for model in (
+        "gpt-4o-mini",
+        "gpt-4.1",
+        "o4-mini",
+        "text-embedding-3-small",
+        "text-embedding-3-large",
+        "text-embedding-ada-002",
+    )
+}
 
 MODELS += ANTHROPIC_MODELS + BEDROCK_CHAT_MODELS + GEMINI_CHAT_MODELS + MISTRAL_MODELS
 for _entry in MODELS:

@@ -17,6 +17,7 @@ from django import forms
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
+from .connection_options import OPTION_KEYS, RESPONSES_API, STREAM_USAGE, option_errors
 from .models import Connection, Model
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -130,6 +131,14 @@ class CatalogModelForm(AdminModelFormMixin, forms.ModelForm):
         )
 
 
+def _blank_or(choices: tuple[str, ...], default: str) -> list[tuple[str, str]]:
+    return [("", f"(default: {default})")] + [(c, c) for c in choices]
+
+
+# The kind options (Connection.options) as form fields: name -> the kind that takes it.
+OPTION_FIELDS = {key: kind for kind, keys in OPTION_KEYS.items() for key in keys}
+
+
 class ConnectionForm(AdminModelFormMixin, forms.ModelForm):
     secret_fields = ("api_key", "aws_secret_access_key")
 
@@ -137,6 +146,77 @@ class ConnectionForm(AdminModelFormMixin, forms.ModelForm):
     clear_aws_secret_access_key = forms.BooleanField(
         required=False, label="Clear the stored AWS secret access key"
     )
+    # Connection.options, per kind (catalog/connection_options.py checks the values).
+    api_version = forms.CharField(
+        required=False,
+        max_length=40,
+        label="API version",
+        help_text="Azure OpenAI: the api-version of the classic deployment paths (e.g. "
+        "2024-10-21). Empty: the v1 API path.",
+    )
+    deployments = forms.CharField(
+        required=False,
+        label="Deployment map",
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 60, "style": "font-family: monospace"}),
+        help_text="Azure OpenAI: one MODEL=DEPLOYMENT per line, for a catalog model whose "
+        "deployment is not named as its row's upstream id.",
+    )
+    responses_api = forms.ChoiceField(
+        required=False,
+        label="Responses API",
+        choices=_blank_or(RESPONSES_API, "chat"),
+        help_text="OpenAI-compatible server: /v1/responses translated to chat completions "
+        "(chat) or the server's own Responses API (native).",
+    )
+    stream_usage = forms.ChoiceField(
+        required=False,
+        label="Stream usage",
+        choices=_blank_or(STREAM_USAGE, "ask"),
+        help_text="OpenAI-compatible server: ask for usage on streams (ask), or not, for a "
+        "server that always reports it and refuses stream_options (always: Mistral's API).",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        options = self.instance.options or {}
+        for name in OPTION_FIELDS:
+            value = options.get(name)
+            if name == "deployments" and isinstance(value, dict):
+                value = "\n".join(f"{model}={dep}" for model, dep in sorted(value.items()))
+            self.initial.setdefault(name, value or "")
+
+    def clean_deployments(self) -> dict[str, str]:
+        mapping: dict[str, str] = {}
+        for line in (self.cleaned_data.get("deployments") or "").splitlines():
+            if not line.strip():
+                continue
+            model, sep, deployment = line.partition("=")
+            if not sep or not model.strip() or not deployment.strip():
+                raise forms.ValidationError(f"One MODEL=DEPLOYMENT per line, not {line[:60]!r}")
+            mapping[model.strip()] = deployment.strip()
+        return mapping
+
+    def clean(self):
+        cleaned = super().clean()
+        provider = cleaned.get("provider")
+        if provider is None:
+            return cleaned
+        options: dict = {}
+        for name, kind in OPTION_FIELDS.items():
+            value = cleaned.get(name)
+            if not value:
+                continue
+            if provider.kind != kind:
+                self.add_error(name, f"Only for a {kind} connection (this one is {provider.kind})")
+                continue
+            errors = option_errors(kind, {name: value})
+            if errors:
+                self.add_error(name, errors)
+            else:
+                options[name] = value
+        if not self.errors:
+            self.instance.options = options
+        return cleaned
 
     class Meta:
         model = Connection

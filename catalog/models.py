@@ -6,6 +6,7 @@ from django.db import models
 
 from core.fields import EncryptedTextField
 
+from .connection_options import normalized_base_url, validate_options
 from .registry import KIND_CHOICES, credentials_present
 
 MAX_WEIGHT = 1000
@@ -93,6 +94,11 @@ class Connection(models.Model):
 
     def clean(self):
         self.tags = ",".join(parse_tags(self.tags or ""))
+        if self.provider_id is not None:
+            kind = self.provider.kind
+            validate_options(kind, self.options if self.options is not None else {})
+            if self.base_url:
+                self.base_url = normalized_base_url(kind, self.base_url)
 
     @property
     def has_credentials(self) -> bool:
@@ -105,6 +111,19 @@ class Connection(models.Model):
             aws_access_key_id=self.aws_access_key_id,
             aws_secret_access_key=self.aws_secret_access_key,
         )
+
+
+def priced(cost, features) -> bool:
+    """Whether a catalog model's cost bills something (an empty or unpriced cost bills 0: such a
+    model is never activated; docs/decisions/providers.md)."""
+    if not isinstance(cost, dict) or not cost.get("type"):
+        return False
+    if cost["type"] != "per_token":
+        return True
+    needed = ["prompt"] + (["completion"] if "chat_completions" in (features or ()) else [])
+    return all(
+        isinstance(cost.get(k), int | float) and not isinstance(cost.get(k), bool) for k in needed
+    )
 
 
 class Model(models.Model):
@@ -160,3 +179,13 @@ class ProviderModel(models.Model):
     def __str__(self):
         state = "active" if self.active else "inactive"
         return f"{self.model.model_id} via {self.provider.slug} ({state})"
+
+    def clean(self):
+        try:
+            model = self.model
+        except Model.DoesNotExist:  # not chosen yet: the field's own error says so
+            return
+        if self.active and not priced(model.cost, model.supported_features):
+            raise ValidationError(
+                {"active": "A model without a price cannot be served: set its cost first"}
+            )

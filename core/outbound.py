@@ -432,12 +432,15 @@ class _SyncGuardedTransport(httpx.HTTPTransport):
         )
 
 
-def fetch_outbound_json(url: str, *, max_bytes: int, timeout: float) -> Any:
+def fetch_outbound_json(
+    url: str, *, max_bytes: int, timeout: float, headers: dict[str, str] | None = None
+) -> Any:
     """GET an admin-set URL and return its JSON: checked again as when saved (the row may have
     been written past validation, or the host's addresses changed), connected only to the
     admitted address, no redirect followed, no compressed answer, at most `max_bytes` read,
-    within `timeout` seconds in all. Any failure raises Refused with a readable message."""
-    return _outbound_json("GET", url, max_bytes=max_bytes, timeout=timeout)
+    within `timeout` seconds in all. `headers` adds request headers (a server's API key). Any
+    failure raises Refused with a readable message."""
+    return _outbound_json("GET", url, max_bytes=max_bytes, timeout=timeout, headers=headers)
 
 
 def post_outbound_form(

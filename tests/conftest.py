@@ -20,6 +20,7 @@ pytest_plugins = [
     "tests.fixtures_gemini",
     "tests.fixtures_anthropic",
     "tests.fixtures_bedrock",
+    "tests.fixtures_compat",
 ]
 
 UPSTREAM_KEY = "sk-upstream-test"

@@ -44,7 +44,8 @@ _URL = re.compile(r"\b(?:https?|wss?|ftp)://[^\s'\"<>)]+|\bwww\.[^\s'\"<>)]+", r
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _PROVIDER_NAMES = re.compile(
     r"(?<![\w./-])(?:OpenAI|OpenRouter|Azure|Amazon Bedrock|Amazon|AWS|Bedrock|Google|Gemini|"
-    r"Vertex AI|Vertex|Anthropic|Claude|Stability AI|Stability|Cohere|Imagen|Titan|Nova)(?![\w/-])",
+    r"Vertex AI|Vertex|Anthropic|Claude|Stability AI|Stability|Cohere|Imagen|Titan|Nova|"
+    r"Microsoft|Mistral AI|Mistral|vLLM|Ollama|Hugging Face)(?![\w/-])",
     re.IGNORECASE,
 )
 

@@ -167,13 +167,18 @@ DALL_E_3_QUALITY = {"low": "standard", "medium": "standard", "high": "hd"}  # au
 GPT_IMAGE_ONLY = ("background", "output_format", "output_compression", "moderation")
 
 
-def _error_code(response: httpx.Response) -> str | None:
+def error_object(response: httpx.Response) -> dict:
+    """The `error` object of an OpenAI-shaped error body (empty when there is none)."""
     try:
         body = orjson.loads(response.content)
     except orjson.JSONDecodeError:
-        return None
+        return {}
     error = body.get("error") if isinstance(body, dict) else None
-    code = error.get("code") if isinstance(error, dict) else None
+    return error if isinstance(error, dict) else {}
+
+
+def _error_code(response: httpx.Response) -> str | None:
+    code = error_object(response).get("code")
     return code if isinstance(code, str) else None
 
 
