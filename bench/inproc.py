@@ -24,6 +24,9 @@ connections without `dead`. The circuits are each process's own (no REDIS_URL).
 `--profile` runs cProfile over the measured requests (bench/README.md, "In one process").
 `--course` adds the target `gateway+course`: the same request by a course member's key (issue
 26: the student's allowance and the course pool are read and charged beside the license).
+`--anthropic` adds the target `gateway+anthropic` (with `--case chat-stream`): the same streamed
+chat for `claude-haiku-4-5` through the `anthropic` adapter, on the Anthropic fake (issue 34: the
+translation of Anthropic's events into the contract's chunks, beside the OpenAI relay).
 
 `--instructions` counts instructions instead of timing: each target's child runs under
 valgrind's callgrind twice, with `--requests` and with twice as many, and the difference of the
@@ -87,6 +90,11 @@ def main() -> int:
         help="also gateway+course: the same request by a course member (allowance and pool)",
     )
     parser.add_argument(
+        "--anthropic",
+        action="store_true",
+        help="also gateway+anthropic: the chat stream through the anthropic adapter (its fake)",
+    )
+    parser.add_argument(
         "--instructions",
         action="store_true",
         help="count instructions per request under callgrind (deterministic) instead of timing",
@@ -135,6 +143,9 @@ def _parent(args) -> int:
         if args.course:
             env["INPROC_COURSE_KEY"] = _set_up_course(env)
             rows["gateway+course"] = []
+        if args.anthropic:
+            _set_up_anthropic(procs, env)
+            rows["gateway+anthropic"] = []
         if args.dead_connection:
             rows |= {f"gateway+dead/{state}": [] for state in DEAD_STATES}
         if worktree:
@@ -203,6 +214,23 @@ def _set_up_course(env: dict) -> str:
     return lines[-1]
 
 
+ANTHROPIC_MODEL = "claude-haiku-4-5"
+
+
+def _set_up_anthropic(procs, env: dict) -> None:
+    """The Anthropic fake on a port of its own, `anthropic` connected to it and its rows enabled
+    (the README's operator commands)."""
+    port = bench.free_port()
+    fake = ["fake_upstreams", "anthropic", "--port", str(port), "--api-key", bench.UPSTREAM_KEY]
+    procs.start("anthropic", [bench.PY, "-m", *fake], env)
+    _wait_for(port)
+    url = f"http://127.0.0.1:{port}/v1"
+    bench.manage(
+        env, "configure_connection", "anthropic", "--base-url", url,
+        "--api-key", bench.UPSTREAM_KEY, "--enable-models",
+    )  # fmt: skip
+
+
 def _child_set_up_course() -> None:
     from gateway_site.localcache import clear_all
     from licensing.access.credentials import api_key_create
@@ -269,6 +297,8 @@ def _child_command(args, target: str, env: dict, worktree: Path | None, requests
         env = {**env, **DEAD_STATES[dead]}
     if target == "gateway+course":  # the same application, a course member's key
         serve, env = "gateway", {**env, "INPROC_KEY": env["INPROC_COURSE_KEY"]}
+    if target == "gateway+anthropic":  # the same application, a Claude model
+        serve, env = "gateway", {**env, "INPROC_MODEL": ANTHROPIC_MODEL}
     cmd = [bench.PY, __file__, "--serve", serve, "--case", args.case, "--root", str(root)]
     cmd += ["--requests", str(requests), "--dead", dead]
     if args.profile:
@@ -344,7 +374,8 @@ def _child(args) -> None:
         return
     if target == "gateway":
         _child_switch_dead(args.dead == "open" or args.dead == "closed")
-    body = json.dumps(CHAT_SHORT if case == "chat-stream" else json.loads(bench.BODY)).encode()
+    chat = {**CHAT_SHORT, "model": os.environ.get("INPROC_MODEL", CHAT_SHORT["model"])}
+    body = json.dumps(chat if case == "chat-stream" else json.loads(bench.BODY)).encode()
     path = PATHS[(target, case)]
     scope = _scope(path, os.environ["INPROC_KEY"], body)
 

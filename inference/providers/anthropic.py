@@ -25,7 +25,13 @@ import orjson
 from catalog.routing import Route
 from core.errors import BadRequest
 
-from .base import Transport, UpstreamStream, malformed, sanitize_message
+from .base import (
+    Transport,
+    UpstreamStream,
+    malformed,
+    refuse_unsupported,
+    sanitize_message,
+)
 from .bridge import ResponsesOverChat
 from .events import (
     ChatChunks,
@@ -74,17 +80,6 @@ _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", 
 # A `user` that looks like an e-mail address or a phone number is not sent as `metadata.user_id`
 # (the API wants an opaque id there and refuses e-mail addresses).
 _PERSONAL = re.compile(r".*@.*|\+?[\d\s().-]{8,}", re.DOTALL)
-# Fields of the contract with no counterpart on the Messages API, refused unless they ask for
-# the default (the value that changes nothing).
-_UNSUPPORTED_DEFAULTS: dict[str, tuple[Any, ...]] = {
-    "n": (None, 1),
-    "logprobs": (None, False),
-    "top_logprobs": (None, 0),
-    "frequency_penalty": (None, 0),
-    "presence_penalty": (None, 0),
-}
-
-
 # --- reasoning effort -> thinking -------------------------------------------------------------
 
 
@@ -146,10 +141,6 @@ def max_output(route: Route, payload: dict) -> int:
 
 
 # --- the request ------------------------------------------------------------------------------
-
-
-def _unsupported(field: str) -> BadRequest:
-    return BadRequest(f"'{field}' is not supported by this provider")
 
 
 def _text_blocks(content) -> list[dict]:
@@ -376,11 +367,7 @@ def messages_body(route: Route, payload: dict) -> dict:
 
 def check_messages(route: Route, payload: dict) -> None:
     """The contract's fields Claude cannot honour, refused before the call."""
-    for field, defaults in _UNSUPPORTED_DEFAULTS.items():
-        if payload.get(field) not in defaults:
-            raise _unsupported(field)
-    if payload.get("logit_bias"):
-        raise _unsupported("logit_bias")
+    refuse_unsupported(payload)  # every field of CHAT_DEFAULTS
     temperature = payload.get("temperature")
     if temperature is not None and temperature > 1:
         raise BadRequest("'temperature' must be between 0 and 1 on this provider")

@@ -91,6 +91,31 @@ class ContentBlocked(ProviderFailure):
     an ordinary 400; the image endpoint answers it with a flagged entry."""
 
 
+# Contract chat fields some providers have no control for, with the values that ask for nothing
+# (the default): any other value would change the answer, so an adapter without the control
+# refuses it before the call (`refuse_unsupported`, from its `check_chat`).
+CHAT_DEFAULTS: dict[str, tuple[Any, ...]] = {
+    "n": (None, 1),
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "logit_bias": (None, {}),
+    "frequency_penalty": (None, 0),
+    "presence_penalty": (None, 0),
+}
+
+
+def unsupported(field: str) -> BadRequest:
+    return BadRequest(f"'{field}' is not supported by this provider")
+
+
+def refuse_unsupported(payload: dict, fields: tuple[str, ...] | None = None) -> None:
+    """The spec's 400 for the first of `fields` (keys of CHAT_DEFAULTS; all of them when None)
+    the payload sets to something other than its default."""
+    for name in CHAT_DEFAULTS if fields is None else fields:
+        if payload.get(name) not in CHAT_DEFAULTS[name]:
+            raise unsupported(name)
+
+
 def unavailable(reason: str, kind: str = "unavailable") -> ProviderFailure:
     logger.warning("provider unavailable: %s", reason)
     return ProviderFailure(

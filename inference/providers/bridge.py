@@ -21,37 +21,14 @@ from core.errors import PROVIDER_ERROR, BadRequest
 
 from .base import UpstreamStream, malformed
 from .events import (
+    DecodedFrames,
     EventDecoder,
     EventTranslator,
     StreamBroken,
     TranslatingDecoder,
     loads_frame,
     now,
-    parse_event,
 )
-
-
-class DecodedFrames:
-    """The contract's chat events of an inner decoder, as frames for a second translation."""
-
-    def __init__(self, decoder: EventDecoder):
-        self.decoder = decoder
-
-    @staticmethod
-    def _frames(blocks: list[bytes]) -> list[tuple[bytes | None, bytes]]:
-        frames = []
-        for block in blocks:
-            name, data = parse_event(block)
-            if data is not None:
-                frames.append((name, data))
-        return frames
-
-    def feed(self, chunk: bytes) -> list[tuple[bytes | None, bytes]]:
-        return self._frames(self.decoder.feed(chunk))
-
-    def flush(self) -> list[tuple[bytes | None, bytes]]:
-        return self._frames(self.decoder.flush())
-
 
 # --- the request: Responses -> chat ------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from botocore.eventstream import EventStreamBuffer, ParserError
 from core.errors import BadRequest
 
 from .anthropic import claude_thinking
+from .base import refuse_unsupported
 from .events import ChatChunks, StreamBroken, chat_completion, contract_usage, loads_frame, now
 
 # The tool a JSON response format is asked through when the model has no native structured
@@ -82,23 +83,9 @@ class Plan:
 # --- refusals before the call ----------------------------------------------------------------
 
 
-def _unsupported(field: str) -> BadRequest:
-    return BadRequest(f"'{field}' is not supported by this provider")
-
-
 def check_converse(payload: dict, *, claude: bool) -> None:
     """The spec's 400 for what Converse has no control for and would change the answer."""
-    if (payload.get("n") or 1) > 1:
-        raise _unsupported("n")
-    if payload.get("logprobs"):
-        raise _unsupported("logprobs")
-    if payload.get("top_logprobs"):
-        raise _unsupported("top_logprobs")
-    if payload.get("logit_bias"):
-        raise _unsupported("logit_bias")
-    for field in ("frequency_penalty", "presence_penalty"):
-        if payload.get(field):
-            raise _unsupported(field)
+    refuse_unsupported(payload)  # every field of CHAT_DEFAULTS
     temperature = payload.get("temperature")
     if temperature is not None and temperature > TEMPERATURE_MAX:
         raise BadRequest("'temperature' above 1 is not supported by this provider")

@@ -120,14 +120,16 @@ class Frames(Protocol):
     def flush(self) -> list[tuple[bytes | None, bytes]]: ...
 
 
-class SSEFrames:
-    """Server-sent events as frames (Anthropic, Gemini): `SSEDecoder` and `parse_event`;
-    comments, keep-alives and blocks without data are dropped."""
+class DecodedFrames:
+    """The events of a decoder as frames (`parse_event`); comments, keep-alives and blocks
+    without data are dropped. Over an adapter's decoder: its contract chunks translated again
+    (providers.bridge)."""
 
-    def __init__(self, max_event: int | None = None):
-        self.decoder = SSEDecoder(max_event)
+    def __init__(self, decoder: EventDecoder):
+        self.decoder = decoder
 
-    def _frames(self, blocks: list[bytes]) -> list[tuple[bytes | None, bytes]]:
+    @staticmethod
+    def _frames(blocks: list[bytes]) -> list[tuple[bytes | None, bytes]]:
         frames = []
         for block in blocks:
             name, data = parse_event(block)
@@ -140,6 +142,13 @@ class SSEFrames:
 
     def flush(self) -> list[tuple[bytes | None, bytes]]:
         return self._frames(self.decoder.flush())
+
+
+class SSEFrames(DecodedFrames):
+    """Server-sent events as frames (Anthropic, Gemini)."""
+
+    def __init__(self, max_event: int | None = None):
+        super().__init__(SSEDecoder(max_event))
 
 
 class EventTranslator(Protocol):

@@ -25,7 +25,7 @@ import orjson
 
 from core.errors import BadRequest
 
-from .base import malformed
+from .base import malformed, refuse_unsupported
 from .events import (
     ChatChunks,
     StreamBroken,
@@ -98,12 +98,7 @@ def stable_call_id(answer_id: str, index: int) -> str:
 def check_request(payload: dict) -> None:
     """The contract fields Gemini has no counterpart for, refused (`BadRequest`) before the call;
     the value that asks for the default is accepted. Also what `gemini_request` cannot map."""
-    if payload.get("logprobs"):
-        raise BadRequest("'logprobs' is not supported by this provider")
-    if payload.get("top_logprobs"):
-        raise BadRequest("'top_logprobs' is not supported by this provider")
-    if payload.get("logit_bias"):
-        raise BadRequest("'logit_bias' is not supported by this provider")
+    refuse_unsupported(payload, ("logprobs", "top_logprobs", "logit_bias"))
     if payload.get("stream") and (payload.get("n") or 1) > 1:
         raise BadRequest("'n' greater than 1 is not supported with 'stream' by this provider")
     gemini_request(payload)  # what cannot be mapped (an image URL, an unknown tool call id)

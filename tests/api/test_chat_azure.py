@@ -11,7 +11,7 @@ import json
 import openai
 import pytest
 
-from catalog.models import Model, ProviderModel
+from catalog.models import Model, Provider, ProviderModel
 from catalog.services import connection_configure
 from gateway_site.localcache import clear_all
 from inference.billing import Usage, credits_for
@@ -284,6 +284,38 @@ def test_failover_from_direct_to_azure_charges_the_answer_only(client, auth, azu
     assert row.credits == billed(row) > 0
     usage = usage_formats.openai_chat(response.json()["usage"])
     assert usage is not None and row.prompt_tokens == usage.prompt_tokens
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["answer", "stream"])
+def test_failover_from_eu_azure_to_direct_unless_the_license_keeps_to_eu(
+    client, auth, eu_key, azure_catalog, stream
+):
+    """The issue's example: an OpenAI model served first by `azure` (its owner, the connection
+    tagged `eu`), then by `direct`. Azure down before the first byte: an ordinary license's
+    request fails over to `direct` and pays that answer only; a license that keeps to `eu` has
+    no other route, and gets the spec's 503, not charged."""
+    Model.objects.filter(model_id=MINI).update(owned_by=Provider.objects.get(slug="azure"))
+    clear_all()
+    body = {"model": MINI, "messages": HELLO, "stream": stream}
+    azure_catalog["azure"].fail_next(503)
+    response = client.post("/v1/chat/completions", json=body, headers=auth)
+    assert response.status_code == 200
+    (row,) = rows(1)
+    assert (row.provider, row.attempts) == ("direct", 2)
+    assert row.failovers == "azure/default: status_5xx"
+    assert row.credits == billed(row) > 0
+    assert len(azure_catalog["direct"].requests) == 1
+
+    azure_catalog["azure"].fail_next(503)
+    response = client.post("/v1/chat/completions", json=body, headers=eu_auth(eu_key))
+    assert error(response, 503) == "Service temporarily unavailable"
+    row = rows(2)[-1]
+    assert (row.provider, row.status_code, row.credits, row.attempts) == ("azure", 503, 0, 1)
+    assert len(azure_catalog["direct"].requests) == 1  # never tried for the eu license
+
+
+def eu_auth(key: str) -> dict:
+    return {"Authorization": f"Bearer {key}"}
 
 
 # --- content filter and errors ------------------------------------------------------------------
