@@ -25,8 +25,11 @@ from fake_upstreams import (
     OpenAlexFake,
     OpenRouterFake,
 )
+from fake_upstreams.azure import AzureOpenAIFake
+from fake_upstreams.compatible import OpenAICompatibleFake
 from inference.providers import adapter_for
 from inference.providers.anthropic import AnthropicTransport
+from inference.providers.azure import AzureOpenAITransport
 from inference.providers.base import (
     ChatProvider,
     ContentBlocked,
@@ -40,6 +43,7 @@ from inference.providers.base import (
 from inference.providers.bedrock import BedrockTransport
 from inference.providers.gemini import GeminiTransport
 from inference.providers.openai import OpenAITransport
+from inference.providers.openai_compatible import OpenAICompatibleTransport
 from inference.providers.openrouter import OpenRouterTransport
 from inference.providers.search import BraveTransport, OpenAlexTransport
 
@@ -51,6 +55,8 @@ ADAPTERS = [
     (BraveTransport, BraveFake),
     (OpenAlexTransport, OpenAlexFake),
     (AnthropicTransport, AnthropicFake),
+    (AzureOpenAITransport, AzureOpenAIFake),
+    (OpenAICompatibleTransport, OpenAICompatibleFake),
 ]
 IDS = [adapter.kind for adapter, _ in ADAPTERS]
 MESSAGE = "Bad thing happened."
@@ -111,6 +117,10 @@ def test_messages_are_sanitized(adapter, fake):
     )
     failure = mapped(adapter, answer(fake, 400, leaky))
     assert failure.message == "Invalid input for: see or write to. and agree."
+    # The names of the providers of issue 34, and of the servers a campus runs.
+    leaky = "Anthropic's Claude, Azure OpenAI by Microsoft, Mistral AI, vLLM and Ollama refused it."
+    failure = mapped(adapter, answer(fake, 400, leaky))
+    assert failure.message == "'s, by,, and refused it."
     # Nothing left but names: the generic message.
     assert mapped(adapter, answer(fake, 404, "OpenAI https://x.y")).message == PROVIDER_ERROR
 
