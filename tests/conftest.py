@@ -25,6 +25,45 @@ pytest_plugins = [
 
 UPSTREAM_KEY = "sk-upstream-test"
 
+# Fixtures through which a test reaches the pass's database (pytest-django's, and the live
+# gateway's, which every end-to-end fixture depends on).
+DATABASE_FIXTURES = frozenset(
+    {
+        "db",
+        "transactional_db",
+        "django_db_reset_sequences",
+        "django_db_serialized_rollback",
+        "live_server",
+        "live_gateway",
+    }
+)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--database-tests-only",
+        action="store_true",
+        help="only the tests that use the database (CI's SQLite pass: a test that uses none "
+        "gives the same result on either database, and runs on the PostgreSQL pass)",
+    )
+
+
+def uses_database(item) -> bool:
+    if item.get_closest_marker("django_db") is not None:
+        return True
+    return not DATABASE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--database-tests-only"):
+        return
+    kept, left = [], []
+    for item in items:
+        (kept if uses_database(item) else left).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
 
 class LiveGateway:
     def __init__(self, application=None):

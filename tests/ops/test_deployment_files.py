@@ -162,14 +162,15 @@ def test_every_package_of_the_lock_is_pinned_with_its_hashes(lock):
 
 
 def test_every_pin_of_pyproject_is_in_the_locks_at_its_version():
-    """Every extra (dev, server, clients) is in constraints.txt, the base and `server` in
+    """Every extra (dev, server, clients, vendors) is in constraints.txt, the base and `server` in
     constraints-server.txt, at the version pyproject.toml pins; the two locks agree on every
     package they share; pip and the build backend (setuptools) are locked too."""
     full = dict(lock_pins("constraints.txt"))
     server = dict(lock_pins("constraints-server.txt"))
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert set(pyproject["project"]["optional-dependencies"]) == {"dev", "server", "clients"}
-    for name, version in pyproject_pins("base", "dev", "server", "clients").items():
+    extras = {"dev", "server", "clients", "vendors"}
+    assert set(pyproject["project"]["optional-dependencies"]) == extras
+    for name, version in pyproject_pins("base", *extras).items():
         assert full.get(name) == version, (name, version, full.get(name))
     for name, version in pyproject_pins("base", "server").items():
         assert server.get(name) == version, (name, version, server.get(name))
