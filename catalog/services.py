@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
+
+from gateway_site.localcache import clear_all
 
 from .defaults import MODELS, PROVIDERS
 from .models import Connection, Model, Provider, ProviderModel, priced
@@ -18,42 +21,105 @@ from .registry import PROVIDER_KINDS, kind_serves
 def catalog_load_defaults(*, reset_rows: bool = False) -> dict[str, int]:
     """Install the default catalog. Idempotent: prices, features and modalities are brought
     back to the defaults; the active flags of existing provider rows are kept (an operator may
-    have enabled them) unless `reset_rows`."""
-    counts = {"providers": 0, "models": 0, "rows": 0}
-    providers = {}
+    have enabled them) unless `reset_rows`.
+
+    Read in three queries and written in bulk (a few statements, whatever the catalog's size):
+    a model per query made `load_catalog`, and every test that loads the catalog, take a few
+    hundred queries. Bulk writes send no `post_save`, so the caches are cleared here."""
+    providers, created_providers = _default_providers()
+    models, created_models = _default_models(providers)
+    created_rows = _default_rows(providers, models, reset_rows=reset_rows)
+    clear_all()
+    return {"providers": created_providers, "models": created_models, "rows": created_rows}
+
+
+def _default_providers() -> tuple[dict[str, Provider], int]:
+    existing = {p.slug: p for p in Provider.objects.filter(slug__in=[p[0] for p in PROVIDERS])}
+    new, changed = [], []
     for slug, kind, description in PROVIDERS:
-        provider, created = Provider.objects.update_or_create(
-            slug=slug, defaults={"kind": kind, "description": description}
-        )
-        providers[slug] = provider
-        counts["providers"] += created
+        provider = existing.get(slug)
+        if provider is None:
+            new.append(Provider(slug=slug, kind=kind, description=description))
+        elif (provider.kind, provider.description) != (kind, description):
+            provider.kind, provider.description = kind, description
+            changed.append(provider)
+    Provider.objects.bulk_create(new)
+    Provider.objects.bulk_update(changed, ["kind", "description"])
+    return {**existing, **{p.slug: p for p in new}}, len(new)
+
+
+_MODEL_FIELDS = (
+    "supported_features",
+    "input_modality",
+    "output_modality",
+    "cost",
+    "options",
+    "listed",
+)
+
+
+def _model_values(spec: dict) -> dict:
+    return {
+        "supported_features": spec["supported_features"],
+        "input_modality": spec["input_modality"],
+        "output_modality": spec["output_modality"],
+        "cost": spec["cost"],
+        "options": spec["options"],
+        "listed": spec.get("listed", True),
+    }
+
+
+def _default_models(providers: dict[str, Provider]) -> tuple[dict[str, Model], int]:
+    ids = [spec["model_id"] for spec in MODELS]
+    existing = {m.model_id: m for m in Model.objects.filter(model_id__in=ids)}
+    new, changed = [], []
+    now = timezone.now()
     for spec in MODELS:
-        model, created = Model.objects.update_or_create(
-            model_id=spec["model_id"],
-            defaults={
-                "owned_by": providers[spec["owned_by"]],
-                "supported_features": spec["supported_features"],
-                "input_modality": spec["input_modality"],
-                "output_modality": spec["output_modality"],
-                "cost": spec["cost"],
-                "options": spec["options"],
-                "listed": spec.get("listed", True),
-            },
-        )
-        counts["models"] += created
+        owner, values = providers[spec["owned_by"]], _model_values(spec)
+        model = existing.get(spec["model_id"])
+        if model is None:
+            new.append(Model(model_id=spec["model_id"], owned_by=owner, **values))
+            continue
+        if model.owned_by_id != owner.pk or any(
+            getattr(model, name) != value for name, value in values.items()
+        ):
+            model.owned_by = owner
+            for name, value in values.items():
+                setattr(model, name, value)
+            model.updated_at = now
+            changed.append(model)
+    Model.objects.bulk_create(new)
+    Model.objects.bulk_update(changed, ["owned_by", *_MODEL_FIELDS, "updated_at"])
+    return {**existing, **{m.model_id: m for m in new}}, len(new)
+
+
+def _default_rows(
+    providers: dict[str, Provider], models: dict[str, Model], *, reset_rows: bool
+) -> int:
+    existing = {
+        (row.model_id, row.provider_id): row
+        for row in ProviderModel.objects.filter(model__in=list(models.values()))
+    }
+    new, changed = [], []
+    for spec in MODELS:
+        model = models[spec["model_id"]]
         for slug, upstream, active in spec["rows"]:
-            row, created = ProviderModel.objects.get_or_create(
-                model=model,
-                provider=providers[slug],
-                defaults={"upstream_model_id": upstream, "active": active},
-            )
-            counts["rows"] += created
-            if not created and (reset_rows or row.upstream_model_id != upstream):
+            provider = providers[slug]
+            row = existing.get((model.pk, provider.pk))
+            if row is None:
+                new.append(
+                    ProviderModel(
+                        model=model, provider=provider, upstream_model_id=upstream, active=active
+                    )
+                )
+            elif reset_rows or row.upstream_model_id != upstream:
                 row.upstream_model_id = upstream
                 if reset_rows:
                     row.active = active
-                row.save()
-    return counts
+                changed.append(row)
+    ProviderModel.objects.bulk_create(new)
+    ProviderModel.objects.bulk_update(changed, ["upstream_model_id", "active"])
+    return len(new)
 
 
 @transaction.atomic
