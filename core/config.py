@@ -209,8 +209,9 @@ class Config(BaseSettings):
         True, description="the ORM's connection pool (manage.py turns it off for its commands)"
     )
     GATEWAY_PG_POOL_TIMEOUT: Seconds = Field(2.0, description="seconds to wait for one")
+    # "none" by default: works behind a transaction pooler too (docs/decisions/database.md).
     GATEWAY_PG_PREPARE_THRESHOLD: str = Field(
-        "2", description="executions before a statement is prepared; none: never"
+        "none", description="executions before a statement is prepared; none: never"
     )
     GATEWAY_PG_SERVER_SIDE_CURSORS: Annotated[bool, EmptyIsDefault] = Field(
         True, description="off behind a PgBouncer in transaction mode"

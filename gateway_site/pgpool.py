@@ -30,8 +30,9 @@ def available() -> bool:
 def _connect_kwargs() -> dict:
     params = connections["default"].get_connection_params()
     params.pop("cursor_factory", None)  # Django's is a sync cursor class
-    # The same few statements run thousands of times a second: let the server keep them prepared.
-    # ("none" turns it off, e.g. behind a PgBouncer without prepared-statement support).
+    # Not prepared by default: behind a PgBouncer in transaction mode (older than 1.21, or without
+    # max_prepared_statements) a statement prepared on one server connection is unknown on the
+    # next; what preparing saves is small (docs/decisions/database.md). A count turns it on.
     params["prepare_threshold"] = get_config().pg_prepare_threshold
     params["autocommit"] = True
     return params
