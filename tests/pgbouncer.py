@@ -3,9 +3,9 @@ for the tests that check the gateway works behind a transaction pooler (docs/dep
 "PgBouncer"; docs/decisions/database.md).
 
 `PgBouncer(host=, port=, user=)` starts one on a free loopback port with its own configuration,
-auth file, log and socket directory in a temporary directory; `url(database_url)` rewrites a database URL to
-go through it; `stop()` ends it. `pgbouncer_or_skip` skips the test when the binary is missing
-(.ci/run installs it) or the database is not PostgreSQL.
+auth file, log and socket directory in a temporary directory; `url(database_url)` rewrites a
+database URL to go through it; `stop()` ends it. `pgbouncer_or_skip` skips the test when the
+binary is missing (.ci/run installs it) or the database is not PostgreSQL.
 """
 
 from __future__ import annotations
