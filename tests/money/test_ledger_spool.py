@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -220,3 +221,52 @@ def test_database_outage_under_load(catalog, make_license, make_key, tmp_path):
     )
     wallet = Wallet.objects.get(license=capped)
     assert wallet.spent == sum(t.credits for t in rows.values() if t.license_id == capped.id)
+
+
+@pytest.mark.slow  # a worker process, and its database cut
+def test_a_cached_key_of_an_unlimited_license_is_served_during_an_outage(
+    catalog, make_license, make_key, tmp_path
+):
+    """docs/reliability.md's promise (issue 35: 4 of 40 were served): an unlimited license's
+    key used before the outage needs no database before its provider call, however long the
+    outage lasts (here the caches expire at once, as they would after GATEWAY_CACHE_TTL): the
+    requests are answered, their rows spooled, then replayed once the database is back."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs a PostgreSQL server to cut (the proxy sits between gateway and it)")
+    from tests.processes import database_url, running_workers
+    from tests.tcpproxy import TcpProxy
+
+    s = connection.settings_dict
+    proxy = TcpProxy(int(s.get("PORT") or 5432), s.get("HOST") or "127.0.0.1")
+    headers = {"Authorization": f"Bearer {make_key(make_license(name='free'))}"}
+    body = {"model": "text-embedding-3-small", "input": "a b c", "encoding_format": "float"}
+    env = {
+        "DATABASE_URL": database_url().replace(f":{s.get('PORT') or 5432}/", f":{proxy.port}/"),
+        "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path / "spool"),
+        "GATEWAY_CACHE_TTL": "0.001",  # every entry expired by the next request
+        "GATEWAY_PG_POOL_TIMEOUT": "0.3",  # each failed checkout of the outage: 0.3 s, not 2
+    }
+    try:
+        with running_workers(1, tmp_path, env) as (worker,):
+            assert worker.http.post("/v1/embeddings", headers=headers, json=body).status_code == 200
+            proxy.cut()
+            with ThreadPoolExecutor(4) as pool:
+                during = list(
+                    pool.map(
+                        lambda _: worker.http.post("/v1/embeddings", headers=headers, json=body),
+                        range(12),
+                    )
+                )
+            assert [r.status_code for r in during] == [200] * 12
+            assert worker.http.get("/v1/health").status_code == 503  # still down
+            proxy.restore()
+            wait_until(
+                lambda: Transaction.objects.count() == 13,
+                timeout=20,
+                what=lambda: f"{Transaction.objects.count()} ledger rows of 13",
+            )
+    finally:
+        proxy.close()
+    assert {r.headers["X-Request-Id"] for r in during} <= set(
+        Transaction.objects.values_list("request_id", flat=True)
+    )
