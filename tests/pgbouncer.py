@@ -135,3 +135,41 @@ def pgbouncer_or_skip(pool_size: int = 20) -> PgBouncer:
         user=s["USER"],
         pool_size=pool_size,
     )
+
+
+# --- fixtures (a plugin of tests/conftest.py) ---------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_server(django_db_setup, django_db_blocker):
+    """One pgbouncer for the session (started by the first test that asks), few server
+    connections so that the hot path's client connections share them."""
+    with django_db_blocker.unblock():
+        server = pgbouncer_or_skip(pool_size=2)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def hot_path_via_pgbouncer(pgbouncer_server, monkeypatch):
+    """The hot path's pool (the budget read, the group commit: gateway_site.pgpool) of the
+    pools opened during the test connects through the pgbouncer, with the default settings."""
+    from gateway_site import pgpool
+
+    connect_kwargs = pgpool._connect_kwargs
+
+    def through_pgbouncer() -> dict:
+        return {**connect_kwargs(), "host": "127.0.0.1", "port": pgbouncer_server.port}
+
+    monkeypatch.setattr(pgpool, "_connect_kwargs", through_pgbouncer)
+    monkeypatch.setattr(pgpool, "_pooler_seen", False)  # restored after the test
+    return pgbouncer_server
+
+
+@pytest.fixture(params=["direct", pytest.param("pgbouncer", marks=pytest.mark.slow)])
+def db_route(request):
+    """Parametrize a test of the hot path's SQL: straight to PostgreSQL, then through a
+    PgBouncer in transaction mode (skipped on SQLite)."""
+    if request.param == "pgbouncer":
+        request.getfixturevalue("hot_path_via_pgbouncer")
+    return request.param

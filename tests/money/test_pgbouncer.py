@@ -7,13 +7,18 @@ database.md). PostgreSQL only."""
 
 from __future__ import annotations
 
+import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 from django.db.models import Sum
 
+from gateway_site import pgpool
+from licensing.ledger.actions import transaction_record
+from licensing.ledger.budget import budget_check_async
 from licensing.models import Transaction, Wallet
+from tests.ledger_helpers import budget_for, entry_for
 from tests.pgbouncer import pgbouncer_or_skip
 from tests.processes import database_url, running_workers
 
@@ -61,3 +66,28 @@ def test_concurrent_charges_behind_pgbouncer(bouncer, catalog, make_license, mak
     assert billed > 0
     assert rows.aggregate(total=Sum("credits"))["total"] == billed
     assert Wallet.objects.get(license=license).spent == billed
+
+
+def test_budget_reads_and_charges_in_process_behind_pgbouncer(hot_path_via_pgbouncer, make_license):
+    """The hot path's two statements, many times over few server connections: with the
+    default (auto) a statement the pooler lost runs again unprepared, never an error."""
+    license = make_license(name="pooled", limit=10**9)
+    config = budget_for(license).config
+
+    async def one(n: int) -> int | None:
+        state = await budget_check_async(license_id=license.id, config=config, holder="key:1")
+        return await transaction_record(entry=entry_for(license, f"req-{n}", 3), budget=state)
+
+    async def run() -> list[int | None]:
+        try:
+            answers = []
+            for first in range(0, 60, 12):  # rounds of 12 at once: batches and single reads
+                answers += await asyncio.gather(*(one(n) for n in range(first, first + 12)))
+            return answers
+        finally:
+            await pgpool.close_all()
+
+    remaining = asyncio.run(run())
+    assert Transaction.objects.filter(license=license).count() == 60
+    assert Wallet.objects.get(license=license).spent == 180
+    assert min(r for r in remaining if r is not None) == 10**9 - 180

@@ -92,7 +92,7 @@ def test_a_good_environment_gives_typed_values(monkeypatch):
     assert config.SECURE_SSL_REDIRECT is True and config.GATEWAY_METRICS is False
     assert config.GATEWAY_ACCESS_LOG_LEVEL == "WARNING"
     assert config.REDIS_URL is None and config.gc_thresholds is None
-    assert config.log_format == "json" and config.pg_prepare_threshold is None
+    assert config.log_format == "json" and config.pg_prepare_threshold == 2
     gateway = config.gateway()
     assert gateway["UPSTREAM_POOL_WAIT"] == 2.5 and gateway["FETCH_ALLOWED_PORTS"] == {80, 8080}
 
