@@ -267,6 +267,8 @@ def _claim(path: Path) -> Path | None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return None  # a writer is in the middle of an append: next round
+        if not _still_named(path, fd):
+            return None  # a sibling worker claimed it between our open and our lock
         claimed = path.with_name(f"{path.name}.replaying-{os.getpid()}-{time.monotonic_ns()}")
         os.rename(path, claimed)
         return claimed
@@ -277,12 +279,17 @@ def _claim(path: Path) -> Path | None:
 def _replay_file(path: Path, record: Record) -> tuple[int, int]:
     """Apply every entry of a claimed file; returns (written, skipped). The file is removed once
     all its entries are in; on a database outage it stays for the next round."""
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return 0, 0  # a sibling worker replayed it and removed it since we listed the folder
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return 0, 0  # another replayer has it
+        if not _still_named(path, fd):
+            return 0, 0  # replayed and removed by a sibling between our open and our lock
         with os.fdopen(os.dup(fd), "rb") as f:
             lines = f.read().splitlines()
         written = skipped = 0
@@ -310,6 +317,16 @@ def _replay_file(path: Path, record: Record) -> tuple[int, int]:
         return written, skipped
     finally:
         os.close(fd)
+
+
+def _still_named(path: Path, fd: int) -> bool:
+    """Whether `path` still names the file open as `fd`. Workers replay the same folder (each
+    at start, and after its writes): one may claim or finish a file between another's listing,
+    open and lock; that is no error (issue 35: `FileNotFoundError ...replaying-...` at ERROR)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _keep_rejected(path: Path, line: bytes) -> None:

@@ -100,6 +100,33 @@ def test_replay_while_the_database_is_down_keeps_everything(spool, make_license,
     assert spool_depth() == 0
 
 
+def test_a_sibling_replaying_the_same_folder_is_no_error(spool, make_license, monkeypatch):
+    """Workers replay one folder (each at its start, and after its writes): a file another
+    worker claimed or finished between this one's listing and its open is skipped, not an
+    exception (issue 35: `FileNotFoundError ...replaying-...` logged at ERROR by a sibling)."""
+    from licensing.ledger import spool as spool_module
+
+    license = make_license(name="capped", limit=1_000)
+    spool_append(entry=_entry(license, "req-1"), budget=budget_for(license))
+    (first,) = spool.iterdir()
+    first.rename(spool / "99999-0.jsonl")  # another worker's file
+    spool_append(entry=_entry(license, "req-2"), budget=budget_for(license))
+    replay_file, sibling = spool_module._replay_file, []
+
+    def sibling_first(path, record):
+        # Once this worker has claimed its first file, a sibling replays the whole folder.
+        if not sibling:
+            sibling.append(None)
+            sibling[0] = spool_replay()
+        return replay_file(path, record)
+
+    monkeypatch.setattr(spool_module, "_replay_file", sibling_first)
+    assert spool_replay() == (0, 0)  # everything was the sibling's: no exception
+    assert sibling == [(2, 0)]
+    assert sorted(Transaction.objects.values_list("request_id", flat=True)) == ["req-1", "req-2"]
+    assert Wallet.objects.get().spent == 14 and list(spool.iterdir()) == []
+
+
 # --- a database outage under load ---------------------------------------------------------------
 
 
