@@ -26,6 +26,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -367,6 +368,44 @@ def spool_pending() -> bool:
         return any(_waiting_file(p) for p in spool_dir().iterdir())
     except OSError:  # no spool directory (or one that cannot be made): nothing to replay
         return False
+
+
+# --- the replay at a worker's start (a thread, before any request) ----------------------------
+
+
+def replay_at_start(replay: Callable[[], tuple[int, int]]) -> threading.Thread | None:
+    """Called once by each worker as it starts (gateway_site.gunicorn_conf): what a previous
+    process left in the spool (a crash, a restart during an outage) is written now, not when
+    this worker's first charged request ends (issue 35). On a thread of its own, backing off
+    while the database is unavailable, until the spool is empty; None when it is already."""
+    if not spool_pending():
+        return None
+    thread = threading.Thread(
+        target=_replay_until_empty, args=(replay,), name="ledger-spool-at-start", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def _replay_until_empty(replay: Callable[[], tuple[int, int]], sleep=time.sleep) -> None:
+    from django.db import connections
+
+    delay = 0.25
+    try:
+        while spool_pending():
+            try:
+                replay()
+            except UNAVAILABLE:
+                sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            except Exception:  # pragma: no cover - logged; the request path's replay goes on
+                logger.exception("ledger spool replay at start failed")
+                return
+            note_database_up()
+            return  # what is left was written meanwhile: the request path replays it
+    finally:
+        connections.close_all()  # this thread's connection, back to the pool
 
 
 # --- the automatic replayer (one asyncio task per process) -------------------------------------

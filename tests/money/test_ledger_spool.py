@@ -297,3 +297,46 @@ def test_a_cached_key_of_an_unlimited_license_is_served_during_an_outage(
     assert {r.headers["X-Request-Id"] for r in during} <= set(
         Transaction.objects.values_list("request_id", flat=True)
     )
+
+
+@pytest.mark.slow  # a gunicorn server
+def test_workers_replay_the_spool_at_start(spool, make_license, tmp_path):
+    """What a previous process left in the spool is written as the workers start, before any
+    request (issue 35: a restarted worker waited for its first charged request); two workers
+    replaying the same folder at once log no error."""
+    license = make_license(name="capped", limit=1_000)
+    for n in range(3):
+        spool_append(entry=_entry(license, f"left-{n}"), budget=budget_for(license))
+    spool_append(entry=_entry(license, "left-3"), budget=None)  # a refusal row too
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "GATEWAY_LEDGER_SPOOL_DIR": str(spool),
+        "GATEWAY_ACCESS_LOG_LEVEL": "WARNING",
+    }
+    log_path = tmp_path / "gateway.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "python:gateway_site.gunicorn_conf",
+             "--bind", f"127.0.0.1:{_free_port()}", "--workers", "2",
+             "gateway_site.asgi:application"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            wait_until(
+                lambda: Transaction.objects.count() == 4,
+                timeout=30,
+                what=lambda: f"{Transaction.objects.count()} of 4 rows: {log_path.read_text()}",
+            )
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
+    assert Wallet.objects.get().spent == 21
+    assert spool_depth() == 0
+    assert b'"level": "ERROR"' not in log_path.read_bytes(), log_path.read_text()
+
+
+def _database_url() -> str:
+    from tests.processes import database_url
+
+    return database_url()
