@@ -138,6 +138,10 @@ class Operation:
             tags=tags,
         )
 
+    def check_policy(self, policy: Policy, body) -> None:
+        """Part of step 6, after the service's own rules: what else of the policy the request
+        needs (a Responses request's hosted `web_search` tool needs the `web_search` service)."""
+
     def prepare(self, route: Route, body) -> Route | None:
         """Part of step 7: reject what the chosen provider cannot take, before any call; may
         return a refined route (e.g. another connection of the same provider)."""
@@ -254,6 +258,7 @@ async def _admit(call: Call, operation: Operation, pin):
     if policy is None:
         raise ServiceUnavailable(reason="the license type's policy document cannot be evaluated")
     service_policy = policy.check_request(operation.service, call.body_fields)
+    operation.check_policy(policy, body)
     # 7
     call.stage = _SELECTION
     catalog = await current_catalog()

@@ -28,7 +28,7 @@ USER = {"role": "user", "content": "And tomorrow?"}
 # pydantic's labels of the unions a 422's `loc` passes through (README, Decisions).
 ITEMS = (
     "list[tagged-union[ResponseMessage,ReasoningItem,FunctionCallItem,FunctionCallOutputItem,"
-    "ItemReference]]"
+    "CustomToolCallItem,CustomToolCallOutputItem,WebSearchCallItem,ItemReference]]"
 )
 PARTS = (
     "list[tagged-union[InputText,InputImage,InputFile,ResponseInputAudio,OutputText,OutputRefusal]]"
