@@ -139,8 +139,9 @@ class Operation:
         )
 
     def check_policy(self, policy: Policy, body) -> None:
-        """Part of step 6, after the service's own rules: what else of the policy the request
-        needs (a Responses request's hosted `web_search` tool needs the `web_search` service)."""
+        """Start of step 7, after the service's own rules (step 6): what else of the policy the
+        request needs, a 400 (a Responses request's hosted `web_search` tool needs the
+        `web_search` service)."""
 
     def prepare(self, route: Route, body) -> Route | None:
         """Part of step 7: reject what the chosen provider cannot take, before any call; may
@@ -258,9 +259,9 @@ async def _admit(call: Call, operation: Operation, pin):
     if policy is None:
         raise ServiceUnavailable(reason="the license type's policy document cannot be evaluated")
     service_policy = policy.check_request(operation.service, call.body_fields)
-    operation.check_policy(policy, body)
     # 7
     call.stage = _SELECTION
+    operation.check_policy(policy, body)  # 400: what else of the policy the request needs
     catalog = await current_catalog()
     try:
         routes = operation.select(

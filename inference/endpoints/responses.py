@@ -41,7 +41,7 @@ CONVERSATION_MESSAGE = (
 WEB_SEARCH_SERVICE = "web_search"
 WEB_SEARCH_DENIED = (
     "tools[{index}]: the hosted '{kind}' tool needs the web_search service, which this license "
-    "does not enable; leave it out of `tools` (Codex CLI: web_search = \"disabled\" in "
+    'does not enable; leave it out of `tools` (Codex CLI: web_search = "disabled" in '
     "config.toml)"
 )
 

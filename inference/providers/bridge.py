@@ -228,9 +228,9 @@ def responses_to_chat(payload: dict) -> dict:
     `access_programs`, `reasoning.context`,
     `truncation` (a chat call never truncates: an input over the context is the provider's
     400), `include` (only `reasoning.encrypted_content` passes the endpoint, and there is
-    none to give), `text.verbosity` and `reasoning.summary` / `generate_summary` (no chat counterpart; the
-    reasoning text the provider gives is answered as it is), `reasoning` items of the input
-    (a chat request cannot carry them back)."""
+    none to give), `text.verbosity` and `reasoning.summary` / `generate_summary` (no chat
+    counterpart; the reasoning text the provider gives is answered as it is), `reasoning`
+    items of the input (a chat request cannot carry them back)."""
     _refuse_unmappable(payload)
     chat: dict[str, Any] = {"model": payload["model"], "messages": _input_messages(payload)}
     for key in _SAME:

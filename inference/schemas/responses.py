@@ -447,8 +447,6 @@ ToolChoice = (
 )
 
 
-
-
 class FormatJSONObject(StrictBody):
     type: Literal["json_object"]
 

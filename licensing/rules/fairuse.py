@@ -49,8 +49,9 @@ class RateLimited(GatewayError):
         whose, _, what = reason.partition(" ")  # "holder requests", "license tokens", ...
         message = RATE_LIMITED
         if limit is not None and whose in _WHOSE:
+            unit = what if limit != 1 else what[:-1]  # "1 request", "2 requests"
             message = (
-                f"{RATE_LIMITED}: the limit of {limit:,} {what if limit != 1 else what[:-1]} per minute {_WHOSE[whose]} is "
+                f"{RATE_LIMITED}: the limit of {limit:,} {unit} per minute {_WHOSE[whose]} is "
                 f"reached; it resets in {retry_after} s (at the next UTC minute; Retry-After)"
             )
         super().__init__(message, reason=f"{reason} per minute")

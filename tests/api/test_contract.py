@@ -216,7 +216,9 @@ def test_422_lists_at_most_five_problems_and_counts_the_rest(client, auth):
     response = post(client, "/v1/responses", body, auth)
     message = response.json()["error"]["message"]
     assert message.startswith("8 problems: 1) x0: Extra inputs are not permitted; 2) x1:")
-    assert message.endswith("5) x4: Extra inputs are not permitted; and 3 more (all are in `detail`)")
+    assert message.endswith(
+        "5) x4: Extra inputs are not permitted; and 3 more (all are in `detail`)"
+    )
     assert len(detail(response)) == 8
 
 
