@@ -490,7 +490,7 @@ class PromptRef(StrictBody):
     version: str | None = None
 
 
-class StreamOptions(StrictBody):
+class ResponseStreamOptions(StrictBody):
     include_obfuscation: bool | None = None
 
 
@@ -551,7 +551,7 @@ class ResponseRequest(ReasoningChoice, StrictBody):
     top_p: float | None = Field(default=None, ge=0, le=1)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     stream: bool | None = None
-    stream_options: StreamOptions | None = None
+    stream_options: ResponseStreamOptions | None = None
     background: bool | None = None
     background_options: BackgroundOptions | None = None
     store: bool | None = None
