@@ -477,6 +477,8 @@ class OpenAIFake(FakeUpstream):
         stream_pieces: how many content events a streamed reply is split into.
         usage_delay: seconds between a stream's last content event and its usage
             (chat's usage-only chunk, responses' final event).
+        call_tools: False answers in text even when ``tools`` are offered (a coding agent such
+            as Codex offers its tools on every turn; one plain answer ends its run).
         plus the stream/latency knobs of :class:`FakeUpstream`.
     """
 
@@ -502,6 +504,7 @@ class OpenAIFake(FakeUpstream):
         "image_usage": True,
         "stream_pieces": 4,
         "usage_delay": 0.0,
+        "call_tools": True,
     }
 
     def __init__(self, api_key: str | None = None, chat_models: set[str] | None = None):
@@ -772,7 +775,7 @@ class OpenAIFake(FakeUpstream):
             earlier = previous["output"]
         try:
             turn = response_turn(
-                body,
+                body if self.call_tools else {**body, "tools": []},
                 self.reply_text,
                 limit,
                 self.reasoning_tokens,

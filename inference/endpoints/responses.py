@@ -6,6 +6,7 @@ from ninja import Router
 
 from catalog.routing import Route
 from core.errors import BadRequest
+from licensing.rules.policy import Policy
 
 from .. import pipeline
 from ..providers import adapter_for
@@ -20,6 +21,7 @@ from ..schemas.responses import (
     ResponseInputSchemaTool,
     ResponseMessage,
     ResponseRequest,
+    WebSearchTool,
 )
 from ..streaming import ProviderStream, ResponsesSSE
 from .chat import TextGeneration, check_model_support
@@ -33,6 +35,15 @@ ITEM_REFERENCE_MESSAGE = (
     "item_reference is not supported by this provider; send the referenced items in `input`."
 )
 INCLUDE_MESSAGE = "include value '{value}' is not supported by this provider"
+CONVERSATION_MESSAGE = (
+    "conversation is not supported by this provider; send the full conversation in `input`."
+)
+WEB_SEARCH_SERVICE = "web_search"
+WEB_SEARCH_DENIED = (
+    "tools[{index}]: the hosted '{kind}' tool needs the web_search service, which this license "
+    'does not enable; leave it out of `tools` (Codex CLI: web_search = "disabled" in '
+    "config.toml)"
+)
 
 
 def _content(item):
@@ -71,10 +82,22 @@ class Responses(TextGeneration, endpoint="responses"):
                 yield from (part.text for part in item.summary)
                 yield from (part.text for part in item.content or ())
 
+    def check_policy(self, policy: Policy, body: ResponseRequest) -> None:
+        """The hosted web search is the gateway's `web_search` service asked through a tool:
+        refused where the license does not enable that service (docs/decisions/README.md, "The
+        hosted `web_search` tool")."""
+        if WEB_SEARCH_SERVICE in policy.services:
+            return
+        for index, tool in enumerate(body.tools or ()):
+            if isinstance(tool, WebSearchTool):
+                raise BadRequest(WEB_SEARCH_DENIED.format(index=index, kind=tool.type))
+
     def prepare(self, route: Route, body: ResponseRequest) -> None:
         adapter = adapter_for(route.provider.kind, ResponsesProvider)
         if body.previous_response_id and not adapter.stateful_responses:
             raise BadRequest(STATELESS_MESSAGE)
+        if body.conversation is not None and not adapter.stateful_responses:
+            raise BadRequest(CONVERSATION_MESSAGE)
         if body.include and adapter.responses_include is not None:
             for value in body.include:
                 if value not in adapter.responses_include:
