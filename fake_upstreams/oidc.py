@@ -8,7 +8,8 @@ Switches for the hostile cases (`failure`): "down" (every answer a 503), "garbag
 discovery document and the token answer are not JSON), "wrong_key" (the id_token is signed by a
 key not in the JWKS, under a kid that is), "wrong_aud", "wrong_nonce", "wrong_issuer",
 "expired", "huge" (a discovery document of several MB), "userinfo_wrong_sub" (the userinfo
-answer is about another subject), "userinfo_down" (userinfo answers 503). `clock` is injectable
+answer is about another subject), "userinfo_down" (userinfo answers 503), "userinfo_huge" (a
+userinfo answer of 1 MB). `clock` is injectable
 (seconds).
 
 The userinfo endpoint answers the claims of the access token's user. `claims_at = "userinfo"`
@@ -300,4 +301,7 @@ class OidcFake(FakeUpstream):
                 401, b"", [("www-authenticate", 'Bearer error="invalid_token"')]
             )
         sub = "someone-else" if self.failure == "userinfo_wrong_sub" else user.sub
-        return json_response({"sub": sub, **self._profile(user)})
+        answer = {"sub": sub, **self._profile(user)}
+        if self.failure == "userinfo_huge":
+            answer["padding"] = "x" * (1024 * 1024)
+        return json_response(answer)
