@@ -36,6 +36,15 @@ from joserfc.jwk import ECKey, RSAKey
 from .server import FakeUpstream, RecordedRequest, Response, json_response
 
 
+def sign_raw(header: dict[str, Any], claims: dict[str, Any], raw: dict[str, str], key) -> str:
+    """A JWS whose payload holds `claims` and `raw` claims as the JSON text given: what a JSON
+    encoder never writes (`1e400`, `NaN`), as a hostile or broken IdP may send it."""
+    text = json.dumps({k: v for k, v in claims.items() if k not in raw})
+    spliced = ", ".join(f"{json.dumps(k)}: {v}" for k, v in raw.items())
+    payload = text[:-1] + (", " if len(text) > 2 else "") + spliced + "}"
+    return jws.serialize_compact(header, payload.encode(), key)
+
+
 @dataclass
 class NextUser:
     sub: str
@@ -271,11 +280,7 @@ class OidcFake(FakeUpstream):
             header = {"alg": "RS256", "kid": "rsa-1", "typ": "JWT"}
         if not user.raw:
             return jwt.encode(header, claims, key)
-        # JSON text a JSON encoder never writes (1e400, NaN): spliced into the payload.
-        text = json.dumps({k: v for k, v in claims.items() if k not in user.raw})
-        spliced = ", ".join(f"{json.dumps(k)}: {v}" for k, v in user.raw.items())
-        payload = text[:-1] + (", " if len(text) > 2 else "") + spliced + "}"
-        return jws.serialize_compact(header, payload.encode(), key)
+        return sign_raw(header, claims, user.raw, key)
 
     @staticmethod
     def _profile(user: NextUser) -> dict[str, Any]:
