@@ -302,9 +302,7 @@ class OidcFake(FakeUpstream):
         with self._state_lock:
             user = self._access.get(bearer[7:]) if bearer.lower().startswith("bearer ") else None
         if user is None:
-            return Response(
-                401, b"", [("www-authenticate", 'Bearer error="invalid_token"')]
-            )
+            return Response(401, b"", [("www-authenticate", 'Bearer error="invalid_token"')])
         sub = "someone-else" if self.failure == "userinfo_wrong_sub" else user.sub
         answer = {"sub": sub, **self._profile(user)}
         if self.failure == "userinfo_huge":

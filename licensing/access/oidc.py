@@ -325,9 +325,7 @@ def verify_id_token(
     if token is None:
         raise OidcError("bad_signature", "The id_token's signature does not verify")
     checked_at = now if now is not None else time.time()
-    problem = time_claims_problem(token.claims, now=checked_at) or email_claim_problem(
-        token.claims
-    )
+    problem = time_claims_problem(token.claims, now=checked_at) or email_claim_problem(token.claims)
     if problem is not None:
         raise OidcError(*problem)
     claims = CodeIDToken(

@@ -164,4 +164,3 @@ def test_no_userinfo_endpoint_leaves_the_claims_as_they_are(browser, world, monk
     alpha.idp.sign_in_next("ui-7", email="ui7@alpha.example.edu", groups=["alpha-admins"])
     assert_refused(browser, sign_in(browser, alpha.provider), 403, "no_mapped_group")
     assert not [r for r in alpha.idp.requests if r.path == "/userinfo"]
-

@@ -98,9 +98,7 @@ def make_ca_and_server(folder: Path) -> tuple[Path, Path, Path]:
     (folder / "ca.pem").write_bytes(ca.public_bytes(pem))
     (folder / "server.pem").write_bytes(server.public_bytes(pem))
     (folder / "server-key.pem").write_bytes(
-        key.private_bytes(
-            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     return folder / "ca.pem", folder / "server.pem", folder / "server-key.pem"
 
