@@ -293,7 +293,9 @@ class Config(BaseSettings):
         try:
             context = ssl.create_default_context(cafile=str(value))
         except (OSError, ssl.SSLError, ValueError) as exc:
-            raise _Named(f"not a readable PEM file of CA certificates: {str(value)!r} ({exc})")
+            raise _Named(
+                f"not a readable PEM file of CA certificates: {str(value)!r} ({exc})"
+            ) from None
         if not context.get_ca_certs():
             raise _Named(f"holds no CA certificate: {str(value)!r}")
         return value.resolve()
