@@ -2,9 +2,10 @@
 
 Two users: the fetcher (`inference/ssrf.py`: URLs an API client sends to `/v1/fetch`, its own
 allow-list `GATEWAY_FETCH_ALLOW_PRIVATE`) and URLs an institution admin saves — JWKS URLs of
-JWT issuers now, OIDC discovery/JWKS and LTI platform URLs next — through
-`validate_outbound_url` (when saved) and `fetch_outbound_json` (when fetched), allow-list
-`GATEWAY_OUTBOUND_ALLOW`.
+JWT issuers, OpenID Connect discovery/token/JWKS/userinfo, LTI key sets — through
+`validate_outbound_url` (when saved) and `fetch_outbound_json` / `post_outbound_form` (when
+fetched), allow-list `GATEWAY_OUTBOUND_ALLOW`, TLS trust `outbound_ssl_context()` (certifi's
+CAs and the operator's `GATEWAY_EXTRA_CA_CERTS`; the fetcher trusts certifi's alone).
 
 How a connection is guarded: the host is resolved once, every address it resolves to is
 checked, and the socket is opened to the checked address itself (no second lookup that a
