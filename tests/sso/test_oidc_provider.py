@@ -3,14 +3,13 @@ OpenID Provider, with its default claims behaviour (the e-mail and the groups at
 endpoint only, not in the id_token) and its own login and consent pages.
 
 The provider is installed from npm at the exact version of `oidc_provider/package-lock.json`
-(`npm ci`: integrity hashes checked) into `var/oidc-provider/<hash of the lock>/`, once per
-lock; `oidc_provider/server.mjs` configures it (a client whose redirect URI is the gateway's
-callback, accounts with their claims). Skipped, saying why, only when the npm registry is
-unreachable."""
+(tests/npm.py: `npm ci`, integrity hashes checked, into `var/cache/oidc-provider-<digest>/`
+once per lock); `oidc_provider/server.mjs` configures it (a client whose redirect URI is the
+gateway's callback, accounts with their claims). Skipped, saying why, only without node and
+npm or with the npm registry unreachable."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import selectors
@@ -25,11 +24,11 @@ import httpx
 import pytest
 from django.contrib.auth import SESSION_KEY, get_user_model
 
-from core.config import BASE_DIR
 from licensing.access import oidc
 from licensing.access.services import license_create
 from licensing.access.sso import identity_provider_configure, redirect_uri_of
 from licensing.models import AdminProfile, EndUser, SsoIdentity
+from tests.npm import npm_installed
 
 from .conftest import start
 from .test_sign_in import assert_refused
@@ -38,48 +37,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 User = get_user_model()
 SOURCE = Path(__file__).resolve().parent / "oidc_provider"
-_OFFLINE = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ECONNRESET", "ENETUNREACH")
-
-
-def _installed() -> Path:
-    """The directory holding node_modules/oidc-provider at the locked version."""
-    files = [SOURCE / "package.json", SOURCE / "package-lock.json"]
-    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
-    target = BASE_DIR / "var" / "oidc-provider" / digest
-    if not (target / "node_modules" / "oidc-provider" / "package.json").exists():
-        npm = shutil.which("npm")
-        if npm is None or shutil.which("node") is None:
-            pytest.fail("node and npm are needed for this test (CI's machine has them)")
-        building = target.with_name(f"{digest}.{os.getpid()}")
-        shutil.rmtree(building, ignore_errors=True)
-        building.mkdir(parents=True)
-        for source in files:
-            shutil.copy(source, building / source.name)
-        done = subprocess.run(
-            [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline"],
-            cwd=building,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if done.returncode != 0:
-            shutil.rmtree(building, ignore_errors=True)
-            output = done.stdout + done.stderr
-            if any(code in output for code in _OFFLINE):
-                pytest.skip(f"the npm registry is unreachable: {output.strip()[-300:]}")
-            pytest.fail(f"npm ci failed: {output[-2000:]}")
-        try:
-            building.rename(target)
-        except OSError:  # another process installed it meanwhile
-            shutil.rmtree(building, ignore_errors=True)
-    # ES modules resolve packages from the script's own folder: the script goes beside them.
-    shutil.copy(SOURCE / "server.mjs", target / "server.mjs")
-    return target
 
 
 @pytest.fixture(scope="session")
-def oidc_provider_dir():
-    return _installed()
+def oidc_provider_dir() -> Path:
+    """node_modules/oidc-provider at the locked version (tests/npm.py), and the script beside
+    it: ES modules resolve packages from the script's own folder."""
+    folder = npm_installed(SOURCE, "oidc-provider")
+    shutil.copy(SOURCE / "server.mjs", folder / "server.mjs")
+    return folder
 
 
 class OpenIdProvider:
