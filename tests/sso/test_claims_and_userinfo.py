@@ -115,13 +115,15 @@ def test_userinfo_is_not_asked_when_the_id_token_has_the_claims(browser, world):
     assert not [r for r in alpha.idp.requests if r.path == "/userinfo"]
 
 
-def test_the_id_token_wins_over_userinfo(browser, world, monkeypatch):
+def test_the_id_token_wins_over_userinfo(browser, world):
     """Only missing claims come from userinfo: the signed id_token's groups stay."""
     alpha = world[0]
-    alpha.idp.sign_in_next("ui-3", groups=["alpha-reviewers"])  # no e-mail at all
+    alpha.idp.sign_in_next("ui-3", groups=["alpha-admins"])  # no e-mail: userinfo is asked
+    alpha.idp._next[-1].extra["groups"] = ["alpha-reviewers"]  # what the id_token says
     assert sign_in(browser, alpha.provider).status_code == 302
     assert [r.path for r in alpha.idp.requests].count("/userinfo") == 1
-    assert AdminProfile.objects.get().role == "reviewer"
+    assert alpha.idp.issued[-1]["groups"] == ["alpha-reviewers"]
+    assert AdminProfile.objects.get().role == "reviewer"  # not userinfo's admin
 
 
 def test_userinfo_about_another_subject_is_refused(browser, world):
@@ -164,3 +166,13 @@ def test_no_userinfo_endpoint_leaves_the_claims_as_they_are(browser, world, monk
     alpha.idp.sign_in_next("ui-7", email="ui7@alpha.example.edu", groups=["alpha-admins"])
     assert_refused(browser, sign_in(browser, alpha.provider), 403, "no_mapped_group")
     assert not [r for r in alpha.idp.requests if r.path == "/userinfo"]
+
+
+def test_an_email_from_userinfo_is_verified_by_userinfo(browser, world):
+    """`email_verified` comes with the address from the same answer."""
+    alpha = world[0]
+    alpha.idp.claims_at = "userinfo"
+    alpha.idp.sign_in_next(
+        "ui-8", email="ui8@alpha.example.edu", email_verified=False, groups=["alpha-admins"]
+    )
+    assert_refused(browser, sign_in(browser, alpha.provider), 403, "email_not_verified")
