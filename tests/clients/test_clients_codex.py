@@ -7,24 +7,23 @@ Codex sends what a generic client does not (issue 35): `prompt_cache_key`, `clie
 `web_search` tool, streamed. The run must exit 0, print the provider's answer, and leave one
 charged ledger row whose credits are the catalog's price of the provider's usage.
 
-The CLI is installed once per lock (`npm ci` into var/cache/codex-<lock digest>); without npm
-the test is skipped, saying so. It starts a process of its own: `slow`."""
+The CLI is installed once per lock (tests/npm.py: `npm ci` into var/cache/codex-<digest>);
+without npm, or with the registry unreachable, the test is skipped, saying so. It starts a
+process of its own: `slow`."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from catalog.models import Model
-from core.config import BASE_DIR
 from inference.billing import credits_for
 from inference.providers.usage import Usage
 from tests.client_helpers import assert_charged, provider_calls
+from tests.npm import npm_installed
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -34,32 +33,8 @@ ANSWER = "Hello from the gateway's fake upstream."
 
 
 def _install() -> Path:
-    """The pinned CLI, `npm ci`'d into a directory named after the lock's digest (installed
-    once, in a scratch directory first, so that an interrupted install is never used)."""
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        pytest.skip("node and npm are needed for the Codex CLI test")
-    lock = (PACKAGE / "package-lock.json").read_bytes()
-    target = BASE_DIR / "var" / "cache" / f"codex-{hashlib.sha256(lock).hexdigest()[:16]}"
-    binary = target / "node_modules" / ".bin" / "codex"
-    if binary.exists():
-        return binary
-    scratch = target.with_name(target.name + f".{os.getpid()}")
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
-    for name in ("package.json", "package-lock.json"):
-        shutil.copy(PACKAGE / name, scratch / name)
-    subprocess.run(
-        [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"],
-        cwd=scratch,
-        check=True,
-        timeout=300,
-    )
-    try:
-        scratch.rename(target)
-    except OSError:  # another run installed it meanwhile
-        shutil.rmtree(scratch, ignore_errors=True)
-    return binary
+    """The pinned CLI (tests/npm.py: `npm ci`'d once per lock into var/cache/)."""
+    return npm_installed(PACKAGE, "codex") / "node_modules" / ".bin" / "codex"
 
 
 @pytest.fixture(scope="session")
