@@ -54,7 +54,7 @@ def codex_home(path: Path, base_url: str) -> Path:
         'name = "Inference gateway"\n'
         f'base_url = "{base_url}/v1"\n'
         'wire_api = "responses"\n'
-        'env_key = "GATEWAY_API_KEY"\n'
+        'env_key = "GATEWAY_KEY"\n'
         "request_max_retries = 0\n"
         "stream_max_retries = 0\n"
         "\n"
@@ -74,7 +74,7 @@ def test_codex_exec_through_the_gateway(codex_binary, gateway, catalog, api_key,
         "PATH": os.environ["PATH"],
         "HOME": str(tmp_path),
         "CODEX_HOME": str(codex_home(tmp_path / "codex", gateway.url)),
-        "GATEWAY_API_KEY": api_key,
+        "GATEWAY_KEY": api_key,
         "NO_COLOR": "1",
     }
     run = subprocess.run(
