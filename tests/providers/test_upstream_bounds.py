@@ -312,10 +312,13 @@ def test_no_connection_within_the_wait_is_503(
     fake.release()
     assert held.result().status_code == 200
     rows = ledger_rows(2)
-    assert sorted((r.status_code, r.credits > 0, r.error_code) for r in rows) == [
-        (200, True, ""),
-        (503, False, "provider_unavailable"),
+    assert sorted((r.status_code, r.credits > 0, r.error_code, r.failovers) for r in rows) == [
+        (200, True, "", ""),
+        (503, False, "provider_unavailable", "direct/default: pool_wait"),
     ]
+    # Our own pool was busy, not the provider: nothing counted against the connection.
+    circuit = _circuit_of_direct()
+    assert circuit is None or (circuit.failures, circuit.open_until) == (0, 0.0)
 
 
 def _circuit_of_direct():
