@@ -212,11 +212,18 @@ class Upstream:
 
     async def download(self, url: str, *, max_bytes: int) -> httpx.Response:
         """GET a pre-signed URL (redirects followed, no credentials), at most `max_bytes`.
-        Raises httpx's errors and UpstreamTooLarge."""
-        async with self.http.stream("GET", url, follow_redirects=True) as response:
-            body = await _read_capped(response.aiter_bytes(), max_bytes)
-            raw_headers = _decoded_headers(response.headers.raw)
-            return httpx.Response(response.status_code, headers=raw_headers, content=body)
+        Raises httpx's errors, UpstreamBusy and UpstreamTooLarge. It takes a slot of the pool
+        (not of a share: its request has just had its call) so that aiohttp's own queue, which
+        a wait could not be told apart in, stays empty."""
+        slots = _Slots(None, self._pool if self.uses_aiohttp else None)
+        await slots.wait(self.pool_wait)
+        try:
+            async with self.http.stream("GET", url, follow_redirects=True) as response:
+                body = await _read_capped(response.aiter_bytes(), max_bytes)
+                raw_headers = _decoded_headers(response.headers.raw)
+                return httpx.Response(response.status_code, headers=raw_headers, content=body)
+        finally:
+            slots.release()
 
     async def _stream_httpx(self, url, content, headers) -> httpx.Response:
         request = self.http.build_request("POST", url, content=content, headers=headers)
