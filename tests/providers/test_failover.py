@@ -865,3 +865,40 @@ def test_one_probe_across_workers_through_redis(
         asyncio.run(scenario())
     finally:
         circuits_reset()
+
+
+def test_a_probe_whose_client_left_gives_its_slot_back(gateway, auth, fakes, settings, frozen_clock):
+    """A probe cut short by its client's leaving has found nothing about the connection: the
+    next request probes at once, rather than the connection waiting out the probe's lease."""
+    import socket
+    from urllib.parse import urlsplit
+
+    import orjson
+
+    tune(settings, CIRCUIT_FAILURES=2, CIRCUIT_COOLDOWN=30)
+    default, pin = fakes["default"], {**auth, "X-Service-Provider": "direct/default"}
+    default.fail_next(503, times=2)
+    with httpx.Client(base_url=gateway.url, timeout=30) as client:
+        for _ in range(2):
+            assert embed(client, auth, pin="direct/default").status_code == 503
+        assert embed(client, auth, pin="direct/default").status_code == 503  # open: no call
+        assert len(default.requests) == 2
+        frozen_clock.advance(31)
+        default.hold_next()  # the probe waits in the fake; its client leaves meanwhile
+        body = orjson.dumps({"model": EMBEDDING, "input": "residency"})
+        head = "".join(f"{name}: {value}\r\n" for name, value in pin.items())
+        url = urlsplit(gateway.url)
+        with socket.create_connection((url.hostname, url.port)) as leaving:
+            leaving.sendall(
+                f"POST /v1/embeddings HTTP/1.1\r\nHost: {url.netloc}\r\n{head}"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            wait_until(lambda: default.holding == 1)
+        wait_for_ledger(4)
+        assert last_row().status_code == 499
+        default.release()
+        # The next request is the probe, at once: it succeeds and closes the circuit.
+        assert embed(client, auth, pin="direct/default").status_code == 200
+        assert len(default.requests) == 4
+        assert embed(client, auth, pin="direct/default").status_code == 200
