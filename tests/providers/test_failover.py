@@ -867,7 +867,9 @@ def test_one_probe_across_workers_through_redis(
         circuits_reset()
 
 
-def test_a_probe_whose_client_left_gives_its_slot_back(gateway, auth, fakes, settings, frozen_clock):
+def test_a_probe_whose_client_left_gives_its_slot_back(
+    gateway, auth, fakes, settings, frozen_clock
+):
     """A probe cut short by its client's leaving has found nothing about the connection: the
     next request probes at once, rather than the connection waiting out the probe's lease."""
     import socket
