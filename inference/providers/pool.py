@@ -107,7 +107,11 @@ class Upstream:
         share = self._share_of(current_license.get())
         slots = _Slots(share, self._pool if pool else None)
         if (share is None or not share.locked()) and not (pool and self._pool.locked()):
-            await slots.take_free()
+            # Both free: taken at once (acquiring a semaphore that is not locked never suspends).
+            if share is not None:
+                await share.acquire()
+            if pool:
+                await self._pool.acquire()
             return slots, self._aiohttp_timeout
         started = time.monotonic()
         await slots.wait(self.pool_wait)
@@ -301,13 +305,6 @@ class _Slots:
 
     def __init__(self, share: asyncio.Semaphore | None, pool: asyncio.Semaphore | None):
         self.share, self.pool = share, pool
-
-    async def take_free(self) -> None:
-        """Both free: taken at once (acquiring a semaphore that is not locked never suspends)."""
-        if self.share is not None:
-            await self.share.acquire()
-        if self.pool is not None:
-            await self.pool.acquire()
 
     async def wait(self, budget: float) -> None:
         """The share, then the pool's slot, within `budget` seconds: else UpstreamBusy, holding
