@@ -321,7 +321,9 @@ class _Slots:
             if share is not None:
                 share.release()
             if isinstance(exc, TimeoutError):
-                where = "the pool" if share is not None or self.share is None else "license share"
+                where = (
+                    "the pool" if share is not None or self.share is None else "the license's share"
+                )
                 raise UpstreamBusy(where) from exc
             raise
 
