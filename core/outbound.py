@@ -256,6 +256,15 @@ def outbound_ssl_context() -> ssl.SSLContext:
     return _admin_ssl_context(settings.GATEWAY.get("EXTRA_CA_CERTS"))
 
 
+def provider_ssl_context() -> ssl.SSLContext | bool:
+    """The trust of the gateway's provider connections (an admin-set base URL too: a campus's
+    own vLLM or Ollama server behind its CA): the clients' own default (True) unless the
+    operator set `GATEWAY_EXTRA_CA_CERTS`, then certifi's CAs and those (`outbound_ssl_context`).
+    Read when a connection's pool is built, never per request."""
+    extra = settings.GATEWAY.get("EXTRA_CA_CERTS")
+    return _admin_ssl_context(extra) if extra else True
+
+
 def _check_private_pool(transport, pool_class: type) -> None:
     """The guarded transports replace httpx's private `_pool` (the pool its requests go
     through). Were it renamed, the replacement would be an unused attribute and requests would

@@ -32,6 +32,7 @@ from django.conf import settings
 from httpx_aiohttp import AiohttpTransport
 
 from core import tracing
+from core.outbound import provider_ssl_context
 
 
 class UpstreamTimeout(Exception):
@@ -70,6 +71,7 @@ class Upstream:
         self._shares: dict[int, asyncio.Semaphore] = {}  # by license id (as many as licenses)
         self._pool = asyncio.Semaphore(self.limit)  # the pool's slots (aiohttp's path)
         self.uses_aiohttp = aiohttp_transport
+        self.ssl = provider_ssl_context()  # certifi's, or with an institution's own CA
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
         timeout_config = httpx.Timeout(
@@ -80,7 +82,8 @@ class Upstream:
             transport = AiohttpTransport(client=self.session)
         else:
             transport = httpx.AsyncHTTPTransport(
-                limits=httpx.Limits(max_connections=self.limit, keepalive_expiry=self.keepalive)
+                limits=httpx.Limits(max_connections=self.limit, keepalive_expiry=self.keepalive),
+                verify=self.ssl,
             )
         self.http = httpx.AsyncClient(
             transport=transport, timeout=timeout_config, follow_redirects=False, trust_env=False
@@ -129,7 +132,9 @@ class Upstream:
     def session(self) -> aiohttp.ClientSession:
         """Made on first use, inside the serving event loop."""
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self.limit, keepalive_timeout=self.keepalive)
+            connector = aiohttp.TCPConnector(
+                limit=self.limit, keepalive_timeout=self.keepalive, ssl=self.ssl
+            )
             self._session = aiohttp.ClientSession(
                 connector=connector, trust_env=False, trace_configs=tracing.aiohttp_trace_configs()
             )

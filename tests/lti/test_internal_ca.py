@@ -18,8 +18,8 @@ from fake_upstreams.server import FakeServer
 from licensing.access import lti
 from licensing.access.services import license_create
 from licensing.models import Course
+from tests.tls import make_ca_and_server
 
-from ..sso.test_internal_ca import make_ca_and_server
 from .conftest import _Form, initiate, signed_in
 from .test_launch import assert_refused
 
