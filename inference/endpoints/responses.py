@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ninja import Router
 
+from catalog.models import HOSTED_SEARCH
 from catalog.routing import Route
 from core.errors import BadRequest
 from licensing.rules.policy import Policy
@@ -43,6 +44,10 @@ WEB_SEARCH_DENIED = (
     "tools[{index}]: the hosted '{kind}' tool needs the web_search service, which this license "
     'does not enable; leave it out of `tools` (Codex CLI: web_search = "disabled" in '
     "config.toml)"
+)
+WEB_SEARCH_UNPRICED = (
+    "tools[{index}]: the hosted '{kind}' tool is not priced for model '{model}' on this "
+    'gateway; leave it out of `tools` (Codex CLI: web_search = "disabled" in config.toml)'
 )
 
 
@@ -113,6 +118,7 @@ class Responses(TextGeneration, endpoint="responses"):
         check_model_support(route, modalities=modalities, effort=body.effort)
         if adapter.checks_requests:
             adapter.check_responses(route, self.payload(route, body))
+        _check_search_priced(route, body)
 
     def payload(self, route: Route, body: ResponseRequest) -> dict:
         payload = body.model_dump(exclude_unset=True, by_alias=True)
@@ -141,7 +147,7 @@ class Responses(TextGeneration, endpoint="responses"):
         answer = await adapter.responses(route, payload)
         if not isinstance(answer, dict):
             raise malformed("responses answer is not an object")
-        usage = usage_formats.openai_responses(answer.get("usage"))
+        usage = usage_formats.openai_responses(answer.get("usage"), answer.get("output"))
         try:
             texts = [
                 part.get("text") or ""
@@ -153,6 +159,20 @@ class Responses(TextGeneration, endpoint="responses"):
         except (AttributeError, TypeError) as exc:
             raise malformed("responses output") from exc
         return self.answer_result(route, body, answer, usage, texts)
+
+
+def _check_search_priced(route: Route, body: ResponseRequest) -> None:
+    """The provider bills each hosted web search: the tool goes only to a model whose catalog
+    cost prices it (inference.billing, HOSTED_SEARCH), never to be run for free. A failover
+    route refused here is skipped."""
+    cost = route.model.cost if route.model is not None else {}
+    if HOSTED_SEARCH in cost:
+        return
+    for index, tool in enumerate(body.tools or ()):
+        if isinstance(tool, WebSearchTool):
+            raise BadRequest(
+                WEB_SEARCH_UNPRICED.format(index=index, kind=tool.type, model=route.requested_model)
+            )
 
 
 _operation = Responses()

@@ -5,7 +5,8 @@ model provider on the gateway's /v1 with `wire_api = "responses"`.
 Codex sends what a generic client does not (issue 35): `prompt_cache_key`, `client_metadata`,
 `reasoning: {"summary": "auto"}`, `include`, `store: false`, a `namespace` tool and the hosted
 `web_search` tool, streamed. The run must exit 0, print the provider's answer, and leave one
-charged ledger row whose credits are the catalog's price of the provider's usage.
+charged ledger row whose credits are the catalog's price of the provider's usage (its tokens and
+its hosted web search).
 
 The CLI is installed once per lock (tests/npm.py: `npm ci` into var/cache/codex-<digest>);
 without npm, or with the registry unreachable, the test is skipped, saying so. It starts a
@@ -98,6 +99,9 @@ def test_codex_exec_through_the_gateway(codex_binary, gateway, catalog, api_key,
     assert {"function", "namespace", "web_search"} <= kinds, kinds
 
     (row,) = assert_charged(1, "responses", model=MODEL)
-    usage = Usage(prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens)
-    assert row.prompt_tokens > 0 and row.completion_tokens > 0
+    # The provider made one hosted web search (the simulator's default): billed at its fee.
+    usage = Usage(
+        prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens, units=row.units
+    )
+    assert row.prompt_tokens > 0 and row.completion_tokens > 0 and row.units == 1
     assert row.credits == credits_for(Model.objects.get(model_id=MODEL).cost, usage)
