@@ -32,9 +32,11 @@ from ..access.services import api_key_revoke, api_key_rotate
 from ..ledger.record import LEDGER_COLUMNS
 from ..models import ApiKey, AuditEvent, EndUser, JwtIssuer, License, LicenseType, Transaction
 from .audit_log import AUDIT_CSV_COLUMNS
+from .manage_parsers import InstantModelSerializer
 from .money import institution_rate
 from .review import (
     CSV_COLUMNS,
+    InstantFilter,
     TransactionFilter,
     csv_response,
     export_filename,
@@ -164,7 +166,7 @@ class LicenseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVie
 # --- API keys ----------------------------------------------------------------------------------
 
 
-class ApiKeySerializer(serializers.ModelSerializer):
+class ApiKeySerializer(InstantModelSerializer):
     license = serializers.PrimaryKeyRelatedField(queryset=License.objects.none())
     license_name = serializers.CharField(source="license.name", read_only=True)
 
@@ -202,7 +204,7 @@ class NewApiKeySerializer(ApiKeySerializer):
 class ApiKeyFilter(django_filters.FilterSet):
     license = django_filters.ModelChoiceFilter(queryset=_scoped_choices(License))
     name = django_filters.CharFilter(lookup_expr="icontains")
-    used_since = django_filters.IsoDateTimeFilter(field_name="last_used_at", lookup_expr="gte")
+    used_since = InstantFilter(field_name="last_used_at", lookup_expr="gte")
 
     class Meta:
         model = ApiKey
@@ -425,8 +427,8 @@ class AuditEventSerializer(serializers.ModelSerializer):
 class AuditEventFilter(django_filters.FilterSet):
     action = django_filters.ChoiceFilter(choices=AuditEvent.Action.choices)
     actor = django_filters.CharFilter(field_name="actor_name", max_length=254)
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = InstantFilter(field_name="created_at", lookup_expr="gte")
+    until = InstantFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent

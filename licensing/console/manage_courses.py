@@ -51,6 +51,7 @@ from ..access.scoping import scope_of, scoped
 from ..models import ApiKey, Course, CourseMember, CourseWindow, License
 from .course_usage import course_usage
 from .manage_api import CsvErrorsAsJson, CsvRenderer, NewestFirst, ScopedViewSet, _scoped_choices
+from .manage_parsers import Instant, InstantModelSerializer
 from .review import safe_cell
 
 # What each view action needs of the role, per model (licensing.access.scoping). A course's
@@ -164,7 +165,7 @@ class Overlay(serializers.JSONField):
 # --- courses -----------------------------------------------------------------------------------
 
 
-class CourseSerializer(StrictSerializer, serializers.ModelSerializer):
+class CourseSerializer(StrictSerializer, InstantModelSerializer):
     license = serializers.PrimaryKeyRelatedField(queryset=License.objects.none())
     institution = serializers.CharField(source="institution.name", read_only=True)
     policy = Overlay(required=False, help_text="Overlay: may only narrow the license type's policy")
@@ -229,7 +230,7 @@ class CourseFilter(django_filters.FilterSet):
 # --- windows, members, keys, usage ------------------------------------------------------------
 
 
-class WindowSerializer(StrictSerializer, serializers.ModelSerializer):
+class WindowSerializer(StrictSerializer, InstantModelSerializer):
     kind = serializers.ChoiceField(choices=CourseWindow.Kind.choices, default="access")
 
     class Meta:
@@ -255,7 +256,7 @@ class MemberSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class MemberChangeSerializer(StrictSerializer, serializers.ModelSerializer):
+class MemberChangeSerializer(StrictSerializer, InstantModelSerializer):
     class Meta:
         model = CourseMember
         fields = MEMBER_FIELDS
@@ -317,12 +318,12 @@ class NewCourseKeySerializer(CourseKeySerializer):
 class CourseKeyCreateSerializer(StrictSerializer):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     student = Student(help_text="A member: end user id (number) or subject (string)")
-    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    expires_at = Instant(required=False, allow_null=True, default=None)
 
 
 class UsageQuerySerializer(serializers.Serializer):
-    since = serializers.DateTimeField(required=False, allow_null=True, default=None)
-    until = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    since = Instant(required=False, allow_null=True, default=None)
+    until = Instant(required=False, allow_null=True, default=None)
 
 
 class StudentUsageSerializer(serializers.Serializer):
