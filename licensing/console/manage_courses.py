@@ -25,7 +25,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 
@@ -33,6 +33,7 @@ from ..access.course_services import (
     COURSE_FIELDS,
     MEMBER_FIELDS,
     ROSTER_MAX,
+    RosterTooSlow,
     course_create,
     course_delete,
     course_key_create,
@@ -377,6 +378,11 @@ def _usage_csv(usage, course: Course) -> HttpResponse:
     return response
 
 
+class RosterTimedOut(APIException):
+    status_code = 503
+    default_code = "roster_timeout"
+
+
 def _id(value: str) -> int:
     """A path's id: anything but a plain number in range is a 404 (the row does not exist)."""
     if not value.isascii() or not value.isdigit() or len(value) > 18:
@@ -587,6 +593,8 @@ class CourseViewSet(
             )
         except DjangoValidationError as exc:
             raise refused(exc) from exc
+        except RosterTooSlow as exc:
+            raise RosterTimedOut(str(exc)) from exc
         body = {
             "added": len(plan.add),
             "removed": len(plan.remove),
