@@ -601,7 +601,7 @@ class CourseViewSet(
             "kept": plan.kept,
             "dry_run": dry_run,
             "add": plan.add,
-            "remove": [member.end_user.subject for member in plan.remove],
+            "remove": [member.subject for member in plan.remove],
         }
         return Response(RosterResultSerializer(body).data)
 
