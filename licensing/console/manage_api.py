@@ -297,10 +297,15 @@ class TransactionSerializer(serializers.ModelSerializer):
     answer_id = serializers.CharField(source="upstream_id", help_text="The provider's answer id")
     institution = serializers.CharField(source="license.institution.name")
     license_name = serializers.CharField(source="license.name")
-    api_key_prefix = serializers.CharField(source="api_key.prefix", default=None)
-    end_user_subject = serializers.CharField(source="end_user.subject", default=None)
+    api_key_prefix = serializers.CharField(source="api_key.prefix", default=None, allow_null=True)
+    end_user_subject = serializers.CharField(
+        source="end_user.subject", default=None, allow_null=True
+    )
     course_code = serializers.CharField(
-        source="course.code", default=None, help_text="The course that paid too, if any"
+        source="course.code",
+        default=None,
+        allow_null=True,
+        help_text="The course that paid too, if any",
     )
     status = serializers.IntegerField(source="status_code", help_text="The HTTP status answered")
     cost = serializers.SerializerMethodField(
@@ -406,7 +411,7 @@ class TransactionViewSet(
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
-    institution = serializers.CharField(source="institution.name", default=None)
+    institution = serializers.CharField(source="institution.name", default=None, allow_null=True)
     actor = serializers.CharField(source="actor_name", help_text="Who acted (kept if they go)")
 
     class Meta:

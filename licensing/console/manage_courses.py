@@ -289,7 +289,9 @@ class RosterResultSerializer(serializers.Serializer):
 
 class CourseKeySerializer(serializers.ModelSerializer):
     student = serializers.IntegerField(source="end_user_id", read_only=True, allow_null=True)
-    subject = serializers.CharField(source="end_user.subject", read_only=True, default=None)
+    subject = serializers.CharField(
+        source="end_user.subject", read_only=True, default=None, allow_null=True
+    )
 
     class Meta:
         model = ApiKey
