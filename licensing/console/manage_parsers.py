@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import models
 from rest_framework import serializers
 from rest_framework.exceptions import APIException, ParseError
-from rest_framework.parsers import JSONParser, get_encoding
+from rest_framework.parsers import JSONParser
 
 from core.instants import OFFSET_REFUSED, offset_problem
 from core.jsonio import parse_json
@@ -34,7 +34,8 @@ class StrictJSONParser(JSONParser):
     refused value back), integers beyond 64 bits, and nesting deeper than 32 levels."""
 
     def parse(self, stream, media_type=None, parser_context=None):
-        data = _read_json(stream, get_encoding(parser_context or {}))
+        encoding = (parser_context or {}).get("encoding") or settings.DEFAULT_CHARSET
+        data = _read_json(stream, encoding)
         if isinstance(data, dict):
             bad = {}
             for name, value in data.items():
