@@ -137,3 +137,34 @@ def test_bodies_with_an_offset_no_time_zone_has_are_400_naming_the_field(world, 
         answer = client.post(BASE + path, body, content_type="application/json")
         assert answer.status_code == 400, (path, answer.content[:300])
         assert "beyond ±14:00" in answer.json()[name][0], answer.json()
+
+
+@pytest.mark.parametrize("value", [str(2**64), "1e400", "-1", "%00", "%ED%A0%80", "abc"], ids=repr)
+def test_path_ids_and_query_values_no_row_has_are_4xx_or_empty(world, value):  # noqa: F811
+    client = token_client(user_with(None, superuser=True))
+    course = world["a"]["course"]
+    for path in [
+        f"/keys/{value}",
+        f"/licenses/{value}",
+        f"/end-users/{value}",
+        f"/transactions/{value}",
+        f"/audit/{value}",
+        f"/courses/{value}",
+        f"/courses/{course.pk}/members/{value}",
+        f"/courses/{course.pk}/windows/{value}",
+        f"/keys?page_size={value}",
+        f"/keys?cursor={value}",
+        f"/keys?name=a{value}",
+        f"/keys?prefix={value}",
+        f"/end-users?subject={value}",
+        f"/courses?code={value}",
+        f"/audit?actor={value}",
+        f"/transactions?q={value}",
+        f"/transactions?status={value}",
+        f"/courses/{course.pk}/usage?since={value}",
+    ]:
+        method = {"/members/": client.patch, "/windows/": client.delete}.get(
+            next((part for part in ("/members/", "/windows/") if part in path), ""), client.get
+        )
+        answer = method(BASE + path, {}, content_type="application/json")
+        assert answer.status_code in (200, 400, 404), (path, answer.content[:300])
