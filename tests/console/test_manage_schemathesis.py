@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import content_type_conformance, response
 from .test_admin import make_licensing
 from .test_manage_api import user_with
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 MAX_EXAMPLES = int(os.environ.get("GATEWAY_MANAGE_SCHEMATHESIS_EXAMPLES", "12"))
 COVERAGE = os.environ.get("GATEWAY_MANAGE_SCHEMATHESIS_COVERAGE") == "1"  # by hand: every phase
