@@ -396,83 +396,12 @@ def _refuse(message: str, field: str = "student"):
     return ValidationError({field: message})
 
 
-def student_find(course: Course, student: object, *, field: str = "student") -> EndUser | None:
-    """The end user a roster or key request names, on the course's license: a JSON integer is
-    an end user's id; a string is a subject (the LMS's user id). A subject held by several end
-    users of the license (a JWT issuer's and the API's or an LTI launch's) means the one without
-    an issuer (the LMS's own), else the only one; otherwise the caller must name the id. None: a
-    subject not known yet. An id that is not on the license is refused (whoever's it is)."""
-    if isinstance(student, bool) or not isinstance(student, int | str):
-        raise _refuse("Name a student by end user id (a number) or subject (a string).", field)
-    users = EndUser.objects.filter(license_id=course.license_id)
-    if isinstance(student, int):
-        found = users.filter(pk=student).first() if 0 < student < 2**63 else None
-        if found is None:
-            raise _refuse(f"No end user {student} on this course's license.", field)
-        return found
-    if not student or len(student) > SUBJECT_MAX or _UNSTORABLE.search(student):
-        raise _refuse(f"A subject is 1 to {SUBJECT_MAX} characters, no NUL or surrogates.", field)
-    matches = list(users.filter(subject=student).order_by("issuer_id", "pk")[:3])
-    without_issuer = [user for user in matches if user.issuer_id is None]
-    if without_issuer:
-        return without_issuer[0]
-    if len(matches) > 1:
-        raise _refuse(f"Several end users have the subject {student!r}: name the id.", field)
-    return matches[0] if matches else None
-
-
-@transaction.atomic
-def student_get_or_create(*, course: Course, subject: str) -> tuple[EndUser, bool]:
-    """The end user of `subject` on the course's license, made (issuer empty) if unknown. Two
-    requests naming the same new subject at once make one: the license row is locked first
-    (FOR NO KEY UPDATE: the ledger's inserts, which only share-lock it, are not held up)."""
-    from ..models import License
-
-    License.objects.select_for_update(no_key=True).filter(pk=course.license_id).first()
-    found = student_find(course, subject)
-    if found is not None:
-        return found, False
-    return EndUser.objects.create(license_id=course.license_id, subject=subject, issuer=None), True
-
-
 class Known(NamedTuple):
     """An end user as a roster sync reads it (tuples, not models: 10,000 of them are read)."""
 
     pk: int
     subject: str
     issuer_id: int | None
-
-
-class Leaving(NamedTuple):
-    """A member the sync removes."""
-
-    pk: int
-    end_user_id: int
-    subject: str
-
-
-@dataclass(frozen=True)
-class RosterPlan:
-    add: list[object]  # the students (as named) not members yet
-    remove: list[Leaving]
-    kept: int
-
-
-# A sync's whole transaction is bounded (docs/decisions/management-api.md, "Roster sync"): on
-# PostgreSQL each statement may take at most this long, and the sync checks the time left
-# between its steps; past it, everything is rolled back. 10,000 students take a few seconds.
-ROSTER_TIME_LIMIT = 60.0  # seconds
-
-
-class RosterTooSlow(Exception):
-    """The sync ran out of ROSTER_TIME_LIMIT (or PostgreSQL cancelled a statement of it): it was
-    rolled back, nothing changed."""
-
-    def __init__(self):
-        super().__init__(
-            f"The roster sync took longer than {ROSTER_TIME_LIMIT:.0f} s and was rolled back: "
-            "nothing changed."
-        )
 
 
 def _chunks(values: list) -> Iterator[list]:
@@ -512,19 +441,84 @@ class _Directory:
             for row in users.filter(subject__in=chunk).values_list(*fields):
                 self.by_subject.setdefault(row[1], []).append(Known(*row))
 
-    def find(self, student: int | str) -> Known | None:
+    def find(self, student: int | str, field: str = "student") -> Known | None:
         if isinstance(student, int):
             found = self.by_id.get(student)
             if found is None:
-                raise _refuse(f"No end user {student} on this course's license.")
+                raise _refuse(f"No end user {student} on this course's license.", field)
             return found
         matches = self.by_subject.get(student, [])
         without_issuer = [user for user in matches if user.issuer_id is None]
         if without_issuer:
             return without_issuer[0]
         if len(matches) > 1:
-            raise _refuse(f"Several end users have the subject {student!r}: name the id.")
+            raise _refuse(f"Several end users have the subject {student!r}: name the id.", field)
         return matches[0] if matches else None
+
+
+def student_find(course: Course, student: object, *, field: str = "student") -> EndUser | None:
+    """The end user a roster or key request names, on the course's license: a JSON integer is
+    an end user's id; a string is a subject (the LMS's user id). A subject held by several end
+    users of the license (a JWT issuer's and the API's or an LTI launch's) means the one without
+    an issuer (the LMS's own), else the only one; otherwise the caller must name the id. None: a
+    subject not known yet. An id that is not on the license is refused (whoever's it is). The
+    rules are `_Directory.find`'s, which a roster sync uses for its whole list at once."""
+    problem = _roster_entry_problem(student)
+    if problem:
+        raise _refuse(problem, field)
+    directory = _Directory(course.license_id)
+    if isinstance(student, int):
+        directory.load([student] if 0 < student < 2**63 else [], [])
+    else:
+        directory.load([], [cast(str, student)])
+    known = directory.find(cast(int | str, student), field)
+    return None if known is None else EndUser.objects.get(pk=known.pk)
+
+
+@transaction.atomic
+def student_get_or_create(*, course: Course, subject: str) -> tuple[EndUser, bool]:
+    """The end user of `subject` on the course's license, made (issuer empty) if unknown. Two
+    requests naming the same new subject at once make one: the license row is locked first
+    (FOR NO KEY UPDATE: the ledger's inserts, which only share-lock it, are not held up)."""
+    from ..models import License
+
+    License.objects.select_for_update(no_key=True).filter(pk=course.license_id).first()
+    found = student_find(course, subject)
+    if found is not None:
+        return found, False
+    return EndUser.objects.create(license_id=course.license_id, subject=subject, issuer=None), True
+
+
+class Leaving(NamedTuple):
+    """A member the sync removes."""
+
+    pk: int
+    end_user_id: int
+    subject: str
+
+
+@dataclass(frozen=True)
+class RosterPlan:
+    add: list[object]  # the students (as named) not members yet
+    remove: list[Leaving]
+    kept: int
+
+
+# A sync's whole transaction is bounded (docs/decisions/management-api.md, "Roster sync"): on
+# PostgreSQL each statement may take at most this long, and the sync checks the time left
+# between its steps; past it, everything is rolled back. 10,000 students take a few seconds.
+ROSTER_TIME_LIMIT = 60.0  # seconds
+
+
+class RosterTooSlow(Exception):
+    """The sync ran out of ROSTER_TIME_LIMIT (or PostgreSQL cancelled a statement of it): it was
+    rolled back, nothing changed."""
+
+    def __init__(self):
+        super().__init__(
+            f"The roster sync took longer than {ROSTER_TIME_LIMIT:.0f} s and was rolled back: "
+            "nothing changed."
+        )
 
 
 def _roster_entries(students: list[object]) -> None:
