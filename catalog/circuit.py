@@ -5,8 +5,11 @@ States (docs/routing.md, "Circuit breaking"):
 - open: `CIRCUIT_FAILURES` consecutive retryable failures, or a 429 with `Retry-After`, open
   the circuit until a cool-down ends (`CIRCUIT_COOLDOWN`, or the Retry-After); routing skips the
   connection meanwhile.
-- half-open: the cool-down is over; one request (the probe, claimed by whichever worker asks
-  first) is let through. Its success closes the circuit, its failure opens it again.
+- half-open: the cool-down is over; exactly one request (the probe, claimed by whichever worker
+  asks first, atomically: one Lua script in Redis, a lock locally) is let through. Its success
+  closes the circuit, its failure opens it again; a probe that never reports (its worker died)
+  loses its claim after `PROBE_SECONDS` (a lease on the same clock as the cool-down), and one
+  that did not reach the provider (our own pool was busy, its client left) gives it back.
 
 A circuit is keyed by the connection and its `updated_at`, so saving a connection (a new URL,
 key or weight) starts it on a fresh, closed circuit everywhere.
@@ -26,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -37,7 +42,7 @@ logger = logging.getLogger("gateway")
 
 _seen_open = False  # whether this process has seen any circuit open (routing's fast path)
 REFRESH = 1.0  # seconds a worker trusts its copy of a shared circuit
-PROBE_SECONDS = 60.0  # a claimed probe that never reports frees the half-open slot after this
+PROBE_SECONDS = 60.0  # a probe's lease: one that never reports frees the half-open slot after this
 TTL = 86400  # seconds an idle circuit's state is kept in Redis
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 STATE_VALUES = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}  # the gauge's values
@@ -73,27 +78,51 @@ def _limits() -> tuple[int, float]:
     return gateway["CIRCUIT_FAILURES"], gateway["CIRCUIT_COOLDOWN"]
 
 
+# What `admission` answers: refused, admitted (closed), or else the probe's claim (a token that
+# `give_back` takes to free the half-open slot).
+REFUSED: None = None
+ADMITTED = ""
+
+
 class LocalCircuits:
     """This process's circuits (no REDIS_URL)."""
 
     def __init__(self):
         self.circuits: dict[str, Circuit] = {}
-        self.probes: dict[str, float] = {}  # key -> when the probe's claim lapses
+        self.probes: dict[str, tuple[float, str]] = {}  # key -> (when the claim lapses, token)
+        # One check-and-set of a probe at a time, whatever event loop (thread) asks: the
+        # process's circuits are shared by every loop in it.
+        self._claiming = threading.Lock()
 
     def peek(self, key: str) -> Circuit | None:
         return self.circuits.get(key)
 
     async def admit(self, key: str) -> bool:
+        return await self.admission(key) is not REFUSED
+
+    async def admission(self, key: str) -> str | None:
         circuit = self.circuits.get(key)
         if circuit is None or not circuit.open_until:
-            return True
+            return ADMITTED
         now = clock.now()
         if now < circuit.open_until:
-            return False
-        if self.probes.get(key, 0.0) > now:
-            return False  # another request is the probe
-        self.probes[key] = now + PROBE_SECONDS
-        return True
+            return REFUSED
+        with self._claiming:
+            if not circuit.open_until:
+                return ADMITTED  # closed meanwhile
+            claim = self.probes.get(key)
+            if claim is not None and claim[0] > now:
+                return REFUSED  # another request is the probe
+            token = uuid.uuid4().hex
+            self.probes[key] = (now + PROBE_SECONDS, token)
+            return token
+
+    async def give_back(self, key: str, token: str) -> None:
+        """The probe did not reach the provider: free the half-open slot for another request."""
+        with self._claiming:
+            claim = self.probes.get(key)
+            if claim is not None and claim[1] == token:
+                del self.probes[key]
 
     async def failed(self, key: str, reason: str, retry_after: float | None) -> Circuit:
         threshold, cooldown = _limits()
@@ -134,8 +163,39 @@ elseif failures >= tonumber(ARGV[3]) then
 end
 redis.call('HSET', KEYS[1], 'u', tostring(open_until), 'e', ARGV[5], 't', ARGV[1])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[6]))
-redis.call('DEL', KEYS[2])
+redis.call('HDEL', KEYS[1], 'p', 'o')
 return {tostring(failures), tostring(open_until)}
+"""
+
+# Admission past a cool-down, atomically against the shared state (not a worker's copy, which
+# may be a second old: a probe that failed meanwhile has opened a new cool-down): '1' closed,
+# '0' refused (open, or another request holds the probe's lease), '2' this request is the probe
+# (its lease, `p`, until ARGV[1] + ARGV[2] on the callers' clock, its token `o`). The lease
+# lives in the circuit's hash, so every failure (a new cool-down) and a success clear it.
+_ADMIT = """
+local open_until = tonumber(redis.call('HGET', KEYS[1], 'u') or '0')
+local now = tonumber(ARGV[1])
+if open_until == 0 then
+  return {'1', '0'}
+end
+if now < open_until then
+  return {'0', tostring(open_until)}
+end
+local lease = tonumber(redis.call('HGET', KEYS[1], 'p') or '0')
+if lease > now then
+  return {'0', tostring(open_until)}
+end
+redis.call('HSET', KEYS[1], 'p', tostring(now + tonumber(ARGV[2])), 'o', ARGV[3])
+return {'2', tostring(open_until)}
+"""
+
+# A probe that did not reach the provider frees its lease (only its own: a lease already taken
+# over by another probe stays).
+_GIVE_BACK = """
+if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
+  redis.call('HDEL', KEYS[1], 'p', 'o')
+end
+return 0
 """
 
 
@@ -160,6 +220,8 @@ class RedisCircuits:
 
         self.client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
         self.fail_script = self.client.register_script(_FAIL)
+        self.admit_script = self.client.register_script(_ADMIT)
+        self.give_back_script = self.client.register_script(_GIVE_BACK)
         self.copies: dict[str, Circuit] = {}
 
     @staticmethod
@@ -198,20 +260,34 @@ class RedisCircuits:
         return _noted(circuit)
 
     async def admit(self, key: str) -> bool:
+        return await self.admission(key) is not REFUSED
+
+    async def admission(self, key: str) -> str | None:
         circuit = await self._current(key)
         if not circuit.open_until:
-            return True
+            return ADMITTED
         now = clock.now()
         if now < circuit.open_until:
-            return False
-        try:  # half-open: one probe, whichever worker claims it first
-            claimed = await self.client.set(
-                self._name(key) + ":probe", b"1", nx=True, px=int(PROBE_SECONDS * 1000)
+            return REFUSED
+        token = uuid.uuid4().hex
+        try:  # half-open by this worker's copy: the shared state decides, in one script
+            answer, open_until = await self.admit_script(
+                keys=[self._name(key)], args=[repr(now), repr(PROBE_SECONDS), token]
             )
         except Exception as exc:
             _warn(exc)
-            return True
-        return bool(claimed)
+            return ADMITTED
+        if answer == b"1":  # closed meanwhile (another worker's probe succeeded)
+            self.copies[key] = Circuit(checked_at=time.monotonic())
+            return ADMITTED
+        circuit.open_until = float(open_until)  # a new cool-down, if the probe failed
+        return token if answer == b"2" else REFUSED
+
+    async def give_back(self, key: str, token: str) -> None:
+        try:
+            await self.give_back_script(keys=[self._name(key)], args=[token])
+        except Exception as exc:
+            _warn(exc)
 
     async def failed(self, key: str, reason: str, retry_after: float | None) -> Circuit:
         threshold, cooldown = _limits()
@@ -219,7 +295,7 @@ class RedisCircuits:
         name = self._name(key)
         try:
             failures, open_until = await self.fail_script(
-                keys=[name, name + ":probe"],
+                keys=[name],
                 args=[repr(now), repr(retry_after or 0), threshold, cooldown, reason[:200], TTL],
             )
         except Exception as exc:
@@ -239,7 +315,7 @@ class RedisCircuits:
         if copy is None or not (copy.failures or copy.open_until):
             return False  # the healthy path: nothing to reset, no Redis call
         try:
-            await self.client.delete(self._name(key), self._name(key) + ":probe")
+            await self.client.delete(self._name(key))
         except Exception as exc:
             _warn(exc)
         self.copies[key] = Circuit(checked_at=time.monotonic())

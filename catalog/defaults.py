@@ -4,6 +4,8 @@ Prices are list prices in micro-credits (1 USD = 1,000,000): per token for token
 models, per image otherwise.
 """
 
+from .models import HOSTED_SEARCH
+
 PROVIDERS = [
     ("direct", "openai", "Default direct provider (OpenAI REST API)"),
     ("aggregator", "openrouter", "Alternative provider, opt-in by header (OpenRouter)"),
@@ -52,10 +54,23 @@ def _image(model_id, owner, cost, *, watermark, family, rows, max_n, **options):
     }
 
 
-def _chat(model_id, owner, *, prompt, completion, cached=None, efforts=None, rows, inputs=None):
+def _chat(
+    model_id,
+    owner,
+    *,
+    prompt,
+    completion,
+    cached=None,
+    efforts=None,
+    rows,
+    inputs=None,
+    web_search=None,
+):
     cost = {"type": "per_token", "prompt": prompt, "completion": completion}
     if cached is not None:
         cost["cached_prompt"] = cached
+    if web_search is not None:
+        cost[HOSTED_SEARCH] = web_search
     return {
         "model_id": model_id,
         "owned_by": owner,
@@ -301,13 +316,17 @@ MODELS = [
         max_n=1,
         rows=[("multimodal", "gemini-2.5-flash-image", False)],
     ),
-    # Chat: one or more per chat provider.
+    # Chat: one or more per chat provider. `web_search`: OpenAI's fee per call of the hosted
+    # web_search tool, $10 per 1,000 calls (10,000 micro-credits), its search content billed
+    # as input tokens (in the answer's usage); gpt-4o-mini's content is a fixed block of 8,000
+    # input tokens a call that the usage does not count, so its fee carries it (+1,200).
     _chat(
         "gpt-4o-mini",
         "direct",
         prompt=0.15,
         completion=0.6,
         cached=0.075,
+        web_search=11200,
         rows=[("direct", "gpt-4o-mini", True), ("aggregator", "openai/gpt-4o-mini", True)],
     ),
     _chat(
@@ -316,6 +335,7 @@ MODELS = [
         prompt=2.0,
         completion=8.0,
         cached=0.5,
+        web_search=10000,
         rows=[("direct", "gpt-4.1", True), ("aggregator", "openai/gpt-4.1", True)],
     ),
     _chat(
@@ -325,6 +345,7 @@ MODELS = [
         completion=4.4,
         cached=0.275,
         efforts=["low", "medium", "high"],
+        web_search=10000,
         rows=[("direct", "o4-mini", True), ("aggregator", "openai/o4-mini", True)],
     ),
     _chat(

@@ -113,6 +113,27 @@ class Connection(models.Model):
         )
 
 
+# A per-token cost's fee per hosted web search (micro-credits per call of the Responses API's
+# hosted `web_search` tool, one `web_search_call` output item each: inference.billing).
+HOSTED_SEARCH = "web_search_call"
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def cost_errors(cost) -> list[str]:
+    """What is wrong with a cost's hosted search fee (the other keys: `priced`)."""
+    if not isinstance(cost, dict) or HOSTED_SEARCH not in cost:
+        return []
+    if cost.get("type") != "per_token":
+        return [f"'{HOSTED_SEARCH}' is a fee of a per_token cost only"]
+    value = cost[HOSTED_SEARCH]
+    if not _number(value) or not 0 <= value < float("inf"):
+        return [f"'{HOSTED_SEARCH}' is micro-credits per hosted web search: a number, 0 or more"]
+    return []
+
+
 def priced(cost, features) -> bool:
     """Whether a catalog model's cost bills something (an empty or unpriced cost bills 0: such a
     model is never activated; docs/decisions/providers.md)."""
@@ -121,9 +142,7 @@ def priced(cost, features) -> bool:
     if cost["type"] != "per_token":
         return True
     needed = ["prompt"] + (["completion"] if "chat_completions" in (features or ()) else [])
-    return all(
-        isinstance(cost.get(k), int | float) and not isinstance(cost.get(k), bool) for k in needed
-    )
+    return all(_number(cost.get(k)) for k in needed)
 
 
 class Model(models.Model):
@@ -158,6 +177,11 @@ class Model(models.Model):
 
     def __str__(self):
         return self.model_id
+
+    def clean(self):
+        errors = cost_errors(self.cost)
+        if errors:
+            raise ValidationError({"cost": errors})
 
 
 class ProviderModel(models.Model):

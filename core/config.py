@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import ssl
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -248,6 +249,9 @@ class Config(BaseSettings):
     GATEWAY_OUTBOUND_ALLOWED_PORTS: PortSet = Field(
         frozenset({443}), description="admin-set URLs: ports they may name"
     )
+    GATEWAY_EXTRA_CA_CERTS: Annotated[Path | None, EmptyIsDefault] = Field(
+        None, description="admin-set URLs: a PEM file of CA certificates trusted besides certifi's"
+    )
     GATEWAY_PUBLIC_URL: Annotated[
         str, Field(pattern=r"^https?://[A-Za-z0-9.\-\[\]:]+(/[!-~]*)?$"), EmptyIsDefault
     ] = Field(
@@ -282,6 +286,23 @@ class Config(BaseSettings):
     _port_fields = field_validator("GATEWAY_FETCH_ALLOWED_PORTS", "GATEWAY_OUTBOUND_ALLOWED_PORTS")(
         _ports
     )
+
+    @field_validator("GATEWAY_EXTRA_CA_CERTS")
+    @classmethod
+    def _extra_ca_certs(cls, value: Path | None) -> Path | None:
+        """Loaded once at start so that a wrong path or a file holding no certificate stops the
+        server, instead of every sign-in failing later with a TLS error."""
+        if value is None:
+            return None
+        try:
+            context = ssl.create_default_context(cafile=str(value))
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise _Named(
+                f"not a readable PEM file of CA certificates: {str(value)!r} ({exc})"
+            ) from None
+        if not context.get_ca_certs():
+            raise _Named(f"holds no CA certificate: {str(value)!r}")
+        return value.resolve()
 
     @field_validator("GATEWAY_GC_THRESHOLD")
     @classmethod
@@ -374,6 +395,7 @@ class Config(BaseSettings):
             "CREDITS_PER_CURRENCY_UNIT": self.GATEWAY_CREDITS_PER_CURRENCY_UNIT,
             "OUTBOUND_ALLOW": self.GATEWAY_OUTBOUND_ALLOW,
             "OUTBOUND_ALLOWED_PORTS": self.GATEWAY_OUTBOUND_ALLOWED_PORTS,
+            "EXTRA_CA_CERTS": str(self.GATEWAY_EXTRA_CA_CERTS or "") or None,
         }
 
 
@@ -418,6 +440,7 @@ class GatewaySettings(TypedDict):
     CREDITS_PER_CURRENCY_UNIT: int
     OUTBOUND_ALLOW: str
     OUTBOUND_ALLOWED_PORTS: frozenset[int]
+    EXTRA_CA_CERTS: str | None
 
 
 class ConfigError(Exception):

@@ -2,9 +2,10 @@
 
 Two users: the fetcher (`inference/ssrf.py`: URLs an API client sends to `/v1/fetch`, its own
 allow-list `GATEWAY_FETCH_ALLOW_PRIVATE`) and URLs an institution admin saves — JWKS URLs of
-JWT issuers now, OIDC discovery/JWKS and LTI platform URLs next — through
-`validate_outbound_url` (when saved) and `fetch_outbound_json` (when fetched), allow-list
-`GATEWAY_OUTBOUND_ALLOW`.
+JWT issuers, OpenID Connect discovery/token/JWKS/userinfo, LTI key sets — through
+`validate_outbound_url` (when saved) and `fetch_outbound_json` / `post_outbound_form` (when
+fetched), allow-list `GATEWAY_OUTBOUND_ALLOW`, TLS trust `outbound_ssl_context()` (certifi's
+CAs and the operator's `GATEWAY_EXTRA_CA_CERTS`; the fetcher trusts certifi's alone).
 
 How a connection is guarded: the host is resolved once, every address it resolves to is
 checked, and the socket is opened to the checked address itself (no second lookup that a
@@ -232,7 +233,36 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
 @functools.lru_cache(maxsize=1)
 def _ssl_context() -> ssl.SSLContext:
+    """The fetcher's trust: certifi's public CAs only (a URL an API client chose is never
+    trusted on an institution's own CA)."""
     return httpx.create_ssl_context(trust_env=False)
+
+
+@functools.lru_cache(maxsize=4)
+def _admin_ssl_context(extra_ca_certs: str | None) -> ssl.SSLContext:
+    """The trust of admin-set URLs: certifi's CAs and the operator's `GATEWAY_EXTRA_CA_CERTS`
+    (an institution's own CA for its on-premises IdP, LMS or JWKS server). Built once per
+    file (the setting is read at start; a test may name another file), not per request:
+    loading certifi's bundle costs milliseconds."""
+    context = httpx.create_ssl_context(trust_env=False)
+    if extra_ca_certs:
+        context.load_verify_locations(cafile=extra_ca_certs)
+    return context
+
+
+def outbound_ssl_context() -> ssl.SSLContext:
+    """The one TLS context of every connection to an admin-set URL (JWKS, OpenID Connect
+    discovery/token/userinfo, LTI key sets, an OpenAI-compatible server's model list)."""
+    return _admin_ssl_context(settings.GATEWAY.get("EXTRA_CA_CERTS"))
+
+
+def provider_ssl_context() -> ssl.SSLContext | bool:
+    """The trust of the gateway's provider connections (an admin-set base URL too: a campus's
+    own vLLM or Ollama server behind its CA): the clients' own default (True) unless the
+    operator set `GATEWAY_EXTRA_CA_CERTS`, then certifi's CAs and those (`outbound_ssl_context`).
+    Read when a connection's pool is built, never per request."""
+    extra = settings.GATEWAY.get("EXTRA_CA_CERTS")
+    return _admin_ssl_context(extra) if extra else True
 
 
 def _check_private_pool(transport, pool_class: type) -> None:
@@ -422,10 +452,11 @@ class _SyncGuardedBackend(httpcore.NetworkBackend):
 
 class _SyncGuardedTransport(httpx.HTTPTransport):
     def __init__(self, backend: _SyncGuardedBackend):
-        super().__init__(verify=_ssl_context(), trust_env=False, retries=0)
+        context = outbound_ssl_context()
+        super().__init__(verify=context, trust_env=False, retries=0)
         _check_private_pool(self, httpcore.ConnectionPool)
         self._pool = httpcore.ConnectionPool(
-            ssl_context=_ssl_context(),
+            ssl_context=context,
             max_connections=1,
             max_keepalive_connections=0,
             network_backend=backend,
@@ -494,6 +525,15 @@ def _outbound_json(
                         raise Refused("too_large", f"The answer is larger than {max_bytes} bytes")
     except httpx.TimeoutException as exc:
         raise Refused("timeout", f"No complete answer within {timeout:g} s") from exc
+    except httpx.ConnectError as exc:
+        if _untrusted_certificate(exc):
+            raise Refused(
+                "certificate_untrusted",
+                f"The server's TLS certificate is not trusted ({_cause_text(exc)}); a server "
+                "with a certificate of the institution's own CA needs GATEWAY_EXTRA_CA_CERTS",
+            ) from exc
+        detail = f"{type(exc).__name__}: {exc}"[:300]
+        raise Refused("connection_failed", f"Connection failed ({detail})") from exc
     except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, OSError) as exc:
         detail = f"{type(exc).__name__}: {exc}"[:300]  # for the operator's log line
         raise Refused("connection_failed", f"Connection failed ({detail})") from exc
@@ -501,3 +541,29 @@ def _outbound_json(
         return json.loads(body)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise Refused("invalid_json", "The answer is not JSON") from exc
+
+
+def _untrusted_certificate(exc: BaseException) -> bool:
+    """Whether a connection failed because the server's certificate chain is not trusted
+    (httpx wraps httpcore's error, which wraps the ssl module's)."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return seen.verify_code in _UNTRUSTED_CODES
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+# X509_V_ERR_*: unable to get the issuer (locally), self-signed leaf, self-signed in the chain,
+# unable to verify the first certificate: the chain ends at a CA not in the trust store.
+_UNTRUSTED_CODES = frozenset({2, 18, 19, 20, 21})
+
+
+def _cause_text(exc: BaseException) -> str:
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, ssl.SSLCertVerificationError):
+        seen = seen.__cause__ or seen.__context__
+    text = getattr(seen, "verify_message", None) or str(exc)
+    return str(text)[:200]

@@ -22,6 +22,7 @@ from typing import Any
 from joserfc import jwt
 from joserfc.jwk import ECKey, RSAKey
 
+from .oidc import sign_raw
 from .server import FakeUpstream, RecordedRequest, Response, json_response
 
 CLAIM = "https://purl.imsglobal.org/spec/lti/claim/"
@@ -45,6 +46,7 @@ class NextLaunch:
     roles: list[str] | Any
     context: dict[str, Any] | Any
     extra: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, str] = field(default_factory=dict)
 
 
 class LtiFake(FakeUpstream):
@@ -96,16 +98,18 @@ class LtiFake(FakeUpstream):
         *,
         roles: list[str] | Any = None,
         context: dict[str, Any] | Any = None,
+        raw: dict[str, str] | None = None,
         **extra: Any,
     ) -> None:
         """Who the next visit of /auth launches (a queue); `extra` claims are added to the
-        id_token or replace its own (`aud`, `nonce`, even `sub`)."""
+        id_token or replace its own (`aud`, `nonce`, even `sub`); `raw` ones too, as JSON
+        text (`{"exp": "1e400"}`: fake_upstreams.oidc.sign_raw)."""
         if roles is None:
             roles = list(LEARNER)
         if context is None:
             context = {"id": "ctx-1", "label": "CS101", "title": "Programming 1"}
         with self._state_lock:
-            self._next.append(NextLaunch(sub, roles, context, extra))
+            self._next.append(NextLaunch(sub, roles, context, extra, dict(raw or {})))
 
     def _reset_state(self) -> None:
         with self._state_lock:
@@ -187,9 +191,9 @@ class LtiFake(FakeUpstream):
         claims.update(launch.extra)
         with self._state_lock:
             self.issued.append(dict(claims))
-        return self.sign(claims)
+        return self.sign(claims, launch.raw)
 
-    def sign(self, claims: dict[str, Any]) -> str:
+    def sign(self, claims: dict[str, Any], raw: dict[str, str] | None = None) -> str:
         """`claims` signed as this platform does (or with the rogue key: "wrong_key")."""
         if self.alg == "ES256":
             key = self.rogue_ec if self.failure == "wrong_key" else self.ec
@@ -197,4 +201,6 @@ class LtiFake(FakeUpstream):
         else:
             key = self.rogue_rsa if self.failure == "wrong_key" else self.rsa
             header = {"alg": "RS256", "kid": "lti-rsa", "typ": "JWT"}
+        if raw:
+            return sign_raw(header, claims, raw, key)
         return jwt.encode(header, claims, key, encoder_cls=_AsciiEncoder)

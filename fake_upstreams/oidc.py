@@ -7,13 +7,22 @@ answers an id_token signed RS256 or ES256.
 Switches for the hostile cases (`failure`): "down" (every answer a 503), "garbage" (the
 discovery document and the token answer are not JSON), "wrong_key" (the id_token is signed by a
 key not in the JWKS, under a kid that is), "wrong_aud", "wrong_nonce", "wrong_issuer",
-"expired", "huge" (a discovery document of several MB). `clock` is injectable (seconds).
+"expired", "huge" (a discovery document of several MB), "userinfo_wrong_sub" (the userinfo
+answer is about another subject), "userinfo_down" (userinfo answers 503), "userinfo_huge" (a
+userinfo answer of 1 MB). `clock` is injectable
+(seconds).
+
+The userinfo endpoint answers the claims of the access token's user. `claims_at = "userinfo"`
+is panva's oidc-provider's default with an access token: the e-mail and the groups at userinfo
+only, never in the id_token. `raw` claims of `sign_in_next` go into the id_token's payload as
+the JSON text given (`{"exp": "1e400"}`), which no JSON encoder writes.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import secrets
 import threading
 import time
@@ -21,10 +30,19 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from joserfc import jwt
+from joserfc import jws, jwt
 from joserfc.jwk import ECKey, RSAKey
 
 from .server import FakeUpstream, RecordedRequest, Response, json_response
+
+
+def sign_raw(header: dict[str, Any], claims: dict[str, Any], raw: dict[str, str], key) -> str:
+    """A JWS whose payload holds `claims` and `raw` claims as the JSON text given: what a JSON
+    encoder never writes (`1e400`, `NaN`), as a hostile or broken IdP may send it."""
+    text = json.dumps({k: v for k, v in claims.items() if k not in raw})
+    spliced = ", ".join(f"{json.dumps(k)}: {v}" for k, v in raw.items())
+    payload = text[:-1] + (", " if len(text) > 2 else "") + spliced + "}"
+    return jws.serialize_compact(header, payload.encode(), key)
 
 
 @dataclass
@@ -34,6 +52,7 @@ class NextUser:
     email_verified: bool | None = True
     groups: list[str] | str | None = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -54,14 +73,16 @@ class OidcFake(FakeUpstream):
         ("GET", r"/jwks", "jwks"),
         ("GET", r"/authorize", "authorize"),
         ("POST", r"/token", "token"),
+        ("GET", r"/userinfo", "userinfo"),
     ]
-    PUBLIC = frozenset({"discovery", "jwks", "authorize", "token"})
+    PUBLIC = frozenset({"discovery", "jwks", "authorize", "token", "userinfo"})
     KNOBS = {
         "alg": "RS256",  # or "ES256"
         "failure": None,  # see the module's docstring
         "code_lifetime": 60.0,  # seconds a code may wait for its exchange
         "auth_methods": ["client_secret_basic", "client_secret_post"],
         "token_lifetime": 300,
+        "claims_at": "id_token",  # or "userinfo": the e-mail and the groups there only
     }
 
     def __init__(self, client_id: str = "gateway", client_secret: str = "s3cret", clock=None):
@@ -79,6 +100,7 @@ class OidcFake(FakeUpstream):
         self._codes: dict[str, _Code] = {}
         self.used_codes: set[str] = set()
         self.issued: list[dict[str, Any]] = []  # the claims of every id_token handed out
+        self._access: dict[str, NextUser] = {}  # access token -> its user (for userinfo)
 
     @property
     def issuer(self) -> str:
@@ -93,12 +115,16 @@ class OidcFake(FakeUpstream):
         email: str | None = None,
         email_verified: bool | None = True,
         groups: list[str] | str | None = None,
+        raw: dict[str, str] | None = None,
         **extra: Any,
     ) -> None:
         """Who the next visit of /authorize signs in (a queue: one per visit); `extra` claims
-        are added to the id_token, or replace its own (`aud`, `iat`, even `sub`)."""
+        are added to the id_token, or replace its own (`aud`, `iat`, even `sub`); `raw` ones
+        too, as JSON text."""
         with self._state_lock:
-            self._next.append(NextUser(sub, email, email_verified, groups or [], extra))
+            self._next.append(
+                NextUser(sub, email, email_verified, groups or [], extra, dict(raw or {}))
+            )
 
     def _reset_state(self) -> None:
         with self._state_lock:
@@ -106,6 +132,7 @@ class OidcFake(FakeUpstream):
             self._codes.clear()
             self.used_codes.clear()
             self.issued.clear()
+            self._access.clear()
 
     def error(self, status: int, message: str | None = None, **extra: Any) -> Response:
         return json_response({"error": message or "server_error", **extra}, status)
@@ -130,6 +157,7 @@ class OidcFake(FakeUpstream):
             "authorization_endpoint": self.issuer + "/authorize",
             "token_endpoint": self.issuer + "/token",
             "jwks_uri": self.issuer + "/jwks",
+            "userinfo_endpoint": self.issuer + "/userinfo",
             "response_types_supported": ["code"],
             "subject_types_supported": ["public"],
             "id_token_signing_alg_values_supported": ["RS256", "ES256"],
@@ -216,6 +244,8 @@ class OidcFake(FakeUpstream):
         if self.failure == "garbage":
             return Response(200, b"{not json", [("content-type", "application/json")])
         access_token = secrets.token_urlsafe(24)
+        with self._state_lock:
+            self._access[access_token] = grant.user
         return json_response(
             {
                 "access_token": access_token,
@@ -237,12 +267,8 @@ class OidcFake(FakeUpstream):
         }
         if grant.nonce is not None:
             claims["nonce"] = "not-the-nonce" if self.failure == "wrong_nonce" else grant.nonce
-        if user.email is not None:
-            claims["email"] = user.email
-            if user.email_verified is not None:
-                claims["email_verified"] = user.email_verified
-        if user.groups:
-            claims["groups"] = user.groups
+        if self.claims_at != "userinfo":
+            claims |= self._profile(user)
         claims.update(user.extra)
         with self._state_lock:
             self.issued.append(dict(claims))
@@ -252,4 +278,33 @@ class OidcFake(FakeUpstream):
         else:
             key = self.rogue_rsa if self.failure == "wrong_key" else self.rsa
             header = {"alg": "RS256", "kid": "rsa-1", "typ": "JWT"}
-        return jwt.encode(header, claims, key)
+        if not user.raw:
+            return jwt.encode(header, claims, key)
+        return sign_raw(header, claims, user.raw, key)
+
+    @staticmethod
+    def _profile(user: NextUser) -> dict[str, Any]:
+        """The claims of the `email` and `groups` scopes."""
+        claims: dict[str, Any] = {}
+        if user.email is not None:
+            claims["email"] = user.email
+            if user.email_verified is not None:
+                claims["email_verified"] = user.email_verified
+        if user.groups:
+            claims["groups"] = user.groups
+        return claims
+
+    def userinfo(self, request: RecordedRequest) -> Response:
+        down = self._down()
+        if down is not None or self.failure == "userinfo_down":
+            return Response(503, b"Service Unavailable", [("content-type", "text/plain")])
+        bearer = request.headers.get("authorization", "")
+        with self._state_lock:
+            user = self._access.get(bearer[7:]) if bearer.lower().startswith("bearer ") else None
+        if user is None:
+            return Response(401, b"", [("www-authenticate", 'Bearer error="invalid_token"')])
+        sub = "someone-else" if self.failure == "userinfo_wrong_sub" else user.sub
+        answer = {"sub": sub, **self._profile(user)}
+        if self.failure == "userinfo_huge":
+            answer["padding"] = "x" * (1024 * 1024)
+        return json_response(answer)

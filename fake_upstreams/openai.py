@@ -477,6 +477,11 @@ class OpenAIFake(FakeUpstream):
         stream_pieces: how many content events a streamed reply is split into.
         usage_delay: seconds between a stream's last content event and its usage
             (chat's usage-only chunk, responses' final event).
+        call_tools: False answers in text even when ``tools`` are offered (a coding agent such
+            as Codex offers its tools on every turn; one plain answer ends its run).
+        web_searches: the hosted web searches made when the hosted ``web_search`` tool is
+            offered on ``/v1/responses``: that many ``web_search_call`` output items before the
+            answer (each one a search the real API bills).
         plus the stream/latency knobs of :class:`FakeUpstream`.
     """
 
@@ -502,6 +507,8 @@ class OpenAIFake(FakeUpstream):
         "image_usage": True,
         "stream_pieces": 4,
         "usage_delay": 0.0,
+        "call_tools": True,
+        "web_searches": 1,
     }
 
     def __init__(self, api_key: str | None = None, chat_models: set[str] | None = None):
@@ -772,7 +779,7 @@ class OpenAIFake(FakeUpstream):
             earlier = previous["output"]
         try:
             turn = response_turn(
-                body,
+                body if self.call_tools else {**body, "tools": []},
                 self.reply_text,
                 limit,
                 self.reasoning_tokens,
@@ -787,6 +794,9 @@ class OpenAIFake(FakeUpstream):
             reasoning = reasoning_item(body, turn)
         response_id = synth.hex_id("resp_", 24)
         output = response_output(turn, reasoning)
+        if offers_web_search(body):
+            searches = [web_search_item(_query(body)) for _ in range(self.web_searches)]
+            output[len(output) - 1 : len(output) - 1] = searches  # before the answer
         final = _response_object(body, self._answer_model(model), response_id, output, turn)
         if body.get("store", True) is not False:
             self._responses[response_id] = final
@@ -964,6 +974,31 @@ def response_output(turn: Turn, reasoning: dict | None = None) -> list[dict]:
     return items
 
 
+HOSTED_SEARCH_TOOLS = ("web_search", "web_search_2025_08_26")
+
+
+def offers_web_search(body: dict) -> bool:
+    tools = body.get("tools")
+    return isinstance(tools, list) and any(
+        isinstance(tool, dict) and tool.get("type") in HOSTED_SEARCH_TOOLS for tool in tools
+    )
+
+
+def _query(body: dict) -> str:
+    return _response_input_texts(body)[1][:100] or "search"
+
+
+def web_search_item(query: str, status: str = "completed") -> dict:
+    """One hosted web search as the API answers it (`action.sources` only when `include` asks
+    for them: left out)."""
+    return {
+        "id": synth.hex_id("ws_", 24),
+        "type": "web_search_call",
+        "status": status,
+        "action": {"type": "search", "query": query},
+    }
+
+
 def reasoning_item(body: dict, turn: Turn) -> dict:
     """A reasoning model's ``reasoning`` item: a summary only when ``reasoning.summary`` asks
     for one, ``encrypted_content`` only when ``include`` asks for it, as the API answers."""
@@ -1135,6 +1170,8 @@ def _response_stream(
     for index, item in enumerate(final["output"]):
         if item["type"] == "reasoning":
             events += _reasoning_events(event, index, item, pieces)
+        elif item["type"] == "web_search_call":
+            events += _web_search_events(event, index, item)
         elif item["type"] == "function_call":
             events += _function_call_events(event, index, item, stream_pieces(turn, pieces))
         else:
@@ -1189,6 +1226,19 @@ def _function_call_events(event, index: int, item: dict, pieces: list[str]) -> l
         events.append(event("response.function_call_arguments.delta", **where, delta=piece))
     return events + [
         event("response.function_call_arguments.done", **where, arguments=item["arguments"]),
+        event("response.output_item.done", output_index=index, item=item),
+    ]
+
+
+def _web_search_events(event, index: int, item: dict) -> list[bytes]:
+    where = {"item_id": item["id"], "output_index": index}
+    return [
+        event(
+            "response.output_item.added", output_index=index, item={**item, "status": "in_progress"}
+        ),
+        event("response.web_search_call.in_progress", **where),
+        event("response.web_search_call.searching", **where),
+        event("response.web_search_call.completed", **where),
         event("response.output_item.done", output_index=index, item=item),
     ]
 

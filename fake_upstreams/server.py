@@ -611,9 +611,15 @@ class FakeServer:
     """
 
     def __init__(
-        self, app: FakeUpstream, port: int = 0, host: str = "127.0.0.1", keep_alive: float = 5
+        self,
+        app: FakeUpstream,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        keep_alive: float = 5,
+        tls: tuple[str, str] | None = None,
     ):
         self.app = app
+        self.tls = tls  # (certificate chain file, key file): served over https
         self.host = host
         self.keep_alive = keep_alive  # seconds an idle kept-alive connection stays open
         self.requested_port = port
@@ -625,7 +631,7 @@ class FakeServer:
     def origin(self) -> str:
         if self.port is None:
             raise RuntimeError("server not started")
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def base_url(self) -> str:
@@ -647,6 +653,8 @@ class FakeServer:
             log_level="warning",
             lifespan="off",
             timeout_keep_alive=self.keep_alive,
+            ssl_certfile=self.tls[0] if self.tls else None,
+            ssl_keyfile=self.tls[1] if self.tls else None,
         )
         _install_log_filter()
         self._server = uvicorn.Server(config)

@@ -4,6 +4,7 @@ Only async-native code runs on the /v1 path; the admin's middleware stack (sessi
 CSRF, auth, messages) is applied to everything else by `AdminStack`.
 """
 
+import asyncio
 import logging
 import time
 import uuid
@@ -30,7 +31,9 @@ UNLEDGERED = {
     405: "method_not_allowed",
     413: "body_too_large",
     422: "validation_error",
+    499: "client_closed_request",
 }
+CLIENT_CLOSED = 499  # nginx's status for a client that left before the answer
 
 
 def _method_not_allowed(request, response) -> JsonResponse:
@@ -99,6 +102,12 @@ class RequestContextMiddleware:
         is_api = request.path.startswith(API_PREFIX)
         try:
             response = await self.get_response(request)
+        except asyncio.CancelledError:
+            # The client went away before the answer (gateway_site.handler cancels the view): the
+            # request still gets its line, nginx's 499, with how long it had run.
+            if access_log.isEnabledFor(logging.INFO):
+                _log_access(request, HttpResponse(status=CLIENT_CLOSED), started)
+            raise
         except Exception:  # pragma: no cover - Django converts exceptions before this
             logging.getLogger("gateway").exception("unhandled error request_id=%s", request_id)
             response = internal_server_error()

@@ -23,7 +23,7 @@ from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 from ninja.security.http import HttpAuthBase
 
-from core.errors import GatewayError, ServiceUnavailable, validation_error_body
+from core.errors import IMAGES_HINTS, GatewayError, ServiceUnavailable, validation_error_body
 from core.jsonio import dumps, json_invalid_item, json_response, parse_json
 from gateway_site.middleware import internal_server_error
 from licensing.access.credentials import authenticate
@@ -130,7 +130,12 @@ def _gateway_error(request, exc: GatewayError):
 
 @api.exception_handler(ValidationError)
 def _validation_error(request, exc: ValidationError):
-    return json_response(validation_error_body(exc.errors), status=422)
+    try:  # to tell fields from union branches in the message (the parser read it once already)
+        body = parse_json(request.body.decode()) if request.body else None
+    except ValueError:
+        body = None
+    hints = IMAGES_HINTS if request.path.endswith("/images/generations") else None
+    return json_response(validation_error_body(exc.errors, body, hints), status=422)
 
 
 @api.exception_handler(HttpError)

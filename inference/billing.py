@@ -5,7 +5,7 @@ to a whole micro-credit per request (a zero cost stays zero).
 
 Cost structures (catalog `cost`, shown to clients by GET /v1/models):
     {"type": "per_token", "prompt": p, "completion": c, "cached_prompt": k,
-     "cache_write_prompt": w}                                                  per token
+     "cache_write_prompt": w, "web_search_call": s}                            per token
     {"type": "per_image", "image": n}                                          per image
     {"type": "per_image_by_size", "sizes": {"1024x1024": n, ...}}
     {"type": "per_image_by_size_quality", "qualities": {"standard": {"1024x1024": n}, ...}}
@@ -20,12 +20,20 @@ provider answers without token counts (the images are then billed, never free):
         {"type": "per_image_by_size_quality", "scale": "megapixels", "qualities": {...}}}
 With `"scale": "megapixels"` a size that is not listed is billed at the listed size nearest in
 aspect ratio (then in pixels), scaled by the ratio of the pixel counts.
+
+A token-priced model's `web_search_call` (catalog.models.HOSTED_SEARCH: the cost's key and the
+Responses output item's type) is its provider's fee per search the hosted `web_search` tool of
+/v1/responses makes (one `web_search_call` output item each; their count is `Usage.units`),
+added to the tokens. A model without it is never sent the tool (inference.endpoints.responses),
+so no search goes unbilled.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
+
+from catalog.models import HOSTED_SEARCH
 
 from .imagesizes import nearest_size
 
@@ -43,7 +51,8 @@ class Usage:
     # For per-image tables: the size and quality the images were made at.
     size: str | None = None
     quality: str | None = None
-    # Search calls made or pages fetched (the web_search and fetch services).
+    # Search calls made or pages fetched (the web_search and fetch services); for a per-token
+    # model, the hosted web searches its provider made (HOSTED_SEARCH).
     units: int | None = None
 
 
@@ -117,6 +126,7 @@ def credits_for(cost: dict, usage: Usage) -> int:
             + cached * _d(cost.get("cached_prompt"))
             + written * _d(cost.get("cache_write_prompt"))
             + (usage.completion_tokens or 0) * _d(cost.get("completion"))
+            + (usage.units or 0) * _d(cost.get(HOSTED_SEARCH))
         )
     elif kind == "per_image":
         total = (usage.images or 0) * _d(cost.get("image"))

@@ -10,6 +10,13 @@ stream's first byte reached the client. At most `FAILOVER_ATTEMPTS` calls are ma
 started after `FAILOVER_BUDGET` seconds. A route whose circuit is open is skipped without a
 call; when every route is skipped the request fails at once with the spec's 503.
 
+Only the provider's own failures count against a circuit. A wait past the budget for a slot of
+our own pool (the license's share, the worker's pool: `pool_wait`) is retried on the next route
+(another pool) like a failure, but the provider was never called: it is not held against the
+connection, or one license's burst would shut the connection for everyone (issue 35). A client
+that leaves, an answer too large for us, the provider's answers about the request itself: not
+failures of the connection either (docs/routing.md, "What counts as a failure").
+
 Only the attempt that answered is charged: a failed one produced nothing billable.
 """
 
@@ -21,7 +28,7 @@ from typing import Any
 
 from django.conf import settings
 
-from catalog.circuit import CLOSED, HALF_OPEN, OPEN, STATE_VALUES, circuits
+from catalog.circuit import ADMITTED, CLOSED, HALF_OPEN, OPEN, REFUSED, STATE_VALUES, circuits
 from catalog.routing import Route
 from core import clock, metrics
 from core.errors import GatewayError, ServiceUnavailable
@@ -62,7 +69,8 @@ async def call_with_failover(
         tried.add(key)
         if call.attempts and (call.attempts >= max_attempts or time.perf_counter() > deadline):
             break
-        if key and not await breakers.admit(key):
+        probe = await breakers.admission(key) if key else ADMITTED
+        if probe is REFUSED:
             continue
         if failed_last is not None:
             metrics.failover(*failed_last)
@@ -70,22 +78,18 @@ async def call_with_failover(
         call.attempts += 1
         slug, name = route.provider.slug, connection.name
         try:
-            result = await invoke(route)
+            result = await _attempt(breakers, key, probe, route, invoke)
         except GatewayError as exc:
             if not _retryable(exc):
                 # It answered: the connection is alive.
-                if key and isinstance(exc, ProviderFailure) and await breakers.succeeded(key):
+                if key and _provider_answered(exc) and await breakers.succeeded(key):
                     metrics.circuit_state(slug, name, STATE_VALUES[CLOSED])
                 raise
             assert isinstance(exc, ProviderFailure)
             reason = _reason(exc)
             metrics.upstream_attempt(slug, name, reason)
-            if key:
-                circuit = await breakers.failed(key, reason, exc.retry_after)
-                state = circuit.state(clock.now())
-                if state in (OPEN, HALF_OPEN):
-                    metrics.circuit_state(slug, name, STATE_VALUES[state])
-                    _shown_closed.discard(key)
+            if key and exc.provider_fault:
+                await _count_failure(breakers, key, slug, name, reason, exc.retry_after)
             call.failovers.append(f"{slug}/{name}: {reason}")
             failure, failed_last = exc, (slug, name, reason)
             continue
@@ -98,3 +102,30 @@ async def call_with_failover(
     if failure is not None:
         raise failure
     raise ServiceUnavailable(reason=ALL_OPEN)
+
+
+async def _attempt(breakers, key: str, probe: str | None, route: Route, invoke) -> Any:
+    """One attempt. A probe (`probe` its claim) that did not reach the provider (our own pool
+    had no slot in time, or its client left) gives its claim back: another request may probe
+    at once, rather than the connection waiting out the lease of a probe that never was."""
+    if not probe:
+        return await invoke(route)
+    try:
+        return await invoke(route)
+    except BaseException as exc:
+        if not _provider_answered(exc):
+            await breakers.give_back(key, probe)
+        raise
+
+
+def _provider_answered(exc: BaseException) -> bool:
+    """Whether the failure came from the provider (not from our side of the call)."""
+    return isinstance(exc, ProviderFailure) and exc.provider_fault
+
+
+async def _count_failure(breakers, key, slug, name, reason, retry_after) -> None:
+    circuit = await breakers.failed(key, reason, retry_after)
+    state = circuit.state(clock.now())
+    if state in (OPEN, HALF_OPEN):
+        metrics.circuit_state(slug, name, STATE_VALUES[state])
+        _shown_closed.discard(key)

@@ -138,6 +138,11 @@ class Operation:
             tags=tags,
         )
 
+    def check_policy(self, policy: Policy, body) -> None:
+        """Start of step 7, after the service's own rules (step 6): what else of the policy the
+        request needs, a 400 (a Responses request's hosted `web_search` tool needs the
+        `web_search` service)."""
+
     def prepare(self, route: Route, body) -> Route | None:
         """Part of step 7: reject what the chosen provider cannot take, before any call; may
         return a refined route (e.g. another connection of the same provider)."""
@@ -256,6 +261,7 @@ async def _admit(call: Call, operation: Operation, pin):
     service_policy = policy.check_request(operation.service, call.body_fields)
     # 7
     call.stage = _SELECTION
+    operation.check_policy(policy, body)  # 400: what else of the policy the request needs
     catalog = await current_catalog()
     try:
         routes = operation.select(

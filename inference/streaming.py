@@ -34,6 +34,7 @@ import httpx
 import orjson
 from django.conf import settings
 
+from catalog.models import HOSTED_SEARCH
 from core.errors import PROVIDER_ERROR, SERVICE_UNAVAILABLE
 
 from . import tokens
@@ -128,9 +129,9 @@ def _failure_message(error) -> str:
     return sanitize_message(str(message or PROVIDER_ERROR))
 
 
-def _usage_or_none(parse, value) -> Usage | None:
+def _usage_or_none(parse, *value) -> Usage | None:
     try:
-        return parse(value)
+        return parse(*value)
     except ProviderFailure:
         return None  # logged by the parser; the stream is recorded without usage
 
@@ -210,6 +211,14 @@ class ResponsesSSE(SSEProtocol):
         b"response.audio.transcript.delta",
     }
 
+    # Output item events: a hosted web search is counted when its item opens (the provider
+    # bills it once started), so that a stream the client left is billed the searches seen.
+    ITEM_EVENTS = {b"response.output_item.added", b"response.output_item.done"}
+
+    def __init__(self, payload: dict | None = None, model: str = ""):
+        super().__init__(payload, model)
+        self.searches: set = set()  # the hosted web searches seen: their item ids
+
     def inspect(self, block, outcome):
         name, data = parse_event(block)
         if data is None:
@@ -220,6 +229,8 @@ class ResponsesSSE(SSEProtocol):
             self.kept.append((name, data))
             self.last = data
             return block
+        if name in self.ITEM_EVENTS and _SEARCH_ITEM in data:
+            self._note_search(data)
         if name == b"response.created" and not outcome.upstream_id:
             outcome.upstream_id, outcome.response_model = _response_ids(data)
         if name == b"error":
@@ -243,8 +254,32 @@ class ResponsesSSE(SSEProtocol):
                 outcome.upstream_id = answer_id(response.get("id"))
                 outcome.response_model = answer_id(response.get("model"))
             if isinstance(response, dict) and isinstance(response.get("usage"), dict):
-                outcome.usage = _usage_or_none(usage_formats.openai_responses, response["usage"])
+                outcome.usage = _usage_or_none(
+                    usage_formats.openai_responses, response["usage"], response.get("output")
+                )
+                if outcome.usage is not None and len(self.searches) > (outcome.usage.units or 0):
+                    outcome.usage.units = len(self.searches)
         return block
+
+    def _note_search(self, data: bytes) -> None:
+        try:
+            event = orjson.loads(data)
+            item = event.get("item")
+            if isinstance(item, dict) and item.get("type") == HOSTED_SEARCH:
+                self.searches.add(item.get("id") or event.get("output_index"))
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
+            return
+
+    def estimate(self):
+        """The tokens counted, and the hosted searches seen: billed even without text."""
+        usage = super().estimate()
+        if not self.searches:
+            return usage
+        if usage is None:
+            prompt = self.prompt_tokens()
+            usage = Usage(prompt_tokens=prompt, completion_tokens=0, total_tokens=prompt)
+        usage.units = len(self.searches)
+        return usage
 
     def error_event(self, message):
         # The Responses API's error event (the openai SDK's ResponseErrorEvent).
@@ -285,6 +320,8 @@ class ResponsesSSE(SSEProtocol):
     def prompt_tokens(self):
         return tokens.responses_prompt_tokens(self.payload, self.model)
 
+
+_SEARCH_ITEM = f'"{HOSTED_SEARCH}"'.encode()  # read only the item events that may be one
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,256}")
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from ninja import Router
 
+from catalog.models import HOSTED_SEARCH
 from catalog.routing import Route
 from core.errors import BadRequest
+from licensing.rules.policy import Policy
 
 from .. import pipeline
 from ..providers import adapter_for
@@ -20,6 +22,7 @@ from ..schemas.responses import (
     ResponseInputSchemaTool,
     ResponseMessage,
     ResponseRequest,
+    WebSearchTool,
 )
 from ..streaming import ProviderStream, ResponsesSSE
 from .chat import TextGeneration, check_model_support
@@ -33,6 +36,19 @@ ITEM_REFERENCE_MESSAGE = (
     "item_reference is not supported by this provider; send the referenced items in `input`."
 )
 INCLUDE_MESSAGE = "include value '{value}' is not supported by this provider"
+CONVERSATION_MESSAGE = (
+    "conversation is not supported by this provider; send the full conversation in `input`."
+)
+WEB_SEARCH_SERVICE = "web_search"
+WEB_SEARCH_DENIED = (
+    "tools[{index}]: the hosted '{kind}' tool needs the web_search service, which this license "
+    'does not enable; leave it out of `tools` (Codex CLI: web_search = "disabled" in '
+    "config.toml)"
+)
+WEB_SEARCH_UNPRICED = (
+    "tools[{index}]: the hosted '{kind}' tool is not priced for model '{model}' on this "
+    'gateway; leave it out of `tools` (Codex CLI: web_search = "disabled" in config.toml)'
+)
 
 
 def _content(item):
@@ -71,10 +87,22 @@ class Responses(TextGeneration, endpoint="responses"):
                 yield from (part.text for part in item.summary)
                 yield from (part.text for part in item.content or ())
 
+    def check_policy(self, policy: Policy, body: ResponseRequest) -> None:
+        """The hosted web search is the gateway's `web_search` service asked through a tool:
+        refused where the license does not enable that service (docs/decisions/README.md, "The
+        hosted `web_search` tool")."""
+        if WEB_SEARCH_SERVICE in policy.services:
+            return
+        for index, tool in enumerate(body.tools or ()):
+            if isinstance(tool, WebSearchTool):
+                raise BadRequest(WEB_SEARCH_DENIED.format(index=index, kind=tool.type))
+
     def prepare(self, route: Route, body: ResponseRequest) -> None:
         adapter = adapter_for(route.provider.kind, ResponsesProvider)
         if body.previous_response_id and not adapter.stateful_responses:
             raise BadRequest(STATELESS_MESSAGE)
+        if body.conversation is not None and not adapter.stateful_responses:
+            raise BadRequest(CONVERSATION_MESSAGE)
         if body.include and adapter.responses_include is not None:
             for value in body.include:
                 if value not in adapter.responses_include:
@@ -90,6 +118,7 @@ class Responses(TextGeneration, endpoint="responses"):
         check_model_support(route, modalities=modalities, effort=body.effort)
         if adapter.checks_requests:
             adapter.check_responses(route, self.payload(route, body))
+        _check_search_priced(route, body)
 
     def payload(self, route: Route, body: ResponseRequest) -> dict:
         payload = body.model_dump(exclude_unset=True, by_alias=True)
@@ -118,7 +147,7 @@ class Responses(TextGeneration, endpoint="responses"):
         answer = await adapter.responses(route, payload)
         if not isinstance(answer, dict):
             raise malformed("responses answer is not an object")
-        usage = usage_formats.openai_responses(answer.get("usage"))
+        usage = usage_formats.openai_responses(answer.get("usage"), answer.get("output"))
         try:
             texts = [
                 part.get("text") or ""
@@ -130,6 +159,20 @@ class Responses(TextGeneration, endpoint="responses"):
         except (AttributeError, TypeError) as exc:
             raise malformed("responses output") from exc
         return self.answer_result(route, body, answer, usage, texts)
+
+
+def _check_search_priced(route: Route, body: ResponseRequest) -> None:
+    """The provider bills each hosted web search: the tool goes only to a model whose catalog
+    cost prices it (inference.billing, HOSTED_SEARCH), never to be run for free. A failover
+    route refused here is skipped."""
+    cost = route.model.cost if route.model is not None else {}
+    if HOSTED_SEARCH in cost:
+        return
+    for index, tool in enumerate(body.tools or ()):
+        if isinstance(tool, WebSearchTool):
+            raise BadRequest(
+                WEB_SEARCH_UNPRICED.format(index=index, kind=tool.type, model=route.requested_model)
+            )
 
 
 _operation = Responses()

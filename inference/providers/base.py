@@ -33,7 +33,7 @@ from core.errors import (
 )
 
 from .events import DecoderFactory
-from .pool import Upstream, UpstreamTimeout, UpstreamTooLarge, UpstreamUnreachable
+from .pool import Upstream, UpstreamBusy, UpstreamTimeout, UpstreamTooLarge, UpstreamUnreachable
 
 if TYPE_CHECKING:
     from inference.billing import Usage
@@ -76,9 +76,13 @@ class ProviderFailure(GatewayError):
         retryable: bool,
         reason: str | None = None,
         kind: str = "other",
+        provider_fault: bool = True,
     ):
         super().__init__(message, status=status, reason=reason)
         self.retryable = retryable
+        # Whether the connection failed (counted against its circuit when retryable); False when
+        # the provider was never called: a wait for our own pool (docs/routing.md).
+        self.provider_fault = provider_fault
         # A 429's Retry-After in seconds: how long the connection's circuit stays open.
         self.retry_after: float | None = None
         # What went wrong at the provider, for gateway_upstream_errors_total: timeout,
@@ -120,6 +124,21 @@ def unavailable(reason: str, kind: str = "unavailable") -> ProviderFailure:
     logger.warning("provider unavailable: %s", reason)
     return ProviderFailure(
         ServiceUnavailable().message, status=503, retryable=True, reason=reason, kind=kind
+    )
+
+
+def busy(reason: str) -> ProviderFailure:
+    """No slot of our own pool for the connection within the pool-wait budget (the license's
+    share, or the worker's pool): the spec's 503, retried on another connection (another pool),
+    but never held against this one: its provider was not called."""
+    logger.info("upstream pool busy: %s", reason)
+    return ProviderFailure(
+        ServiceUnavailable().message,
+        status=503,
+        retryable=True,
+        reason=reason,
+        kind="pool_wait",
+        provider_fault=False,
     )
 
 
@@ -249,6 +268,8 @@ class Transport:
                 params=params,
                 max_bytes=max_bytes or self.answer_cap(),
             )
+        except UpstreamBusy as exc:
+            raise busy(f"{self.kind} waited past the budget for {exc}") from exc
         except UpstreamTimeout as exc:
             raise unavailable(f"{self.kind} timeout: {exc}", "timeout") from exc
         except UpstreamUnreachable as exc:
@@ -272,6 +293,8 @@ class Transport:
             response = await self.upstream(route.connection).stream(
                 url, content=content, headers=headers, max_bytes=self.answer_cap("stream")
             )
+        except UpstreamBusy as exc:
+            raise busy(f"{self.kind} waited past the budget for {exc}") from exc
         except UpstreamTimeout as exc:
             raise unavailable(f"{self.kind} timeout: {exc}", "timeout") from exc
         except UpstreamUnreachable as exc:
@@ -442,6 +465,7 @@ __all__ = [
     "ProviderFailure",
     "Transport",
     "UpstreamStream",
+    "busy",
     "malformed",
     "sanitize_message",
     "unavailable",

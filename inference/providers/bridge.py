@@ -189,15 +189,49 @@ def _input_messages(payload: dict) -> list[dict]:
     return messages.messages
 
 
+# What a chat call cannot carry, refused (400) when set to anything but its default; every other
+# field is mapped or dropped as advisory (the table in docs/decisions/README.md, "Responses fields
+# by provider kind").
+_REFUSED_UNLESS: dict[str, tuple[Any, ...]] = {
+    "conversation": (None,),  # state kept at the provider
+    "prompt": (None,),  # a template stored at the provider
+    "background": (None, False),  # needs the answer stored to be fetched later
+    "top_logprobs": (None, 0),  # the translated answer carries no logprobs
+    "max_tool_calls": (None,),  # one chat call cannot be capped by tool calls
+    "moderation": (None,),  # the provider's own moderation of the Responses API
+    "service_tier": (None, "auto", "default"),  # another tier is another price
+}
+_TOOL_KINDS = ("function", None)  # the function format, and `{name, input_schema}`
+
+
+def _refuse_unmappable(payload: dict) -> None:
+    for name, defaults in _REFUSED_UNLESS.items():
+        if payload.get(name) not in defaults:
+            raise _refused(f"'{name}'")
+    reasoning = payload.get("reasoning")
+    if isinstance(reasoning, dict) and reasoning.get("mode") not in (None, "standard"):
+        raise _refused("'reasoning.mode'")
+    for tool in payload.get("tools") or ():
+        if tool.get("type") not in _TOOL_KINDS:
+            raise _refused(f"the '{tool['type']}' tool")
+    choice = payload.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") != "function":
+        raise _refused(f"tool_choice '{choice['type']}'")
+
+
 def responses_to_chat(payload: dict) -> dict:
     """The contract's chat request for a Responses request (stream flags included).
 
     Dropped, with their reasons in docs/decisions/providers.md: `store` (nothing is stored),
+    the advisory `prompt_cache_key`, `prompt_cache_retention`, `prompt_cache_options`,
+    `safety_identifier`, `client_metadata`, `stream_options`, `context_management`, `image`,
+    `access_programs`, `reasoning.context`,
     `truncation` (a chat call never truncates: an input over the context is the provider's
     400), `include` (only `reasoning.encrypted_content` passes the endpoint, and there is
-    none to give), `text.verbosity` and `reasoning.summary` (no chat counterpart; the
-    reasoning text the provider gives is answered as it is), `reasoning` items of the input
-    (a chat request cannot carry them back)."""
+    none to give), `text.verbosity` and `reasoning.summary` / `generate_summary` (no chat
+    counterpart; the reasoning text the provider gives is answered as it is), `reasoning`
+    items of the input (a chat request cannot carry them back)."""
+    _refuse_unmappable(payload)
     chat: dict[str, Any] = {"model": payload["model"], "messages": _input_messages(payload)}
     for key in _SAME:
         if payload.get(key) is not None:

@@ -19,10 +19,11 @@ from .base import (
     GeneratedImages,
     Transport,
     UpstreamStream,
+    busy,
     malformed,
     unavailable,
 )
-from .pool import UpstreamTooLarge
+from .pool import UpstreamBusy, UpstreamTooLarge
 
 
 class OpenAITransport(Transport):
@@ -101,6 +102,8 @@ class OpenAITransport(Transport):
             response = await self.upstream(route.connection).download(
                 url, max_bytes=self.answer_cap("images")
             )
+        except UpstreamBusy as exc:
+            raise busy(f"{self.kind} image download waited past the budget for {exc}") from exc
         except UpstreamTooLarge as exc:
             raise unavailable(f"{self.kind} image download {exc}", "too_large") from exc
         except httpx.TimeoutException as exc:

@@ -11,7 +11,8 @@ which aiohttp would re-quote, uses httpcore instead (`aiohttp=False`).
 
 Bounds (docs/decisions/README.md, "Upstream bounds"): a call waits at most
 `UPSTREAM_POOL_WAIT` seconds for a connection (its license's share of the pool, then a free slot
-and the connect itself), else UpstreamTimeout (the spec's 503); one license holds at most
+of the pool, both ours: UpstreamBusy past it; then the connect itself: UpstreamTimeout), each the
+spec's 503; one license holds at most
 `UPSTREAM_LICENSE_SHARE` of the pool's slots, so its slow streams cannot starve another license;
 an answer is read up to the byte cap its caller gives (UpstreamTooLarge past it), counted as it
 arrives, decompressed.
@@ -31,6 +32,7 @@ from django.conf import settings
 from httpx_aiohttp import AiohttpTransport
 
 from core import tracing
+from core.outbound import provider_ssl_context
 
 
 class UpstreamTimeout(Exception):
@@ -39,6 +41,12 @@ class UpstreamTimeout(Exception):
 
 class UpstreamUnreachable(Exception):
     pass
+
+
+class UpstreamBusy(Exception):
+    """No slot of our own pool came free within the pool-wait budget: the license's share, or
+    the worker's pool of the connection. The provider was not called, so this says nothing of
+    its health: it must never count against the connection's circuit (docs/routing.md)."""
 
 
 class UpstreamTooLarge(Exception):
@@ -61,7 +69,9 @@ class Upstream:
         # Slots one license may hold at once; at least one, so a pool of 1 still serves.
         self.share = max(1, math.ceil(self.limit * gateway["UPSTREAM_LICENSE_SHARE"]))
         self._shares: dict[int, asyncio.Semaphore] = {}  # by license id (as many as licenses)
+        self._pool = asyncio.Semaphore(self.limit)  # the pool's slots (aiohttp's path)
         self.uses_aiohttp = aiohttp_transport
+        self.ssl = provider_ssl_context()  # certifi's, or with an institution's own CA
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
         timeout_config = httpx.Timeout(
@@ -72,7 +82,8 @@ class Upstream:
             transport = AiohttpTransport(client=self.session)
         else:
             transport = httpx.AsyncHTTPTransport(
-                limits=httpx.Limits(max_connections=self.limit, keepalive_expiry=self.keepalive)
+                limits=httpx.Limits(max_connections=self.limit, keepalive_expiry=self.keepalive),
+                verify=self.ssl,
             )
         self.http = httpx.AsyncClient(
             transport=transport, timeout=timeout_config, follow_redirects=False, trust_env=False
@@ -90,32 +101,40 @@ class Upstream:
             sock_read=self.read_timeout,
         )
 
-    async def _take_share(self) -> tuple[asyncio.Semaphore | None, aiohttp.ClientTimeout]:
-        """One of the request's license's slots of this pool, waited for within the pool-wait
-        budget; and the aiohttp time-out for the rest of that budget. Uncontended (the usual
-        case) this neither waits nor allocates."""
-        license_id = current_license.get()
+    async def _take_slots(self, pool: bool = True) -> tuple[_Slots, aiohttp.ClientTimeout]:
+        """The request's license's slot of this pool, then (`pool`: aiohttp's path) one of the
+        pool's own, both waited for within the pool-wait budget, else UpstreamBusy; and the
+        aiohttp time-out for the rest of that budget (the connect). The pool's slot is ours, not
+        aiohttp's queue, so that a full pool is told apart from a provider slow to connect.
+        Uncontended (the usual case) this waits for nothing."""
+        share = self._share_of(current_license.get())
+        slots = _Slots(share, self._pool if pool else None)
+        if (share is None or not share.locked()) and not (pool and self._pool.locked()):
+            # Both free: taken at once (acquiring a semaphore that is not locked never suspends).
+            if share is not None:
+                await share.acquire()
+            if pool:
+                await self._pool.acquire()
+            return slots, self._aiohttp_timeout
+        started = time.monotonic()
+        await slots.wait(self.pool_wait)
+        left = max(0.0, self.pool_wait - (time.monotonic() - started))
+        return slots, self._timeout(left)
+
+    def _share_of(self, license_id: int | None) -> asyncio.Semaphore | None:
         if license_id is None:
-            return None, self._aiohttp_timeout
+            return None
         share = self._shares.get(license_id)
         if share is None:
             share = self._shares[license_id] = asyncio.Semaphore(self.share)
-        if not share.locked():
-            await share.acquire()  # returns at once: a free slot
-            return share, self._aiohttp_timeout
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(self.pool_wait):
-                await share.acquire()
-        except TimeoutError as exc:
-            raise UpstreamTimeout("license share of the pool") from exc
-        left = max(0.0, self.pool_wait - (time.monotonic() - started))
-        return share, self._timeout(left)
+        return share
 
     def session(self) -> aiohttp.ClientSession:
         """Made on first use, inside the serving event loop."""
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self.limit, keepalive_timeout=self.keepalive)
+            connector = aiohttp.TCPConnector(
+                limit=self.limit, keepalive_timeout=self.keepalive, ssl=self.ssl
+            )
             self._session = aiohttp.ClientSession(
                 connector=connector, trust_env=False, trace_configs=tracing.aiohttp_trace_configs()
             )
@@ -134,7 +153,7 @@ class Upstream:
     ) -> httpx.Response:
         """One call, its whole answer read (at most `max_bytes`, decompressed). Raises
         UpstreamTimeout / UpstreamUnreachable / UpstreamTooLarge."""
-        share, timeout = await self._take_share()
+        slots, timeout = await self._take_slots(pool=self.uses_aiohttp)
         try:
             if not self.uses_aiohttp:
                 return await self._request_httpx(method, url, content, headers, params, max_bytes)
@@ -142,8 +161,7 @@ class Upstream:
                 method, url, content, headers, params, max_bytes, timeout
             )
         finally:
-            if share is not None:
-                share.release()
+            slots.release()
 
     async def _request_aiohttp(self, method, url, content, headers, params, max_bytes, timeout):
         try:
@@ -172,10 +190,11 @@ class Upstream:
         """POST, and return once the answer's headers are in: a `StreamedAnswer` for a success
         (which holds the license's slot until it is closed, and reads at most `max_bytes`), an
         `httpx.Response` with its body read for a failure status (or on the httpcore path, which
-        no streaming adapter uses). Raises UpstreamTimeout / UpstreamUnreachable."""
+        no streaming adapter uses). Raises UpstreamBusy / UpstreamTimeout / UpstreamUnreachable."""
         if not self.uses_aiohttp:
             return await self._stream_httpx(url, content, headers)
-        share, timeout = await self._take_share()
+        slots: _Slots | None
+        slots, timeout = await self._take_slots()
         try:
             answer = await self.session().request(
                 "POST",
@@ -187,7 +206,7 @@ class Upstream:
                 auto_decompress=False,
             )
             if answer.status < 300:
-                streamed, share = StreamedAnswer(answer, share, max_bytes), None
+                streamed, slots = StreamedAnswer(answer, slots, max_bytes), None
                 return streamed
             async with answer:
                 body = await _read_capped(answer.content.iter_chunked(65536), max_bytes)
@@ -196,17 +215,24 @@ class Upstream:
         except aiohttp.ClientError as exc:
             raise UpstreamUnreachable(type(exc).__name__) from exc
         finally:
-            if share is not None:  # not handed to a StreamedAnswer
-                share.release()
+            if slots is not None:  # not handed to a StreamedAnswer
+                slots.release()
         return httpx.Response(answer.status, headers=answer.raw_headers, content=body)
 
     async def download(self, url: str, *, max_bytes: int) -> httpx.Response:
         """GET a pre-signed URL (redirects followed, no credentials), at most `max_bytes`.
-        Raises httpx's errors and UpstreamTooLarge."""
-        async with self.http.stream("GET", url, follow_redirects=True) as response:
-            body = await _read_capped(response.aiter_bytes(), max_bytes)
-            raw_headers = _decoded_headers(response.headers.raw)
-            return httpx.Response(response.status_code, headers=raw_headers, content=body)
+        Raises httpx's errors, UpstreamBusy and UpstreamTooLarge. It takes a slot of the pool
+        (not of a share: its request has just had its call) so that aiohttp's own queue, which
+        a wait could not be told apart in, stays empty."""
+        slots = _Slots(None, self._pool if self.uses_aiohttp else None)
+        await slots.wait(self.pool_wait)
+        try:
+            async with self.http.stream("GET", url, follow_redirects=True) as response:
+                body = await _read_capped(response.aiter_bytes(), max_bytes)
+                raw_headers = _decoded_headers(response.headers.raw)
+                return httpx.Response(response.status_code, headers=raw_headers, content=body)
+        finally:
+            slots.release()
 
     async def _stream_httpx(self, url, content, headers) -> httpx.Response:
         request = self.http.build_request("POST", url, content=content, headers=headers)
@@ -218,6 +244,8 @@ class Upstream:
                 finally:
                     await response.aclose()
             return response
+        except httpx.PoolTimeout as exc:
+            raise UpstreamBusy("the pool") from exc
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout(type(exc).__name__) from exc
         except httpx.TransportError as exc:
@@ -237,6 +265,8 @@ class Upstream:
             return httpx.Response(
                 response.status_code, headers=raw_headers, content=body, request=request
             )
+        except httpx.PoolTimeout as exc:
+            raise UpstreamBusy("the pool") from exc
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout(type(exc).__name__) from exc
         except httpx.TransportError as exc:
@@ -272,6 +302,43 @@ class Upstream:
         task.add_done_callback(_retired.pop)
 
 
+class _Slots:
+    """What one call holds of its pool: its license's share (None: no license) and a slot of
+    the pool (None: httpx's path, whose own pool bounds it)."""
+
+    __slots__ = ("share", "pool")
+
+    def __init__(self, share: asyncio.Semaphore | None, pool: asyncio.Semaphore | None):
+        self.share, self.pool = share, pool
+
+    async def wait(self, budget: float) -> None:
+        """The share, then the pool's slot, within `budget` seconds: else UpstreamBusy, holding
+        nothing (so too when the client leaves meanwhile)."""
+        share = None
+        try:
+            async with asyncio.timeout(budget):
+                if self.share is not None:
+                    await self.share.acquire()
+                    share = self.share
+                if self.pool is not None:
+                    await self.pool.acquire()
+        except BaseException as exc:
+            if share is not None:
+                share.release()
+            if isinstance(exc, TimeoutError):
+                where = (
+                    "the pool" if share is not None or self.share is None else "the license's share"
+                )
+                raise UpstreamBusy(where) from exc
+            raise
+
+    def release(self) -> None:
+        if self.share is not None:
+            self.share.release()
+        if self.pool is not None:
+            self.pool.release()
+
+
 class StreamTooLarge(httpx.ReadError):
     """A stream past its byte cap: for the relay a broken stream (its in-stream 503); before its
     first byte reached the client an answer too large, not retried (inference.failover: the
@@ -284,12 +351,15 @@ class StreamedAnswer:
     and transport shim were a tenth of the gateway's CPU per stream."""
 
     def __init__(
-        self, answer: aiohttp.ClientResponse, share: asyncio.Semaphore | None, max_bytes: int
+        self,
+        answer: aiohttp.ClientResponse,
+        share: _Slots | asyncio.Semaphore | None,
+        max_bytes: int,
     ):
         self._answer = answer
-        # The license's slot, held until the stream is closed; given back through the loop by
-        # the garbage collector too (from whatever thread it runs in), should a stream never be
-        # relayed (a client gone before its start).
+        # The call's slots (its license's, the pool's), held until the stream is closed; given
+        # back through the loop by the garbage collector too (from whatever thread it runs
+        # in), should a stream never be relayed (a client gone before its start).
         self._share = share
         self._finalizer = None
         if share is not None:

@@ -7,6 +7,8 @@ missing one reads as zeros (the stream or answer is then billed at what it repor
 
 from __future__ import annotations
 
+from catalog.models import HOSTED_SEARCH
+
 from ..billing import Usage
 from .base import malformed
 
@@ -49,10 +51,12 @@ def openai_chat(usage) -> Usage:
     )
 
 
-def openai_responses(usage) -> Usage:
+def openai_responses(usage, output=None) -> Usage:
     """Responses API `usage` (also in a stream's `response.completed` event); the bridge
-    (providers.bridge) carries cache writes as `input_tokens_details.cache_write_tokens`."""
+    (providers.bridge) carries cache writes as `input_tokens_details.cache_write_tokens`.
+    `output`, the answer's output items: its hosted web searches are `units`."""
     usage = _block(usage, "usage")
+    searches = hosted_searches(output)
     details = _block(usage.get("input_tokens_details"), "input_tokens_details")
     written = details.get("cache_write_tokens")
     return Usage(
@@ -61,7 +65,16 @@ def openai_responses(usage) -> Usage:
         total_tokens=_tokens(usage.get("total_tokens")),
         cached_tokens=_tokens(details.get("cached_tokens")),
         cache_write_tokens=_tokens(written) if written is not None else None,
+        units=searches or None,
     )
+
+
+def hosted_searches(output) -> int:
+    """The hosted web searches in a Responses answer's `output`: its `web_search_call` items,
+    each one a search the provider bills, whatever its status or action."""
+    if not isinstance(output, list):
+        return 0
+    return sum(1 for item in output if isinstance(item, dict) and item.get("type") == HOSTED_SEARCH)
 
 
 def openai_embeddings(usage) -> Usage:

@@ -14,12 +14,17 @@ policy (licensing.rules.courses.overlay_problems, run by `Course.clean`).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import OperationalError, connection, transaction
+from django.utils import timezone
+
+from core import clock
+from gateway_site.localcache import clear_all
 
 from ..models import ApiKey, AuditEvent, Course, CourseMember, CourseTeacher, CourseWindow, EndUser
 from .audit import audit_event_record
@@ -391,29 +396,83 @@ def _refuse(message: str, field: str = "student"):
     return ValidationError({field: message})
 
 
+class Known(NamedTuple):
+    """An end user as a roster sync reads it (tuples, not models: 10,000 of them are read)."""
+
+    pk: int
+    subject: str
+    issuer_id: int | None
+
+
+def _chunks(values: list) -> Iterator[list]:
+    """`values` in pieces a database takes as the parameters of one IN (SQLite: 999 or so)."""
+    size = max(100, (connection.features.max_query_params or 20_000) - 10)
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+def _roster_entry_problem(student: object) -> str | None:
+    """What `student_find` would refuse of one entry without reading anything."""
+    if isinstance(student, bool) or not isinstance(student, int | str):
+        return "Name a student by end user id (a number) or subject (a string)."
+    if isinstance(student, str) and (
+        not student or len(student) > SUBJECT_MAX or _UNSTORABLE.search(student)
+    ):
+        return f"A subject is 1 to {SUBJECT_MAX} characters, no NUL or surrogates."
+    return None
+
+
+class _Directory:
+    """The license's end users that a roster names, read in bulk (one query per chunk of ids
+    and of subjects, not one per student), resolved by `student_find`'s rules."""
+
+    def __init__(self, license_id: int):
+        self.license_id = license_id
+        self.by_id: dict[int, Known] = {}
+        self.by_subject: dict[str, list[Known]] = {}
+
+    def load(self, ids: list[int], subjects: list[str]) -> None:
+        users = EndUser.objects.filter(license_id=self.license_id).order_by("pk")
+        fields = ("pk", "subject", "issuer_id")
+        for chunk in _chunks(ids):
+            rows = users.filter(pk__in=chunk).values_list(*fields)
+            self.by_id.update((row[0], Known(*row)) for row in rows)
+        for chunk in _chunks(subjects):
+            for row in users.filter(subject__in=chunk).values_list(*fields):
+                self.by_subject.setdefault(row[1], []).append(Known(*row))
+
+    def find(self, student: int | str, field: str = "student") -> Known | None:
+        if isinstance(student, int):
+            found = self.by_id.get(student)
+            if found is None:
+                raise _refuse(f"No end user {student} on this course's license.", field)
+            return found
+        matches = self.by_subject.get(student, [])
+        without_issuer = [user for user in matches if user.issuer_id is None]
+        if without_issuer:
+            return without_issuer[0]
+        if len(matches) > 1:
+            raise _refuse(f"Several end users have the subject {student!r}: name the id.", field)
+        return matches[0] if matches else None
+
+
 def student_find(course: Course, student: object, *, field: str = "student") -> EndUser | None:
     """The end user a roster or key request names, on the course's license: a JSON integer is
     an end user's id; a string is a subject (the LMS's user id). A subject held by several end
     users of the license (a JWT issuer's and the API's or an LTI launch's) means the one without
     an issuer (the LMS's own), else the only one; otherwise the caller must name the id. None: a
-    subject not known yet. An id that is not on the license is refused (whoever's it is)."""
-    if isinstance(student, bool) or not isinstance(student, int | str):
-        raise _refuse("Name a student by end user id (a number) or subject (a string).", field)
-    users = EndUser.objects.filter(license_id=course.license_id)
+    subject not known yet. An id that is not on the license is refused (whoever's it is). The
+    rules are `_Directory.find`'s, which a roster sync uses for its whole list at once."""
+    problem = _roster_entry_problem(student)
+    if problem:
+        raise _refuse(problem, field)
+    directory = _Directory(course.license_id)
     if isinstance(student, int):
-        found = users.filter(pk=student).first() if 0 < student < 2**63 else None
-        if found is None:
-            raise _refuse(f"No end user {student} on this course's license.", field)
-        return found
-    if not student or len(student) > SUBJECT_MAX or _UNSTORABLE.search(student):
-        raise _refuse(f"A subject is 1 to {SUBJECT_MAX} characters, no NUL or surrogates.", field)
-    matches = list(users.filter(subject=student).order_by("issuer_id", "pk")[:3])
-    without_issuer = [user for user in matches if user.issuer_id is None]
-    if without_issuer:
-        return without_issuer[0]
-    if len(matches) > 1:
-        raise _refuse(f"Several end users have the subject {student!r}: name the id.", field)
-    return matches[0] if matches else None
+        directory.load([student] if 0 < student < 2**63 else [], [])
+    else:
+        directory.load([], [cast(str, student)])
+    known = directory.find(cast(int | str, student), field)
+    return None if known is None else EndUser.objects.get(pk=known.pk)
 
 
 @transaction.atomic
@@ -430,29 +489,67 @@ def student_get_or_create(*, course: Course, subject: str) -> tuple[EndUser, boo
     return EndUser.objects.create(license_id=course.license_id, subject=subject, issuer=None), True
 
 
+class Leaving(NamedTuple):
+    """A member the sync removes."""
+
+    pk: int
+    end_user_id: int
+    subject: str
+
+
 @dataclass(frozen=True)
 class RosterPlan:
     add: list[object]  # the students (as named) not members yet
-    remove: list[CourseMember]
+    remove: list[Leaving]
     kept: int
 
 
-def _roster_plan(course: Course, students: list[object]) -> tuple[RosterPlan, list]:
+# A sync's whole transaction is bounded (docs/decisions/management-api.md, "Roster sync"): on
+# PostgreSQL each statement may take at most this long, and the sync checks the time left
+# between its steps; past it, everything is rolled back. 10,000 students take a few seconds.
+ROSTER_TIME_LIMIT = 60.0  # seconds
+
+
+class RosterTooSlow(Exception):
+    """The sync ran out of ROSTER_TIME_LIMIT (or PostgreSQL cancelled a statement of it): it was
+    rolled back, nothing changed."""
+
+    def __init__(self):
+        super().__init__(
+            f"The roster sync took longer than {ROSTER_TIME_LIMIT:.0f} s and was rolled back: "
+            "nothing changed."
+        )
+
+
+def _roster_entries(students: list[object]) -> None:
     if not isinstance(students, list):
         raise _refuse("A list of end user ids or subjects.", "students")
     if len(students) > ROSTER_MAX:
         raise _refuse(f"At most {ROSTER_MAX} students in one sync.", "students")
+    for index, student in enumerate(students):
+        problem = _roster_entry_problem(student)
+        if problem:
+            raise ValidationError({"students": [f"{index}: {problem}"]})
+
+
+def _roster_plan(course: Course, students: list[object]) -> tuple[RosterPlan, list]:
+    _roster_entries(students)
+    directory = _Directory(course.license_id)
+    ids = sorted({s for s in students if isinstance(s, int) and 0 < s < 2**63})
+    directory.load(ids, sorted({s for s in students if isinstance(s, str)}))
     members = {
-        m.end_user_id: m
-        for m in CourseMember.objects.filter(course=course).select_related("end_user")
+        row[1]: Leaving(*row)
+        for row in CourseMember.objects.filter(course=course).values_list(
+            "pk", "end_user_id", "end_user__subject"
+        )
     }
     listed: set[int] = set()
     add: list[object] = []
-    resolved: list[tuple[object, EndUser | None]] = []
+    resolved: list[tuple[object, int | None]] = []
     seen_new: set[str] = set()
     for index, student in enumerate(students):
         try:
-            found = student_find(course, student)
+            found = directory.find(cast(int | str, student))
         except ValidationError as exc:
             messages = exc.message_dict["student"]
             raise ValidationError({"students": [f"{index}: {m}" for m in messages]}) from exc
@@ -462,7 +559,7 @@ def _roster_plan(course: Course, students: list[object]) -> tuple[RosterPlan, li
             listed.add(found.pk)
             if found.pk not in members:
                 add.append(student)
-                resolved.append((student, found))
+                resolved.append((student, found.pk))
         elif student not in seen_new:
             seen_new.add(cast(str, student))
             add.append(student)
@@ -472,7 +569,56 @@ def _roster_plan(course: Course, students: list[object]) -> tuple[RosterPlan, li
     return RosterPlan(add=add, remove=remove, kept=kept), resolved
 
 
-@transaction.atomic
+def _end_users_for(course: Course, subjects: list[str]) -> tuple[dict[str, int], int]:
+    """The end users of new `subjects` on the course's license, made (issuer empty) where none
+    exists, as `student_get_or_create` makes one, in bulk: the license row locked first, so two
+    syncs or member additions naming the same new subject make one; then read again (one made
+    meanwhile is taken) and the rest inserted at once. Returns ({subject: end user}, made)."""
+    from ..models import License
+
+    License.objects.select_for_update(no_key=True).filter(pk=course.license_id).first()
+    directory = _Directory(course.license_id)
+    directory.load([], subjects)
+    found = {subject: directory.find(subject) for subject in subjects}
+    ids = {subject: user.pk for subject, user in found.items() if user is not None}
+    missing = [subject for subject, user in found.items() if user is None]
+    made = EndUser.objects.bulk_create(
+        [EndUser(license_id=course.license_id, subject=s, issuer=None) for s in missing]
+    )
+    ids.update((user.subject, user.pk) for user in made)
+    if any(user.pk is None for user in made):  # a database that returns no ids from a bulk insert
+        again = _Directory(course.license_id)
+        again.load([], missing)
+        ids.update((subject, cast(Known, again.find(subject)).pk) for subject in missing)
+    return ids, len(made)
+
+
+def _revoke_course_keys(course: Course, end_user_ids: list[int]) -> list[int]:
+    """Deactivate the course keys of the end users removed: one UPDATE per chunk (no save per
+    key; the caller clears the credential caches once). Returns the keys' ids."""
+    revoked: list[int] = []
+    for chunk in _chunks(end_user_ids):
+        keys = ApiKey.objects.filter(course_id=course.pk, end_user_id__in=chunk, active=True)
+        ids = list(keys.select_for_update().values_list("pk", flat=True))
+        ApiKey.objects.filter(pk__in=ids).update(active=False, updated_at=timezone.now())
+        revoked.extend(ids)
+    return revoked
+
+
+class _Clock:
+    """The time left of ROSTER_TIME_LIMIT; on PostgreSQL, also each statement's limit."""
+
+    def __init__(self):
+        self.deadline = clock.now() + ROSTER_TIME_LIMIT
+        if connection.vendor == "postgresql" and ROSTER_TIME_LIMIT > 0:
+            with connection.cursor() as cursor:
+                cursor.execute(f"SET LOCAL statement_timeout = {int(ROSTER_TIME_LIMIT * 1000)}")
+
+    def check(self) -> None:
+        if clock.now() >= self.deadline:
+            raise RosterTooSlow()
+
+
 def course_roster_sync(
     *,
     course: Course,
@@ -483,16 +629,58 @@ def course_roster_sync(
 ) -> RosterPlan:
     """Make the course's members exactly `students` (ids or subjects, see `student_find`): the
     missing are added (an unknown subject becomes an end user of the license), members not
-    listed are removed and their course keys revoked. `dry_run`: the plan, nothing changed."""
+    listed are removed and their course keys revoked. `dry_run`: the plan, nothing changed.
+    In bulk, one transaction, bounded by ROSTER_TIME_LIMIT (RosterTooSlow: rolled back), one
+    audit row with the counts (docs/decisions/management-api.md, "Roster sync")."""
+    try:
+        return _roster_sync(course, students, dry_run, _who(request, actor_name))
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == "57014":  # query_canceled: the timeout
+            raise RosterTooSlow() from exc
+        raise
+
+
+@transaction.atomic
+def _roster_sync(course: Course, students: list[object], dry_run: bool, who) -> RosterPlan:
+    clock = _Clock()
     # One sync of a course at a time: a second waits and then plans on the first's result.
     Course.objects.select_for_update(no_key=True).filter(pk=course.pk).first()
     plan, resolved = _roster_plan(course, students)
-    if dry_run:
+    if dry_run or not (plan.add or plan.remove):
         return plan
-    for student, end_user in resolved:
-        if end_user is None:
-            end_user, _ = student_get_or_create(course=course, subject=cast(str, student))
-        course_member_add(course=course, end_user=end_user, **_who(request, actor_name))
-    for member in plan.remove:
-        course_member_remove(member=member, **_who(request, actor_name))
+    clock.check()
+    new = [cast(str, student) for student, end_user in resolved if end_user is None]
+    made_for, made = _end_users_for(course, new) if new else ({}, 0)
+    added = [end_user or made_for[cast(str, student)] for student, end_user in resolved]
+    clock.check()
+    CourseMember.objects.bulk_create(
+        [CourseMember(course=course, end_user_id=user) for user in added], ignore_conflicts=True
+    )
+    removed = [member.end_user_id for member in plan.remove]
+    revoked = _revoke_course_keys(course, removed) if removed else []
+    for chunk in _chunks([member.pk for member in plan.remove]):
+        # A raw DELETE: Django's would send a signal per row, and each clears every cache.
+        CourseMember.objects.filter(pk__in=chunk)._raw_delete(CourseMember.objects.db)
+    clock.check()
+    if plan.remove:
+        clear_all()  # once, for every member and key above (licensing.signals does it per save)
+    audit_event_record(
+        action=AuditEvent.Action.COURSE_MEMBER_CHANGED,
+        institution=course.institution_id,
+        target=f"course:{course.pk}",
+        detail={
+            "code": course.code,
+            "roster_sync": {
+                "added": len(added),
+                "removed": len(removed),
+                "kept": plan.kept,
+                "end_users_made": made,
+                "keys_revoked": len(revoked),
+            },
+            "added_end_users": added,
+            "removed_end_users": removed,
+            "revoked_keys": revoked,
+        },
+        **who,
+    )
     return plan

@@ -50,6 +50,7 @@ from ..models import (
     LtiPlatform,
 )
 from .audit import audit_event_record
+from .claims import email_claim_problem, time_claims_problem
 from .jwks import JwksCache
 
 logger = logging.getLogger("gateway")
@@ -367,15 +368,15 @@ def verify_launch_token(token: Any, *, launch: LtiLaunchState) -> dict[str, Any]
     if claims is None:
         raise _decode_error(error)
     now = clock()
-    exp, iat = claims.get("exp"), claims.get("iat")
-    if not isinstance(exp, int | float) or not isinstance(iat, int | float):
-        raise LtiError("invalid_token", "The id_token's exp or iat is not a number.")
-    if isinstance(exp, bool) or isinstance(iat, bool):
-        raise LtiError("invalid_token", "The id_token's exp or iat is not a number.")
-    if exp + LEEWAY < now:
+    problem = time_claims_problem(claims, now=now) or email_claim_problem(claims)
+    if problem is not None:
+        raise LtiError(*problem)
+    if claims["exp"] + LEEWAY < now:
         raise LtiError("expired", "The id_token has expired.")
-    if iat - LEEWAY > now:
+    if claims["iat"] - LEEWAY > now:
         raise LtiError("invalid_iat", "The id_token was issued in the future.")
+    if claims.get("nbf", now) - LEEWAY > now:
+        raise LtiError("invalid_nbf", "The id_token is not valid yet.")
     aud = claims["aud"]
     azp = claims.get("azp")
     if (isinstance(aud, list) and len(aud) > 1 and azp is None) or (

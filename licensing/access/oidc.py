@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import logging
 import secrets
@@ -37,6 +38,7 @@ from joserfc.jwk import ECKey, RSAKey
 
 from core.outbound import Refused, fetch_outbound_json, post_outbound_form
 
+from .claims import email_claim_problem, time_claims_problem
 from .jwks import MAX_KEYS, JwksCache
 
 logger = logging.getLogger("gateway")
@@ -69,6 +71,7 @@ class Metadata:
     token_endpoint: str
     jwks_uri: str
     token_auth_methods: tuple[str, ...]
+    userinfo_endpoint: str | None = None
 
 
 @dataclass
@@ -114,6 +117,11 @@ def parse_discovery(issuer: str, document: Any) -> Metadata:
         token_endpoint=_browser_url(document.get("token_endpoint"), "token_endpoint"),
         jwks_uri=_browser_url(document.get("jwks_uri"), "jwks_uri"),
         token_auth_methods=tuple(m for m in methods if isinstance(m, str))[:20],
+        userinfo_endpoint=(
+            _browser_url(document["userinfo_endpoint"], "userinfo_endpoint")
+            if document.get("userinfo_endpoint") is not None
+            else None
+        ),
     )
 
 
@@ -316,6 +324,10 @@ def verify_id_token(
             continue
     if token is None:
         raise OidcError("bad_signature", "The id_token's signature does not verify")
+    checked_at = now if now is not None else time.time()
+    problem = time_claims_problem(token.claims, now=checked_at) or email_claim_problem(token.claims)
+    if problem is not None:
+        raise OidcError(*problem)
     claims = CodeIDToken(
         token.claims,
         token.header,
@@ -328,7 +340,7 @@ def verify_id_token(
         {"nonce": nonce, "client_id": client_id, "access_token": access_token},
     )
     try:
-        claims.validate(now=int(now if now is not None else time.time()), leeway=LEEWAY)
+        claims.validate(now=int(checked_at), leeway=LEEWAY)
     except ExpiredTokenError:
         raise OidcError("expired", "The id_token has expired") from None
     except (InvalidClaimError, MissingClaimError) as exc:
@@ -348,6 +360,69 @@ def verify_id_token(
     if not isinstance(sub, str) or not 0 < len(sub) <= 255 or not _printable(sub):
         raise OidcError("invalid_sub", "The id_token's 'sub' claim is not acceptable")
     return dict(claims)
+
+
+def userinfo_request(metadata: Metadata, *, access_token: str) -> dict[str, Any]:
+    """The claims at the IdP's userinfo endpoint (OpenID Connect Core 5.3), asked with the
+    access token through the outbound guard, bounded like the token request; OidcError."""
+    assert metadata.userinfo_endpoint is not None
+    try:
+        answer = fetch_outbound_json(
+            metadata.userinfo_endpoint,
+            max_bytes=MAX_BYTES,
+            timeout=TIMEOUT,
+            headers={"Authorization": f"Bearer {access_token}"},
+        )
+    except Refused as exc:
+        logger.warning(
+            "OIDC userinfo request to %s refused (%s): %s",
+            metadata.userinfo_endpoint,
+            exc.code,
+            exc.message,
+        )
+        reason = {"http_error": "userinfo_refused", "invalid_json": "userinfo_invalid"}.get(
+            exc.code, "idp_unavailable"
+        )
+        raise OidcError(reason, f"The IdP's userinfo endpoint: {exc.message}") from None
+    if not isinstance(answer, dict):
+        raise OidcError("userinfo_invalid", "The IdP's userinfo answer is not a JSON object")
+    return answer
+
+
+# A claim taken from userinfo brings its companions: an address is verified by its own answer.
+_TAKEN_TOGETHER = {"email": ("email", "email_verified", "xms_edov")}
+
+
+def claims_with_userinfo(
+    claims: dict[str, Any],
+    *,
+    metadata: Metadata,
+    access_token: str | None,
+    wanted: tuple[str, ...],
+) -> dict[str, Any]:
+    """The id_token's claims, completed from the userinfo endpoint when they lack one of
+    `wanted` (the e-mail, the provider's groups claim): what the id_token says is kept, a
+    missing claim is taken from userinfo, whose `sub` must be the id_token's. Without a
+    userinfo endpoint or an access token, the claims as they are. OidcError."""
+    missing = [name for name in wanted if name not in claims]
+    if not missing or metadata.userinfo_endpoint is None or not access_token:
+        return claims
+    info = userinfo_request(metadata, access_token=access_token)
+    sub = info.get("sub")
+    if not isinstance(sub, str) or not hmac.compare_digest(
+        sub.encode("utf-8", "surrogatepass"), str(claims["sub"]).encode("utf-8", "surrogatepass")
+    ):
+        # OpenID Connect Core 5.3.2: otherwise the answer is about someone else.
+        raise OidcError("userinfo_wrong_sub", "The IdP's userinfo answer is for another subject")
+    merged = dict(claims)
+    for name in missing:
+        for taken in _TAKEN_TOGETHER.get(name, (name,)):
+            if taken in info:
+                merged[taken] = info[taken]
+    problem = email_claim_problem(merged)
+    if problem is not None:
+        raise OidcError(*problem)
+    return merged
 
 
 def _printable(text: str) -> bool:

@@ -354,7 +354,7 @@ def _sign_in(
     sub: str = claims["sub"]
     raw_email = claims.get("email")
     email = _verified_email(claims)
-    if raw_email is not None and not _verified(claims):
+    if raw_email not in (None, "") and not _verified(claims):
         # An unverified address is never a user name nor stored: refuse rather than guess.
         return SignInRefused(
             "email_not_verified",

@@ -32,9 +32,11 @@ from ..access.services import api_key_revoke, api_key_rotate
 from ..ledger.record import LEDGER_COLUMNS
 from ..models import ApiKey, AuditEvent, EndUser, JwtIssuer, License, LicenseType, Transaction
 from .audit_log import AUDIT_CSV_COLUMNS
+from .manage_parsers import InstantModelSerializer
 from .money import institution_rate
 from .review import (
     CSV_COLUMNS,
+    InstantFilter,
     TransactionFilter,
     csv_response,
     export_filename,
@@ -164,7 +166,7 @@ class LicenseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVie
 # --- API keys ----------------------------------------------------------------------------------
 
 
-class ApiKeySerializer(serializers.ModelSerializer):
+class ApiKeySerializer(InstantModelSerializer):
     license = serializers.PrimaryKeyRelatedField(queryset=License.objects.none())
     license_name = serializers.CharField(source="license.name", read_only=True)
 
@@ -202,7 +204,7 @@ class NewApiKeySerializer(ApiKeySerializer):
 class ApiKeyFilter(django_filters.FilterSet):
     license = django_filters.ModelChoiceFilter(queryset=_scoped_choices(License))
     name = django_filters.CharFilter(lookup_expr="icontains")
-    used_since = django_filters.IsoDateTimeFilter(field_name="last_used_at", lookup_expr="gte")
+    used_since = InstantFilter(field_name="last_used_at", lookup_expr="gte")
 
     class Meta:
         model = ApiKey
@@ -295,10 +297,15 @@ class TransactionSerializer(serializers.ModelSerializer):
     answer_id = serializers.CharField(source="upstream_id", help_text="The provider's answer id")
     institution = serializers.CharField(source="license.institution.name")
     license_name = serializers.CharField(source="license.name")
-    api_key_prefix = serializers.CharField(source="api_key.prefix", default=None)
-    end_user_subject = serializers.CharField(source="end_user.subject", default=None)
+    api_key_prefix = serializers.CharField(source="api_key.prefix", default=None, allow_null=True)
+    end_user_subject = serializers.CharField(
+        source="end_user.subject", default=None, allow_null=True
+    )
     course_code = serializers.CharField(
-        source="course.code", default=None, help_text="The course that paid too, if any"
+        source="course.code",
+        default=None,
+        allow_null=True,
+        help_text="The course that paid too, if any",
     )
     status = serializers.IntegerField(source="status_code", help_text="The HTTP status answered")
     cost = serializers.SerializerMethodField(
@@ -404,7 +411,7 @@ class TransactionViewSet(
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
-    institution = serializers.CharField(source="institution.name", default=None)
+    institution = serializers.CharField(source="institution.name", default=None, allow_null=True)
     actor = serializers.CharField(source="actor_name", help_text="Who acted (kept if they go)")
 
     class Meta:
@@ -425,8 +432,8 @@ class AuditEventSerializer(serializers.ModelSerializer):
 class AuditEventFilter(django_filters.FilterSet):
     action = django_filters.ChoiceFilter(choices=AuditEvent.Action.choices)
     actor = django_filters.CharFilter(field_name="actor_name", max_length=254)
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = InstantFilter(field_name="created_at", lookup_expr="gte")
+    until = InstantFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent

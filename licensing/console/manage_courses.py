@@ -25,7 +25,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 
@@ -33,6 +33,7 @@ from ..access.course_services import (
     COURSE_FIELDS,
     MEMBER_FIELDS,
     ROSTER_MAX,
+    RosterTooSlow,
     course_create,
     course_delete,
     course_key_create,
@@ -51,6 +52,7 @@ from ..access.scoping import scope_of, scoped
 from ..models import ApiKey, Course, CourseMember, CourseWindow, License
 from .course_usage import course_usage
 from .manage_api import CsvErrorsAsJson, CsvRenderer, NewestFirst, ScopedViewSet, _scoped_choices
+from .manage_parsers import Instant, InstantModelSerializer
 from .review import safe_cell
 
 # What each view action needs of the role, per model (licensing.access.scoping). A course's
@@ -164,7 +166,7 @@ class Overlay(serializers.JSONField):
 # --- courses -----------------------------------------------------------------------------------
 
 
-class CourseSerializer(StrictSerializer, serializers.ModelSerializer):
+class CourseSerializer(StrictSerializer, InstantModelSerializer):
     license = serializers.PrimaryKeyRelatedField(queryset=License.objects.none())
     institution = serializers.CharField(source="institution.name", read_only=True)
     policy = Overlay(required=False, help_text="Overlay: may only narrow the license type's policy")
@@ -229,7 +231,7 @@ class CourseFilter(django_filters.FilterSet):
 # --- windows, members, keys, usage ------------------------------------------------------------
 
 
-class WindowSerializer(StrictSerializer, serializers.ModelSerializer):
+class WindowSerializer(StrictSerializer, InstantModelSerializer):
     kind = serializers.ChoiceField(choices=CourseWindow.Kind.choices, default="access")
 
     class Meta:
@@ -255,7 +257,7 @@ class MemberSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class MemberChangeSerializer(StrictSerializer, serializers.ModelSerializer):
+class MemberChangeSerializer(StrictSerializer, InstantModelSerializer):
     class Meta:
         model = CourseMember
         fields = MEMBER_FIELDS
@@ -287,7 +289,9 @@ class RosterResultSerializer(serializers.Serializer):
 
 class CourseKeySerializer(serializers.ModelSerializer):
     student = serializers.IntegerField(source="end_user_id", read_only=True, allow_null=True)
-    subject = serializers.CharField(source="end_user.subject", read_only=True, default=None)
+    subject = serializers.CharField(
+        source="end_user.subject", read_only=True, default=None, allow_null=True
+    )
 
     class Meta:
         model = ApiKey
@@ -317,12 +321,12 @@ class NewCourseKeySerializer(CourseKeySerializer):
 class CourseKeyCreateSerializer(StrictSerializer):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     student = Student(help_text="A member: end user id (number) or subject (string)")
-    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    expires_at = Instant(required=False, allow_null=True, default=None)
 
 
 class UsageQuerySerializer(serializers.Serializer):
-    since = serializers.DateTimeField(required=False, allow_null=True, default=None)
-    until = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    since = Instant(required=False, allow_null=True, default=None)
+    until = Instant(required=False, allow_null=True, default=None)
 
 
 class StudentUsageSerializer(serializers.Serializer):
@@ -374,6 +378,11 @@ def _usage_csv(usage, course: Course) -> HttpResponse:
             cells.append("" if value is None else safe_cell(value))
         writer.writerow(cells)
     return response
+
+
+class RosterTimedOut(APIException):
+    status_code = 503
+    default_code = "roster_timeout"
 
 
 def _id(value: str) -> int:
@@ -586,13 +595,15 @@ class CourseViewSet(
             )
         except DjangoValidationError as exc:
             raise refused(exc) from exc
+        except RosterTooSlow as exc:
+            raise RosterTimedOut(str(exc)) from exc
         body = {
             "added": len(plan.add),
             "removed": len(plan.remove),
             "kept": plan.kept,
             "dry_run": dry_run,
             "add": plan.add,
-            "remove": [member.end_user.subject for member in plan.remove],
+            "remove": [member.subject for member in plan.remove],
         }
         return Response(RosterResultSerializer(body).data)
 

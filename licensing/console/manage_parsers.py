@@ -1,23 +1,41 @@
-"""The management API's parser (REST_FRAMEWORK's DEFAULT_PARSER_CLASSES names it): a module of
-its own, so the setting imports nothing of the API's views."""
+"""What the management API reads: its JSON bodies (REST_FRAMEWORK's DEFAULT_PARSER_CLASSES
+names the parser) and the instants its bodies and query parameters carry. A module of its own,
+so the setting imports nothing of the API's views."""
 
 from __future__ import annotations
 
+import json
 import math
 
+from django.conf import settings
+from django.db import models
 from rest_framework import serializers
+from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import JSONParser
+
+from core.instants import OFFSET_REFUSED, offset_problem
+from core.jsonio import parse_json
+
+
+class BodyTooLarge(APIException):
+    status_code = 413
+    default_detail = "Request body is too large."
+    default_code = "too_large"
 
 
 class StrictJSONParser(JSONParser):
-    """The management API's JSON bodies: what no database column or JSON encoder can take is a
-    400 on the top-level field that holds it, before any serializer sees it: NUL and lone
-    surrogates (PostgreSQL refuses the first, UTF-8 the second, and DRF's messages quote a
-    refused value back), numbers beyond a 64-bit integer or a float's range (`1e400` reads as
-    infinity), and nesting deeper than 32 levels. Settings: REST_FRAMEWORK's parsers."""
+    """The management API's JSON bodies, read by the one bounded reader /v1 uses
+    (core.jsonio.parse_json): a body larger than DATA_UPLOAD_MAX_MEMORY_SIZE (the gateway's
+    GATEWAY_MAX_BODY_BYTES) is a 413, one that is not UTF-8 or not JSON, nested deeper than
+    core.jsonio.MAX_DEPTH, or holding a lone surrogate escape or a number no float holds (`1e400`)
+    a 400 saying what and where (`{"detail": "JSON parse error: ... at character N"}`). Then what
+    no database column or JSON encoder can take is a 400 on the top-level field that holds it,
+    before any serializer sees it: NUL (PostgreSQL refuses it, and DRF's messages quote a
+    refused value back), integers beyond 64 bits, and nesting deeper than 32 levels."""
 
     def parse(self, stream, media_type=None, parser_context=None):
-        data = super().parse(stream, media_type, parser_context)
+        encoding = (parser_context or {}).get("encoding") or settings.DEFAULT_CHARSET
+        data = _read_json(stream, encoding)
         if isinstance(data, dict):
             bad = {}
             for name, value in data.items():
@@ -32,6 +50,21 @@ class StrictJSONParser(JSONParser):
             if problem:
                 raise serializers.ValidationError({"non_field_errors": [problem]})
         return data
+
+
+def _read_json(stream, encoding: str):
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    raw = stream.read(limit + 1) if stream is not None else b""
+    if limit is not None and len(raw) > limit:
+        raise BodyTooLarge(f"Request body is larger than {limit} bytes.")
+    try:
+        text = raw.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as exc:
+        raise ParseError(f"The body is not {encoding} text.") from exc
+    try:
+        return parse_json(text)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"JSON parse error: {exc.msg} at character {exc.pos}.") from exc
 
 
 def _unstorable(value, depth: int) -> str | None:
@@ -59,3 +92,24 @@ def _unstorable(value, depth: int) -> str | None:
             if problem:
                 return problem
     return None
+
+
+class Instant(serializers.DateTimeField):
+    """A date-time of a body or a query: ISO 8601, stored in UTC; an offset no time zone has
+    (core.instants: beyond ±14:00) is a 400 on the field, not a database error."""
+
+    default_error_messages = {"offset": OFFSET_REFUSED}
+
+    def enforce_timezone(self, value):
+        if offset_problem(value):
+            self.fail("offset")
+        return super().enforce_timezone(value)
+
+
+class InstantModelSerializer(serializers.ModelSerializer):
+    """A model serializer whose date-time columns are read as `Instant`s."""
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.DateTimeField: Instant,
+    }

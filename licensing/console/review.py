@@ -28,6 +28,7 @@ from django.db.models import BooleanField, Count, F, Func, Max, Min, Q, Sum
 from django.http import StreamingHttpResponse
 
 from catalog.models import Provider
+from core.instants import offset_problem
 
 from ..access.scoping import scope_of, scoped
 from ..ledger.record import LEDGER_COLUMNS
@@ -74,7 +75,8 @@ def _provider_choices():
 
 
 class InstantField(forms.Field):
-    """An ISO 8601 date or date-time; one without an offset is UTC."""
+    """An ISO 8601 date or date-time; one without an offset is UTC, one with an offset no time
+    zone has (core.instants) is refused."""
 
     default_error_messages = {
         "invalid": "Enter an ISO 8601 date or date-time, e.g. 2026-03-01 or 2026-03-01T08:30 "
@@ -96,6 +98,9 @@ class InstantField(forms.Field):
                 raise ValidationError(self.error_messages["invalid"], code="invalid") from None
         if parsed.tzinfo is None:
             return parsed.replace(tzinfo=UTC)
+        problem = offset_problem(parsed)
+        if problem:
+            raise ValidationError(problem, code="offset")
         try:
             return parsed.astimezone(UTC)
         except OverflowError:

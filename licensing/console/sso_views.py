@@ -219,6 +219,12 @@ def sso_callback(request: HttpRequest, provider_id: int) -> HttpResponse:
             access_token=access_token if isinstance(access_token, str) else None,
             now=clock(),
         )
+        claims = oidc.claims_with_userinfo(
+            claims,
+            metadata=metadata,
+            access_token=access_token if isinstance(access_token, str) else None,
+            wanted=("email", provider.groups_claim),
+        )
     except oidc.OidcError as exc:
         status = 502 if exc.reason in ("idp_unavailable", "discovery_invalid") else 403
         return _refused(

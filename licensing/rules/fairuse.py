@@ -31,11 +31,30 @@ WINDOW = 60
 RATE_LIMITED = "Rate limit exceeded"
 
 
+# Whose counter is full, in the client's words (the holder: the API key, or the end user of a JWT).
+_WHOSE = {
+    "holder": "for each API key or user of this license",
+    "license": "for this license as a whole (all its keys and users together)",
+}
+
+
 class RateLimited(GatewayError):
+    """429. The message begins with decisions.md's `Rate limit exceeded` and says which limit
+    (requests or tokens per minute, the holder's or the license's), its figure and when the
+    window resets; the same seconds are in `Retry-After`."""
+
     status = 429
 
-    def __init__(self, retry_after: int, reason: str):
-        super().__init__(RATE_LIMITED, reason=reason)
+    def __init__(self, retry_after: int, reason: str, *, limit: int | None = None):
+        whose, _, what = reason.partition(" ")  # "holder requests", "license tokens", ...
+        message = RATE_LIMITED
+        if limit is not None and whose in _WHOSE:
+            unit = what if limit != 1 else what[:-1]  # "1 request", "2 requests"
+            message = (
+                f"{RATE_LIMITED}: the limit of {limit:,} {unit} per minute {_WHOSE[whose]} is "
+                f"reached; it resets in {retry_after} s (at the next UTC minute; Retry-After)"
+            )
+        super().__init__(message, reason=f"{reason} per minute")
         self.headers = {"Retry-After": str(retry_after)}
 
 
@@ -69,7 +88,9 @@ class Window:
         return f"{holder}:r", f"{base}:r", f"{holder}:t", f"{base}:t"
 
     def refused(self, which: str) -> RateLimited:
-        return RateLimited(self.retry_after, f"{which} per minute")
+        """`which`: "holder requests", "license requests", "holder tokens" or "license tokens"."""
+        limit = getattr(self.limits, which.replace(" ", "_"))
+        return RateLimited(self.retry_after, which, limit=limit)
 
 
 def window_of(limits: Limits, license_id: int, holder: str, now: float | None = None) -> Window:

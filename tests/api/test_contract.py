@@ -155,7 +155,7 @@ def test_empty_body(client, auth):
 # --- the `error` object beside `detail` (README, Decisions) -------------------------------------
 
 
-def test_422_body_has_the_error_object_of_its_first_item(client, auth):
+def test_422_body_has_the_error_object_listing_its_problems(client, auth):
     response = post(client, EMBEDDINGS, {}, auth)
     assert response.status_code == 422
     assert response.json() == {
@@ -164,7 +164,7 @@ def test_422_body_has_the_error_object_of_its_first_item(client, auth):
             {"type": "missing", "loc": ["body", "input"], "msg": "Field required", "input": {}},
         ],
         "error": {
-            "message": "model: Field required",
+            "message": "2 problems: 1) model: Field required; 2) input: Field required",
             "type": "invalid_request_error",
             "param": "model",
             "code": "missing",
@@ -172,17 +172,72 @@ def test_422_body_has_the_error_object_of_its_first_item(client, auth):
     }
 
 
-def test_422_error_param_is_the_dotted_field_path(client, auth):
+def test_422_error_param_is_the_dotted_loc_and_the_message_the_clients_path(client, auth):
     body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi", "x": 1}]}
     response = post(client, "/v1/chat/completions", body, auth)
     items = detail(response)
     assert items[0]["loc"] == ["body", "messages", 0, "user", "x"]
     assert response.json()["error"] == {
-        "message": "messages.0.user.x: Extra inputs are not permitted",
+        "message": "messages[0].x: Extra inputs are not permitted",
         "type": "invalid_request_error",
         "param": "messages.0.user.x",
         "code": "extra_forbidden",
     }
+
+
+def test_422_names_no_internal_type_and_lists_every_problem(client, auth):
+    """Issue 35: `tools.4.ResponseFunctionTool.type` was all a client saw of a body with several
+    problems; now the message counts them and lists each in the client's terms."""
+    tools = [{"type": "function", "name": f"f{i}", "parameters": {}} for i in range(4)]
+    tools.append({"type": "code_interpreter", "container": {"type": "auto"}})
+    tools[1].pop("name")
+    body = {"model": "gpt-4o-mini", "input": "hi", "tools": tools, "temperature": 9, "x": 1}
+    response = post(client, "/v1/responses", body, auth)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["message"] == (
+        "4 problems: 1) temperature: Input should be less than or equal to 2; 2) tools[1].name: "
+        "Field required; 3) tools[4]: Input should be a tool of type 'function', 'custom', "
+        "'namespace', 'web_search', 'web_search_2025_08_26', 'tool_search' (or a {name, "
+        "description, input_schema} object); other built-in tools are not served; 4) x: Extra "
+        "inputs are not permitted"
+    )
+    assert "Response" not in error["message"]
+    # The spec's detail is unchanged: pydantic's loc, branch label included.
+    assert [item["loc"] for item in detail(response)][1:3] == [
+        ["body", "tools", 1, "function", "name"],
+        ["body", "tools", 4],
+    ]
+    assert error["param"] == "temperature" and error["code"] == "less_than_equal"
+
+
+def test_422_lists_at_most_five_problems_and_counts_the_rest(client, auth):
+    body = {"model": "gpt-4o-mini", "input": "hi", **{f"x{i}": i for i in range(8)}}
+    response = post(client, "/v1/responses", body, auth)
+    message = response.json()["error"]["message"]
+    assert message.startswith("8 problems: 1) x0: Extra inputs are not permitted; 2) x1:")
+    assert message.endswith(
+        "5) x4: Extra inputs are not permitted; and 3 more (all are in `detail`)"
+    )
+    assert len(detail(response)) == 8
+
+
+def test_422_images_response_format_says_images_are_base64(client, auth):
+    body = {"model": "gpt-image-1", "prompt": "a cat", "response_format": "b64_json"}
+    response = post(client, "/v1/images/generations", body, auth)
+    assert response.status_code == 422
+    assert detail(response) == [
+        {
+            "type": "extra_forbidden",
+            "loc": ["body", "response_format"],
+            "msg": "Extra inputs are not permitted",
+            "input": "b64_json",
+        }
+    ]
+    assert response.json()["error"]["message"] == (
+        "response_format: Extra inputs are not permitted; images always come back as base64 "
+        "(`b64_json`), never as a URL: leave `response_format` out of the request"
+    )
 
 
 def test_422_encoding_format_says_what_to_do(client, auth):

@@ -28,7 +28,7 @@ USER = {"role": "user", "content": "And tomorrow?"}
 # pydantic's labels of the unions a 422's `loc` passes through (README, Decisions).
 ITEMS = (
     "list[tagged-union[ResponseMessage,ReasoningItem,FunctionCallItem,FunctionCallOutputItem,"
-    "ItemReference]]"
+    "CustomToolCallItem,CustomToolCallOutputItem,WebSearchCallItem,ItemReference]]"
 )
 PARTS = (
     "list[tagged-union[InputText,InputImage,InputFile,ResponseInputAudio,OutputText,OutputRefusal]]"
@@ -593,3 +593,152 @@ def test_undocumented_values_are_422(client, auth, fakes, body, type_, loc):
     detail = response.json()["detail"]
     assert ["body", *loc] in [d["loc"] for d in detail if d["type"] == type_], detail
     assert fakes["direct"].requests == []
+
+
+# --- the whole public reference, and what Codex sends (issue 35) ----------------------------
+
+NAMESPACE_TOOL = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "description": "Tools for spawning and managing sub-agents.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "close_agent",
+            "description": "Close an agent.",
+            "strict": False,
+            "parameters": {"type": "object", "properties": {"target": {"type": "string"}}},
+        }
+    ],
+}
+WEB_SEARCH_TOOL = {"type": "web_search", "external_web_access": False}
+CODEX_BODY = {
+    "model": MINI,
+    "instructions": "You are a coding agent.",
+    "input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+    ],
+    "tools": [
+        {
+            "type": "function",
+            "name": "exec_command",
+            "description": "Runs a command.",
+            "strict": False,
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+        },
+        NAMESPACE_TOOL,
+        {
+            "type": "custom",
+            "name": "apply_patch",
+            "description": "Edit files.",
+            "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
+        },
+        {"type": "tool_search", "execution": "client", "parameters": {"type": "object"}},
+        {**WEB_SEARCH_TOOL, "search_content_types": ["text", "image"]},
+    ],
+    "tool_choice": "auto",
+    "parallel_tool_calls": True,
+    "reasoning": {"summary": "auto"},
+    "store": False,
+    "include": ["reasoning.encrypted_content"],
+    "prompt_cache_key": "01a21ded-1505-7ea3-b274-8a90e8fc263d",
+    "client_metadata": {"thread_id": "01a21ded", "x-codex-window-id": "01a21ded:0"},
+    "text": {"verbosity": "low"},
+}
+EVERY_OTHER_FIELD = {
+    "max_tool_calls": 4,
+    "top_logprobs": 2,
+    "safety_identifier": "hashed-user",
+    "prompt_cache_retention": "24h",
+    "prompt_cache_options": {"mode": "explicit", "ttl": "12h", "prewarm": False},
+    "service_tier": "flex",
+    "background": False,
+    "background_options": {"completion_window": "2h"},
+    "context_management": [{"type": "compaction", "compact_threshold": 200000}],
+    "moderation": {"model": "omni-moderation-latest", "policy": {"input": {"mode": "score"}}},
+    "image": {"context_compression": "auto"},
+    "access_programs": {"cyber": "standard"},
+    "prompt": {"id": "pmpt_1", "version": "2", "variables": {"city": "Paris"}},
+    "stream_options": {"include_obfuscation": False},
+    "truncation": "auto",
+}
+
+
+def test_codex_request_is_forwarded_to_the_direct_provider_as_sent(client, auth, fakes):
+    response = respond(client, auth, CODEX_BODY)
+    assert response.status_code == 200, response.text
+    sent = fakes["direct"].last.json
+    assert sent == CODEX_BODY
+
+
+@pytest.mark.parametrize("reasoning", [{}, {"summary": "auto"}, {"generate_summary": "concise"}])
+def test_reasoning_without_an_effort(client, auth, fakes, reasoning):
+    response = respond(client, auth, {"model": MINI, "input": "hi", "reasoning": reasoning})
+    assert response.status_code == 200, response.text
+    assert fakes["direct"].last.json["reasoning"] == reasoning
+
+
+def test_every_field_of_the_reference_is_forwarded_to_the_direct_provider(client, auth, fakes):
+    body = {"model": MINI, "input": "hi", **EVERY_OTHER_FIELD}
+    assert respond(client, auth, body).status_code == 200
+    sent = fakes["direct"].last.json
+    assert {key: sent[key] for key in EVERY_OTHER_FIELD} == EVERY_OTHER_FIELD
+
+
+def test_codex_items_go_back_in(client, auth, fakes):
+    """A later Codex turn sends the hosted search's call and its custom tool's call back."""
+    items = [
+        {
+            "type": "web_search_call",
+            "id": "ws_1",
+            "status": "completed",
+            "action": {
+                "type": "search",
+                "query": "weather paris",
+                "sources": [{"type": "url", "url": "https://example.edu"}],
+            },
+        },
+        {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** x"},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": "done"},
+        {
+            "type": "function_call",
+            "call_id": "c2",
+            "name": "close_agent",
+            "namespace": "multi_agent_v1",
+            "arguments": "{}",
+        },
+        {"type": "function_call_output", "call_id": "c2", "output": "closed"},
+        USER,
+    ]
+    body = {"model": MINI, "input": items, "tools": [NAMESPACE_TOOL]}
+    assert respond(client, auth, body).status_code == 200
+    assert fakes["direct"].last.json["input"] == items
+
+
+def test_the_hosted_web_search_needs_the_web_search_service(client, fakes, make_license, make_key):
+    policy = {"version": 1, "services": {"responses": {}}}
+    auth = {"Authorization": f"Bearer {make_key(make_license(name='nosearch', policy=policy))}"}
+    body = {"model": MINI, "input": "hi", "tools": [NAMESPACE_TOOL, WEB_SEARCH_TOOL]}
+    response = respond(client, auth, body)
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {
+            "message": "tools[1]: the hosted 'web_search' tool needs the web_search service, "
+            "which this license does not enable; leave it out of `tools` (Codex CLI: "
+            'web_search = "disabled" in config.toml)'
+        }
+    }
+    assert fakes["direct"].requests == []
+    assert refusal_codes() == ["provider_selection"]
+    body["tools"] = [NAMESPACE_TOOL]
+    assert respond(client, auth, body).status_code == 200
+
+
+def test_the_hosted_web_search_through_a_chat_only_provider_is_refused(client, auth, fakes):
+    body = {"model": MINI, "input": "hi", "tools": [WEB_SEARCH_TOOL], "conversation": "conv_1"}
+    response = respond(client, auth, body, **AGGREGATOR)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        "conversation is not supported by this provider; send the full conversation in `input`."
+    )
+    assert fakes["aggregator"].requests == []

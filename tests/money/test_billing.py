@@ -46,6 +46,31 @@ def test_cached_prompt_tokens_are_priced_apart_and_never_more_than_the_prompt():
     assert credits_for(TOKENS, Usage(prompt_tokens=1000, cached_tokens=400)) == 150
 
 
+def test_hosted_web_searches_are_added_to_the_tokens_at_their_fee():
+    cost = {**TOKENS, "web_search_call": 11200}
+    # 1000 prompt at 0.15 (150), 10 completion at 0.6 (6): 156, then 3 searches.
+    usage = Usage(prompt_tokens=1000, completion_tokens=10, units=3)
+    assert credits_for(cost, usage) == 156 + 3 * 11200
+    # The fraction of the tokens is rounded up once, with the searches.
+    assert credits_for({**cost, "web_search_call": 0.5}, usage) == 158
+    # No fee, no searches billed: such a model is never sent the tool (endpoints.responses).
+    assert credits_for(TOKENS, usage) == 156
+
+
+def test_a_hosted_search_fee_is_checked_by_the_catalog():
+    from django.core.exceptions import ValidationError
+
+    from catalog.models import Model, cost_errors
+
+    assert cost_errors({**TOKENS, "type": "per_token", "web_search_call": 10000}) == []
+    assert cost_errors({"type": "per_token", "prompt": 1}) == []
+    for bad in (-1, "10", True, None, float("nan"), float("inf")):
+        assert cost_errors({"type": "per_token", "web_search_call": bad}), bad
+    assert cost_errors({"type": "per_call", "call": 1, "web_search_call": 1})
+    with pytest.raises(ValidationError, match="web_search_call"):
+        Model(model_id="m", cost={"type": "per_token", "web_search_call": -1}).clean()
+
+
 def test_per_image():
     assert credits_for({"type": "per_image", "image": 40000}, Usage(images=3)) == 120_000
     assert credits_for({"type": "per_image", "image": 40000}, Usage()) == 0

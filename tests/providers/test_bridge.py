@@ -675,3 +675,93 @@ def test_garbage_is_a_broken_stream(data):
     translator = ChatToResponsesEvents(contract({"input": "x"}))
     with pytest.raises(StreamBroken):
         translator.event(None, data)
+
+
+# --- the fields of the full Responses reference (issue 35) ------------------------------------
+
+CODEX_FUNCTION = {
+    "type": "function",
+    "name": "exec_command",
+    "description": "Runs a command.",
+    "strict": False,
+    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+}
+
+
+def test_advisory_fields_are_dropped():
+    """What Codex and the reference add that only advises the provider (caching, safety,
+    analytics, stream padding, compaction) has no chat counterpart: dropped, the answer is the
+    same one."""
+    chat = chat_of(
+        {
+            "input": "Hello",
+            "prompt_cache_key": "thread-1",
+            "prompt_cache_retention": "24h",
+            "prompt_cache_options": {"mode": "implicit", "ttl": "30m"},
+            "safety_identifier": "user-hash",
+            "client_metadata": {"thread_id": "t1"},
+            "stream_options": {"include_obfuscation": False},
+            "context_management": [{"type": "compaction", "compact_threshold": 1000}],
+            "image": {"context_compression": "auto"},
+            "access_programs": {"cyber": "standard"},
+            "service_tier": "auto",
+            "background": False,
+            "top_logprobs": 0,
+            "reasoning": {"summary": "auto", "context": "auto", "generate_summary": "auto"},
+            "tools": [CODEX_FUNCTION],
+        }
+    )
+    assert chat == {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Hello"}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {k: v for k, v in CODEX_FUNCTION.items() if k != "type"},
+            }
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"conversation": "conv_1"}, "'conversation' is not supported by this provider"),
+        ({"prompt": {"id": "pmpt_1"}}, "'prompt' is not supported by this provider"),
+        ({"background": True}, "'background' is not supported by this provider"),
+        ({"top_logprobs": 3}, "'top_logprobs' is not supported by this provider"),
+        ({"max_tool_calls": 2}, "'max_tool_calls' is not supported by this provider"),
+        ({"service_tier": "priority"}, "'service_tier' is not supported by this provider"),
+        ({"moderation": {"model": "omni"}}, "'moderation' is not supported by this provider"),
+        ({"reasoning": {"mode": "pro"}}, "'reasoning.mode' is not supported by this provider"),
+        (
+            {"tools": [{"type": "web_search", "external_web_access": False}]},
+            "the 'web_search' tool is not supported by this provider",
+        ),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "namespace",
+                        "name": "agents",
+                        "description": "d",
+                        "tools": [CODEX_FUNCTION],
+                    }
+                ]
+            },
+            "the 'namespace' tool is not supported by this provider",
+        ),
+        (
+            {"tools": [{"type": "custom", "name": "apply_patch"}]},
+            "the 'custom' tool is not supported by this provider",
+        ),
+        (
+            {"tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": []}},
+            "tool_choice 'allowed_tools' is not supported by this provider",
+        ),
+    ],
+)
+def test_what_only_the_responses_api_can_do_is_refused(body, message):
+    with pytest.raises(BadRequest) as refused:
+        responses_to_chat(contract({"input": "Hello", **body}))
+    assert refused.value.message == message

@@ -1,10 +1,12 @@
 """catalog.circuit's state machine on its own, on both backends (`LocalCircuits`, and
-`RedisCircuits` against the Redis at 127.0.0.1:6379, keys of the test's own), on the frozen
-`core.clock`; and `retry_after_seconds`, which turns a 429's Retry-After into the time a
-circuit stays open. End to end through the gateway: tests/providers/test_failover.py.
+`RedisCircuits` against a redis-server this module starts on a free port, keys of the test's
+own), on the frozen `core.clock`; and `retry_after_seconds`, which turns a 429's Retry-After
+into the time a circuit stays open. End to end through the gateway:
+tests/providers/test_failover.py.
 
-A "worker" below is one backend object: one process's view of the circuits. With Redis two
-of them share the state; `LocalCircuits` is one process's own.
+A "worker" below is one backend object: one process's view of the circuits. With Redis each
+has its own client (its own connection pool), as separate workers and hosts do, and they share
+the state; `LocalCircuits` is one process's own.
 """
 
 from __future__ import annotations
@@ -31,19 +33,17 @@ from catalog.circuit import (
 from core import clock
 from inference.providers.base import RETRY_AFTER_MAX, retry_after_seconds
 from tests.ports import free_block
+from tests.processes import redis_server_or_skip
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 FAILURES, COOLDOWN = 3, 30.0
+REDIS = pytest.param("redis", marks=pytest.mark.slow)  # a redis-server of the module's own
 
 
-def redis_or_skip() -> None:
-    import redis
-
-    try:
-        with redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1) as client:
-            client.ping()
-    except redis.RedisError:
-        pytest.skip(f"no Redis at {REDIS_URL}")
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    server = redis_server_or_skip(tmp_path_factory.mktemp("redis"))
+    yield server.url
+    server.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -57,26 +57,17 @@ def limits(settings):
 
 @pytest.fixture
 def key():
-    """A circuit key no other test (nor a gateway on the same Redis) uses; its Redis keys are
-    deleted afterwards."""
-    key = circuit_key(f"test-{uuid.uuid4().hex}", "default", 1.5)
-    yield key
-    import redis
-
-    try:
-        with redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1) as client:
-            client.delete(RedisCircuits._name(key), RedisCircuits._name(key) + ":probe")
-    except redis.RedisError:
-        pass
+    """A circuit key no other test uses."""
+    return circuit_key(f"test-{uuid.uuid4().hex}", "default", 1.5)
 
 
-@pytest.fixture(params=["local", "redis"])
+@pytest.fixture(params=["local", REDIS])
 def workers(request):
     """`workers()` is a new worker's circuits (inside the test's event loop): with Redis each
     is a process of its own sharing the state; locally they are the one process's."""
     if request.param == "redis":
-        redis_or_skip()
-        return lambda: RedisCircuits(REDIS_URL)
+        url = request.getfixturevalue("redis_url")
+        return lambda: RedisCircuits(url)
     shared = LocalCircuits()
     return lambda: shared
 
@@ -176,34 +167,128 @@ def test_a_retry_after_opens_at_once_for_that_long(workers, key, frozen):
     run(scenario)
 
 
-def test_a_probe_that_never_reports_frees_its_slot():
-    """Locally the claim lapses on the frozen clock (with Redis it is a key's expiry)."""
+def test_a_probe_that_never_reports_frees_its_slot(workers, key, frozen):
+    """A probe whose worker died holds the half-open slot for its lease only, on the same clock
+    as the cool-down (not Redis's own: the lease is in the circuit's state)."""
 
     async def scenario():
-        worker = LocalCircuits()
-        key = circuit_key("direct", "default", 1.0)
-        with clock.frozen() as frozen:
-            for _ in range(FAILURES):
-                await worker.failed(key, "timeout", None)
-            frozen.advance(COOLDOWN + 1)
-            assert await worker.admit(key)
-            frozen.advance(PROBE_SECONDS - 1)
-            assert not await worker.admit(key)
-            frozen.advance(2)
-            assert await worker.admit(key)
+        worker = workers()
+        for _ in range(FAILURES):
+            await worker.failed(key, "timeout", None)
+        frozen.advance(COOLDOWN + 1)
+        assert await worker.admit(key)  # a probe that will never report
+        frozen.advance(PROBE_SECONDS - 1)
+        assert not await worker.admit(key)
+        frozen.advance(2)
+        assert await worker.admit(key)  # the next probe
+        assert not await workers().admit(key)
 
     run(scenario)
 
 
-def test_redis_shares_the_state_and_the_probe_between_workers(key, frozen):
-    redis_or_skip()
+# --- exactly one probe, across workers and hosts ---------------------------------------------
+
+
+def opened_and_cooled(worker_count, workers, key, frozen):
+    """`worker_count` workers, each having read the circuit open (its copy), and the clock
+    past the cool-down; the coroutine answers the workers."""
+
+    async def setup():
+        crowd = [workers() for _ in range(worker_count)]
+        for _ in range(FAILURES):
+            await crowd[0].failed(key, "status_5xx", None)
+        for worker in crowd:
+            assert not await worker.admit(key)  # each now holds a copy: open
+        frozen.advance(COOLDOWN + 1)
+        return crowd
+
+    return setup()
+
+
+async def close_all(crowd) -> None:
+    for worker in crowd:
+        if isinstance(worker, RedisCircuits):
+            await worker.client.aclose()
+
+
+def test_exactly_one_probe_among_concurrent_admissions(workers, key, frozen):
+    """Forty requests on eight workers (Redis: eight clients, as eight processes on several
+    hosts would be) ask at the same moment, past the cool-down: one is the probe."""
 
     async def scenario():
-        first, second = RedisCircuits(REDIS_URL), RedisCircuits(REDIS_URL)
+        crowd = await opened_and_cooled(8, workers, key, frozen)
+        answers = await asyncio.gather(*(crowd[n % 8].admit(key) for n in range(40)))
+        assert answers.count(True) == 1
+        await close_all(crowd)
+
+    run(scenario)
+
+
+def test_a_failed_probe_reopens_the_circuit_for_every_worker_at_once(workers, key, frozen):
+    """The other workers' copies still show the old cool-down, over: they must not take the
+    failed probe's end for a free slot (with Redis they ask the shared state, not their copy)."""
+
+    async def scenario():
+        crowd = await opened_and_cooled(5, workers, key, frozen)
+        probes = await asyncio.gather(*(worker.admit(key) for worker in crowd))
+        assert probes.count(True) == 1
+        prober = crowd[probes.index(True)]
+        circuit = await prober.failed(key, "status_5xx", None)
+        assert circuit.state(frozen.at) == OPEN
+        assert not any(await asyncio.gather(*(w.admit(key) for w in crowd for _ in range(4))))
+        frozen.advance(COOLDOWN + 1)  # the new cool-down's end: again exactly one
+        again = await asyncio.gather(*(w.admit(key) for w in crowd for _ in range(4)))
+        assert again.count(True) == 1
+        await close_all(crowd)
+
+    run(scenario)
+
+
+def test_a_successful_probe_closes_the_circuit_for_every_worker(workers, key, frozen):
+    async def scenario():
+        crowd = await opened_and_cooled(3, workers, key, frozen)
+        probes = [await worker.admit(key) for worker in crowd]
+        assert probes == [True, False, False]
+        assert await crowd[0].succeeded(key)
+        # The others learn it from the shared state at their next admission, not a second later.
+        assert all(await asyncio.gather(*(w.admit(key) for w in crowd for _ in range(3))))
+        stored = await crowd[0].read([key])  # Redis deletes a closed circuit's state
+        assert [(c.failures, c.state(frozen.at)) for c in stored.values()] in ([], [(0, CLOSED)])
+        await close_all(crowd)
+
+    run(scenario)
+
+
+def test_a_probe_that_never_reached_the_provider_gives_its_slot_back(workers, key, frozen):
+    """A probe that waited past the budget for our own pool, or whose client left, made no
+    call: another request probes at once. Only the probe's own token frees the slot."""
+
+    async def scenario():
+        first, second = workers(), workers()
+        for _ in range(FAILURES):
+            await first.failed(key, "status_5xx", None)
+        frozen.advance(COOLDOWN + 1)
+        token = await first.admission(key)
+        assert token  # the probe's claim
+        assert await second.admission(key) is None
+        await second.give_back(key, "not-the-probe")
+        assert await second.admission(key) is None
+        await first.give_back(key, token)
+        assert await second.admission(key)  # the next probe, without waiting for the lease
+        assert not await first.admit(key)
+        await close_all({first, second})
+
+    run(scenario)
+
+
+@pytest.mark.slow
+def test_redis_shares_the_state_and_the_probe_between_workers(redis_url, key, frozen):
+    async def scenario():
+        first, second = RedisCircuits(redis_url), RedisCircuits(redis_url)
         assert await second.admit(key)  # its copy: closed
         for _ in range(FAILURES):
             await first.failed(key, "status_5xx", None)
-        third = RedisCircuits(REDIS_URL)  # another worker, reading fresh
+        third = RedisCircuits(redis_url)  # another worker, reading fresh
         assert not await third.admit(key)
         assert (await read(third, key)).failures == FAILURES
         frozen.advance(COOLDOWN + 1)
@@ -232,7 +317,8 @@ def test_redis_out_of_reach_acts_closed(key, frozen):
     run(scenario)
 
 
-def test_read_circuits_and_known_open_per_backend(settings, key, frozen):
+@pytest.mark.slow
+def test_read_circuits_and_known_open_per_backend(settings, redis_url, key, frozen):
     """The sync view for the admin and the management API, and routing's no-I/O look, on the
     process's circuits and then (REDIS_URL set) on Redis."""
 
@@ -253,8 +339,7 @@ def test_read_circuits_and_known_open_per_backend(settings, key, frozen):
         frozen.advance(COOLDOWN)
         assert known_open(key) is False  # half-open: routing may pick it, for its probe
 
-        redis_or_skip()
-        settings.REDIS_URL = REDIS_URL
+        settings.REDIS_URL = redis_url
         circuits_reset()
         assert read_circuits([key]) == {}
         assert asyncio.run(fail(FAILURES)) is True

@@ -760,7 +760,18 @@ def test_residency_keeps_the_moderation_call_among_tagged_connections(
 # --- the shared backend --------------------------------------------------------------------------
 
 
-def test_the_circuit_through_redis(client, auth, fakes, settings, frozen_clock):
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    """A redis-server of this module's own, on a free port."""
+    from tests.processes import redis_server_or_skip
+
+    server = redis_server_or_skip(tmp_path_factory.mktemp("redis"))
+    yield server.url
+    server.stop()
+
+
+@pytest.mark.slow
+def test_the_circuit_through_redis(client, auth, fakes, settings, frozen_clock, redis_url):
     """With REDIS_URL the gateway's circuits are Redis's (shared by every worker): the same
     opening, probe and reopening, and the state stored where the admin and the API read it."""
     import redis
@@ -768,12 +779,7 @@ def test_the_circuit_through_redis(client, auth, fakes, settings, frozen_clock):
     from catalog.circuit import RedisCircuits, circuits_reset, read_circuits
     from catalog.models import Connection
 
-    url = "redis://127.0.0.1:6379/0"
-    try:
-        with redis.Redis.from_url(url, socket_connect_timeout=1) as server:
-            server.ping()
-    except redis.RedisError:
-        pytest.skip(f"no Redis at {url}")
+    url = redis_url
     keys = [circuit_of(c) for c in Connection.objects.filter(provider__slug="direct")]
     settings.REDIS_URL = url
     circuits_reset()
@@ -798,4 +804,103 @@ def test_the_circuit_through_redis(client, auth, fakes, settings, frozen_clock):
     finally:
         with redis.Redis.from_url(url) as server:
             for key in keys:
-                server.delete(RedisCircuits._name(key), RedisCircuits._name(key) + ":probe")
+                server.delete(RedisCircuits._name(key))
+
+
+@pytest.mark.slow
+def test_one_probe_across_workers_through_redis(
+    gateway, client, auth, fakes, settings, frozen_clock, redis_url
+):
+    """Issue 35: several requests at the end of a cool-down make exactly one call to the dead
+    connection, and another worker (its own Redis client, its copy of the circuit read while
+    open, as on another host) neither probes meanwhile nor after the probe failed."""
+    import asyncio
+
+    from catalog.circuit import RedisCircuits, circuits_reset
+    from catalog.models import Connection
+
+    settings.REDIS_URL = redis_url
+    circuits_reset()
+    tune(settings, CIRCUIT_FAILURES=2, CIRCUIT_COOLDOWN=30)
+    default = fakes["default"]
+    default.fail_next(503, times=2)
+    for _ in range(6):
+        assert embed(client, auth).status_code == 200
+    key = circuit_of(Connection.objects.get(provider__slug="direct", name="default"))
+
+    def embeddings_calls() -> int:
+        return sum(request.path == "/v1/embeddings" for request in default.requests)
+
+    def request(_):
+        body = {"model": EMBEDDING, "input": "probe"}
+        with httpx.Client(base_url=gateway.url, timeout=30) as http:
+            return http.post("/v1/embeddings", json=body, headers=auth).status_code
+
+    async def scenario():
+        other = RedisCircuits(redis_url)
+        assert not await other.admit(key)  # its copy: open
+        assert embeddings_calls() == 2
+        frozen_clock.advance(31)
+        default.fail_next(503)  # the probe fails, once the test lets it answer
+        default.hold_when(lambda request: request.path == "/v1/embeddings")
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(request, n) for n in range(8)]
+
+            def settled() -> bool:
+                return default.holding == 1 and sum(f.done() for f in futures) == 7
+
+            await asyncio.to_thread(wait_until, settled)
+            assert not await other.admit(key)  # the gateway's request is the probe
+            default.hold_when(None)
+            default.release()
+            assert [f.result() for f in futures] == [200] * 8
+        assert embeddings_calls() == 3  # exactly one probe
+        assert not await other.admit(key)  # the probe failed: a new cool-down, for everyone
+        for _ in range(4):
+            assert (await asyncio.to_thread(embed, client, auth)).status_code == 200
+        assert embeddings_calls() == 3
+        await other.client.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        circuits_reset()
+
+
+def test_a_probe_whose_client_left_gives_its_slot_back(
+    gateway, auth, fakes, settings, frozen_clock
+):
+    """A probe cut short by its client's leaving has found nothing about the connection: the
+    next request probes at once, rather than the connection waiting out the probe's lease."""
+    import socket
+    from urllib.parse import urlsplit
+
+    import orjson
+
+    tune(settings, CIRCUIT_FAILURES=2, CIRCUIT_COOLDOWN=30)
+    default, pin = fakes["default"], {**auth, "X-Service-Provider": "direct/default"}
+    default.fail_next(503, times=2)
+    with httpx.Client(base_url=gateway.url, timeout=30) as client:
+        for _ in range(2):
+            assert embed(client, auth, pin="direct/default").status_code == 503
+        assert embed(client, auth, pin="direct/default").status_code == 503  # open: no call
+        assert len(default.requests) == 2
+        frozen_clock.advance(31)
+        default.hold_next()  # the probe waits in the fake; its client leaves meanwhile
+        body = orjson.dumps({"model": EMBEDDING, "input": "residency"})
+        head = "".join(f"{name}: {value}\r\n" for name, value in pin.items())
+        url = urlsplit(gateway.url)
+        with socket.create_connection((url.hostname, url.port)) as leaving:
+            leaving.sendall(
+                f"POST /v1/embeddings HTTP/1.1\r\nHost: {url.netloc}\r\n{head}"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            wait_until(lambda: default.holding == 1)
+        wait_for_ledger(4)
+        assert last_row().status_code == 499
+        default.release()
+        # The next request is the probe, at once: it succeeds and closes the circuit.
+        assert embed(client, auth, pin="direct/default").status_code == 200
+        assert len(default.requests) == 4
+        assert embed(client, auth, pin="direct/default").status_code == 200

@@ -312,10 +312,67 @@ def test_no_connection_within_the_wait_is_503(
     fake.release()
     assert held.result().status_code == 200
     rows = ledger_rows(2)
-    assert sorted((r.status_code, r.credits > 0, r.error_code) for r in rows) == [
-        (200, True, ""),
-        (503, False, "provider_unavailable"),
+    assert sorted((r.status_code, r.credits > 0, r.error_code, r.failovers) for r in rows) == [
+        (200, True, "", ""),
+        (503, False, "provider_unavailable", "direct/default: pool_wait"),
     ]
+    # Our own pool was busy, not the provider: nothing counted against the connection.
+    circuit = _circuit_of_direct()
+    assert circuit is None or (circuit.failures, circuit.open_until) == (0, 0.0)
+
+
+def _circuit_of_direct():
+    from catalog.circuit import circuit_key, read_circuits
+    from catalog.models import Connection
+
+    connection = Connection.objects.get(provider__slug="direct", name="default")
+    key = circuit_key("direct", "default", connection.updated_at.timestamp())
+    return read_circuits([key]).get(key)
+
+
+def test_a_license_waiting_for_its_share_does_not_open_the_circuit(
+    gateway, client, own_upstream, make_license, make_key, settings
+):
+    """Issue 35: one license's burst past its share of a connection's pool is not the provider
+    failing. License A holds its two slots with streams the fake keeps open (released by the
+    test, no clock), its next three calls wait past the (tiny) pool wait: three 503s, which
+    used to count as three failures and open the connection's circuit (two open it here) for
+    every license. B is then served, with a provider call, and the circuit stays closed."""
+    from catalog.circuit import circuits_reset
+
+    circuits_reset()
+    fake = own_upstream(
+        UPSTREAM_MAX_CONNECTIONS=4,
+        UPSTREAM_LICENSE_SHARE=0.5,
+        UPSTREAM_POOL_WAIT=0.05,
+        CIRCUIT_FAILURES=2,
+    )
+    fake.hold_when(lambda request: "slow" in request.text)
+    _, a_auth = key_of(make_license, make_key, "a")
+    _, b_auth = key_of(make_license, make_key, "b")
+    held = _post_all(gateway.url, [(a_auth, "/v1/chat/completions", SLOW_STREAM)] * 2)
+    wait_until(lambda: fake.holding == 2, timeout=20, every=0.01)
+    for _ in range(3):  # embeddings: no other route to fail over to
+        response = embed(client, a_auth, ["over the share"])
+        assert response.status_code == 503, response.text
+        assert response.json() == {"error": {"message": SERVICE_UNAVAILABLE}}
+    circuit = _circuit_of_direct()
+    assert circuit is None or (circuit.failures, circuit.open_until) == (0, 0.0)
+
+    response = embed(client, b_auth, ["quick"])
+    assert response.status_code == 200, response.text
+    assert len(fake.requests) == 3 and "quick" in fake.requests[-1].text
+    fake.release()
+    fake.hold_when(None)
+    assert [f.result().status_code for f in held] == [200] * 2
+    rows = ledger_rows(6)
+    refused = [r for r in rows if r.status_code == 503]
+    assert [(r.error_code, r.attempts, r.failovers, r.credits) for r in refused] == [
+        ("provider_unavailable", 1, "direct/default: pool_wait", 0)
+    ] * 3
+    circuit = _circuit_of_direct()
+    assert circuit is None or (circuit.failures, circuit.open_until) == (0, 0.0)
+    circuits_reset()
 
 
 def test_a_stream_never_relayed_gives_its_slot_back():

@@ -35,6 +35,16 @@ def test_openai_responses():
         "total_tokens": 13,
     }
     assert usage.openai_responses(block) == Usage(9, 4, 13, 3)
+    # The hosted web searches of the answer's output are its units.
+    output = [
+        {"type": "reasoning", "id": "rs_1"},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+        {"type": "web_search_call", "id": "ws_2", "status": "failed"},
+        {"type": "message", "id": "msg_1", "content": []},
+    ]
+    assert usage.openai_responses(block, output).units == 2
+    assert usage.openai_responses(block, output[-1:]).units is None
+    assert usage.hosted_searches("not a list") == 0
 
 
 def test_openai_embeddings_and_images():

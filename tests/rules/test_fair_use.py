@@ -38,7 +38,7 @@ def post(client, headers):
 
 def assert_429(response):
     assert response.status_code == 429, response.text
-    assert response.json() == {"error": {"message": "Rate limit exceeded"}}
+    assert response.json()["error"]["message"].startswith("Rate limit exceeded")
     assert 1 <= int(response.headers["Retry-After"]) <= 60
 
 
@@ -65,7 +65,13 @@ def test_requests_per_minute_per_holder(client, catalog, make_license, make_key)
     assert Wallet.objects.get(license=license).spent > spent  # only by the second holder's
     row = Transaction.objects.get(request_id=refused.headers["X-Request-Id"])
     assert (row.status_code, row.outcome, row.credits, row.wallet_id) == (429, "denied", 0, None)
-    assert row.error_message == "Rate limit exceeded (holder requests per minute)"
+    seconds = refused.headers["Retry-After"]
+    message = (
+        "Rate limit exceeded: the limit of 2 requests per minute for each API key or user of "
+        f"this license is reached; it resets in {seconds} s (at the next UTC minute; Retry-After)"
+    )
+    assert refused.json() == {"error": {"message": message}}
+    assert row.error_message == f"{message} (holder requests per minute)"
     assert refusal_codes() == ["rate_limited"]
     assert len(catalog["direct"].requests) == 3
 
@@ -89,14 +95,24 @@ def test_a_refused_holder_does_not_use_up_the_license(client, catalog, make_lice
     refused = post(client, other)
     assert_429(refused)
     row = Transaction.objects.get(request_id=refused.headers["X-Request-Id"])
-    assert row.error_message == "Rate limit exceeded (license requests per minute)"
+    message = (
+        "Rate limit exceeded: the limit of 3 requests per minute for this license as a whole "
+        "(all its keys and users together) is reached; it resets in "
+        f"{refused.headers['Retry-After']} s (at the next UTC minute; Retry-After)"
+    )
+    assert refused.json()["error"]["message"] == message
+    assert row.error_message == f"{message} (license requests per minute)"
 
 
 def test_tokens_per_minute(client, catalog, make_license, make_key):
     _, (headers,) = limited(make_license, make_key, {"holder": {"tokens_per_minute": 5}})
     first = post(client, headers)
     assert first.status_code == 200 and first.json()["usage"]["total_tokens"] > 5
-    assert_429(post(client, headers))  # the window's tokens are spent
+    refused = post(client, headers)
+    assert_429(refused)  # the window's tokens are spent
+    message = refused.json()["error"]["message"]
+    assert message.startswith("Rate limit exceeded: the limit of 5 tokens per minute for each")
+    assert f"resets in {refused.headers['Retry-After']} s" in message
 
 
 def test_checked_before_the_budget(client, catalog, make_license, make_key):
