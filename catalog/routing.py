@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from core.crypto import UndecryptableSecret, reveal
 from core.errors import BadRequest, ServiceUnavailable
+from gateway_site.db import UNREACHABLE
 from gateway_site.localcache import TTLCache
 
 from .circuit import circuit_key, known_open
@@ -142,6 +143,16 @@ def load_catalog_snapshot() -> Catalog:
     cached = cached_catalog()
     if cached is not None:
         return cached
+    try:
+        return _load_catalog_snapshot()
+    except UNREACHABLE:  # during an outage, the catalog last read (docs/reliability.md)
+        stale = _catalog_cache.stale("catalog")
+        if stale is None:
+            raise
+        return stale
+
+
+def _load_catalog_snapshot() -> Catalog:
     generation = _catalog_cache.generation
     connections: dict[int, dict[str, ConnectionInfo]] = {}
     for c in Connection.objects.filter(active=True).select_related("provider"):

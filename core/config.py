@@ -37,6 +37,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 BASE_DIR = Path(__file__).resolve().parent.parent
 KiB = 1024
 MiB = 1024 * KiB
+# GATEWAY_PG_PREPARE_THRESHOLD=auto: the count it prepares after, until a pooler loses one.
+AUTO_PREPARE_THRESHOLD = 2
 
 
 def _empty_is_default(value: Any) -> Any:
@@ -211,7 +213,9 @@ class Config(BaseSettings):
     )
     GATEWAY_PG_POOL_TIMEOUT: Seconds = Field(2.0, description="seconds to wait for one")
     GATEWAY_PG_PREPARE_THRESHOLD: str = Field(
-        "2", description="executions before a statement is prepared; none: never"
+        "auto",
+        description="executions before a statement is prepared; none: never; auto: 2, and "
+        "never once a transaction pooler lost one",
     )
     GATEWAY_PG_SERVER_SIDE_CURSORS: Annotated[bool, EmptyIsDefault] = Field(
         True, description="off behind a PgBouncer in transaction mode"
@@ -318,11 +322,11 @@ class Config(BaseSettings):
     @classmethod
     def _prepare_threshold(cls, value: str) -> str:
         value = value.strip().lower()
-        if value in ("", "none"):
-            return "none"
-        if not value.isdigit():
-            raise ValueError("not a count or 'none'")
-        return value
+        if value in ("", "auto"):
+            return "auto"
+        if value == "none" or value.isdigit():
+            return value
+        raise ValueError("not a count, 'none' or 'auto'")
 
     # --- Derived values, so that their readers parse nothing -----------------------------------
     @property
@@ -346,7 +350,14 @@ class Config(BaseSettings):
     @property
     def pg_prepare_threshold(self) -> int | None:
         value = self.GATEWAY_PG_PREPARE_THRESHOLD
+        if value == "auto":
+            return AUTO_PREPARE_THRESHOLD
         return None if value == "none" else int(value)
+
+    @property
+    def pg_prepare_auto(self) -> bool:
+        """Preparing stops for the process at the first statement a pooler lost (pgpool)."""
+        return self.GATEWAY_PG_PREPARE_THRESHOLD == "auto"
 
     def gateway(self) -> GatewaySettings:
         """`settings.GATEWAY`: what the request path reads, built once."""

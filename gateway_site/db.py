@@ -11,7 +11,10 @@ its own persistent connection (a file, no server to crowd).
 from functools import partial
 
 from asgiref.sync import sync_to_async
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
+
+# The errors that mean "the database is not there right now" (not a statement it refused).
+UNREACHABLE = (OperationalError, InterfaceError)
 
 
 def _in_thread(fn, args, kwargs):

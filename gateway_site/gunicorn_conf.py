@@ -91,6 +91,12 @@ def post_worker_init(worker) -> None:
     # the settings' LOGGING, loaded since, removed those: let its lines (an exception in the
     # application among them) reach the "uvicorn" logger, in the gateway's format.
     logging.getLogger("uvicorn.error").propagate = True
+    # What a previous worker left in the ledger spool is written at start, not after the first
+    # charged request (docs/reliability.md). Imported here: the master loads no Django.
+    from licensing.ledger.actions import spool_replay
+    from licensing.ledger.spool import replay_at_start
+
+    replay_at_start(spool_replay)
 
 
 def child_exit(server, worker) -> None:

@@ -1,7 +1,8 @@
 """A small in-process cache for what every request reads (keys, licenses, catalog), and its
 invalidation across worker processes.
 
-Entries expire after settings.GATEWAY["CACHE_TTL"] seconds. A save or delete of a catalog or
+Entries expire after settings.GATEWAY["CACHE_TTL"] seconds; an expired one is still answered
+while the database is unreachable (`stale`). A save or delete of a catalog or
 licensing row (the apps' signals) calls `clear_all()`: this process's caches are cleared at
 once, and when the transaction commits every other process is told:
 
@@ -59,11 +60,20 @@ class TTLCache:
         if entry is None:
             return default
         expires, value = entry
-        if expires < now:
-            with self._lock:
-                self._data.pop(key, None)
+        if expires < now:  # kept (max_entries bounds them) for `stale`
             return default
         return value
+
+    def stale(self, key):
+        """The entry even if it expired (None when there is none, e.g. since a clear), kept for
+        another TTL: what a lookup answers when the database does not (docs/reliability.md).
+        A change made before the outage cleared it; none can be made during one."""
+        with self._lock:
+            entry = self._data.get(key)
+            if entry is None:
+                return None
+            self._data[key] = (time.monotonic() + self._ttl(), entry[1])
+            return entry[1]
 
     def set(self, key, value, generation: int | None = None) -> None:
         """Store `value`; skipped if a clear happened since `generation` was read (stale)."""

@@ -11,14 +11,17 @@ Django's own connection settings, so it follows the test database and DATABASE_U
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from django.conf import settings
 from django.db import connections
+from psycopg import errors
 
 from core.config import get_config
 
 _pools: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
+logger = logging.getLogger("gateway")
 
 
 def available() -> bool:
@@ -30,11 +33,52 @@ def available() -> bool:
 def _connect_kwargs() -> dict:
     params = connections["default"].get_connection_params()
     params.pop("cursor_factory", None)  # Django's is a sync cursor class
-    # The same few statements run thousands of times a second: let the server keep them prepared.
-    # ("none" turns it off, e.g. behind a PgBouncer without prepared-statement support).
-    params["prepare_threshold"] = get_config().pg_prepare_threshold
+    # The same few statements run thousands of times a second: the server keeps them prepared
+    # (half the backend's CPU of a request, bench/prepare_cost.py), unless a transaction pooler
+    # shows it cannot (`fetch`; docs/decisions/database.md).
+    params["prepare_threshold"] = None if _pooler_seen else get_config().pg_prepare_threshold
     params["autocommit"] = True
     return params
+
+
+# Errors of a server connection that does not know a statement psycopg prepared on another one
+# (a PgBouncer in transaction mode, older than 1.21 or without max_prepared_statements, lends each
+# transaction whichever server connection is free): the statement never ran.
+LOST_PREPARED = (errors.InvalidSqlStatementName, errors.DuplicatePreparedStatement)
+_pooler_seen = False  # GATEWAY_PG_PREPARE_THRESHOLD=auto, and a pooler lost a statement
+
+
+async def fetch(sql: str, params) -> list[tuple]:
+    """Run one statement over this loop's pool; its rows. With GATEWAY_PG_PREPARE_THRESHOLD=auto
+    (the default) a statement a pooler lost turns preparing off for the process, and runs again
+    unprepared (it had not run): the default works behind any PgBouncer, and prepares on a
+    direct connection."""
+    try:
+        return await _fetch(sql, params)
+    except LOST_PREPARED as exc:
+        if not get_config().pg_prepare_auto:
+            raise
+        _stop_preparing(exc)
+    return await _fetch(sql, params)
+
+
+async def _fetch(sql: str, params) -> list[tuple]:
+    async with (await pool()).connection() as conn:
+        if _pooler_seen:
+            conn.prepare_threshold = None  # a connection opened before the pooler was seen
+        cursor = await conn.execute(sql, params)
+        return await cursor.fetchall()
+
+
+def _stop_preparing(exc: Exception) -> None:
+    global _pooler_seen
+    if not _pooler_seen:
+        _pooler_seen = True
+        logger.warning(
+            "a prepared statement was lost (%s): behind a transaction pooler, statements are no "
+            "longer prepared by this process (set GATEWAY_PG_PREPARE_THRESHOLD=none to skip this)",
+            exc,
+        )
 
 
 def pool_size() -> int:

@@ -16,7 +16,7 @@ import logging
 
 import psycopg
 from django.core.exceptions import RequestDataTooBig
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 from ninja.parser import Parser
@@ -161,6 +161,21 @@ def _database_unavailable(request, exc: Exception):
     call that already happened is in the ledger spool by now (licensing.ledger.spool)."""
     logger.warning(
         "database unavailable request_id=%s: %s", getattr(request, "request_id", "-"), exc
+    )
+    return _gateway_error(request, ServiceUnavailable())
+
+
+@api.exception_handler(DatabaseError)
+@api.exception_handler(psycopg.Error)
+def _database_error(request, exc: Exception):
+    """Any other database error (the server refused a statement: a prepared statement a pooler
+    lost, a serialization failure...) is the database's trouble, not the caller's: the same
+    retryable 503, never a 500 (docs/reliability.md), with its traceback in the log."""
+    logger.error(
+        "database error request_id=%s: %s",
+        getattr(request, "request_id", "-"),
+        exc,
+        exc_info=exc,
     )
     return _gateway_error(request, ServiceUnavailable())
 

@@ -21,6 +21,7 @@ pytest_plugins = [
     "tests.fixtures_anthropic",
     "tests.fixtures_bedrock",
     "tests.fixtures_compat",
+    "tests.pgbouncer",
 ]
 
 UPSTREAM_KEY = "sk-upstream-test"

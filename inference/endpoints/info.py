@@ -1,6 +1,7 @@
 """GET /v1/health, /v1/models, /v1/models/{id} and /v1/license. Models and license run checks 1,
 3 and 4 only."""
 
+from django.conf import settings
 from django.db import connection
 from ninja import Router
 from pydantic import BaseModel
@@ -26,6 +27,7 @@ class HealthBody(BaseModel):
     status: str
     database: str
     spool: str
+    redis: str | None = None  # only when REDIS_URL is set
 
 
 class ModelEntryOut(BaseModel):
@@ -107,12 +109,28 @@ async def health(request):
     else:
         note_database_down()
     spool = "ok" if spool_probe.writable() else "unwritable"
+    body = {"status": "ok", "database": "ok", "spool": spool}
+    if settings.REDIS_URL:
+        body["redis"] = "ok" if await _redis_answers(settings.REDIS_URL) else "unreachable"
     if not ok:
-        body = {"status": "error", "database": "unreachable", "spool": spool}
-        return json_response(body, status=503)
-    return json_response(
-        {"status": "ok" if spool == "ok" else "degraded", "database": "ok", "spool": spool}
-    )
+        return json_response({**body, "status": "error", "database": "unreachable"}, status=503)
+    if spool != "ok" or body.get("redis", "ok") != "ok":
+        # Redis down: the worker serves (fair use admits, circuits act closed, caches expire after
+        # the TTL: docs/deployment.md, "Redis"), not as configured; 200, a balancer keeps it.
+        body["status"] = "degraded"
+    return json_response(body)
+
+
+async def _redis_answers(url: str) -> bool:
+    import redis.asyncio as redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+    try:
+        return bool(await client.ping())
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        await client.aclose()
 
 
 async def _usable_models(request) -> dict:

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from core.crypto import UndecryptableSecret, reveal
 from core.errors import AUTH_BAD_SCHEME, AUTH_INVALID, AuthenticationFailed, ServiceUnavailable
-from gateway_site.db import run_db
+from gateway_site.db import UNREACHABLE, run_db
 from gateway_site.localcache import TTLCache
 
 from ..ledger.budget import BudgetConfig
@@ -162,9 +162,14 @@ def _license_info(license_id: int) -> LicenseInfo | None:
     if cached is not None:
         return cached
     generation = _license_cache.generation
-    row = (
-        License.objects.select_related("license_type", "institution").filter(pk=license_id).first()
-    )
+    try:
+        row = (
+            License.objects.select_related("license_type", "institution")
+            .filter(pk=license_id)
+            .first()
+        )
+    except UNREACHABLE:
+        return _stale(_license_cache, license_id)
     if row is None:
         return None
     try:
@@ -203,9 +208,15 @@ def _resolve_api_key(credential: str) -> Principal | None:
     info = _key_cache.get(digest)
     if info is None:
         generation = _key_cache.generation
-        rows = ApiKey.objects.filter(prefix=key_lookup_prefix(credential)).values_list(
-            "id", "digest", "license_id", "active", "expires_at", "end_user_id", "course_id"
-        )
+        try:
+            rows = list(
+                ApiKey.objects.filter(prefix=key_lookup_prefix(credential)).values_list(
+                    "id", "digest", "license_id", "active", "expires_at", "end_user_id", "course_id"
+                )
+            )
+        except UNREACHABLE:
+            info = _stale(_key_cache, digest)
+            return _key_principal(info, _license_info(info.license_id))
         for row in rows:
             if hmac.compare_digest(row[1], digest):
                 info = _KeyInfo(*row)
@@ -214,6 +225,15 @@ def _resolve_api_key(credential: str) -> Principal | None:
             return None
         _key_cache.set(digest, info, generation)
     return _key_principal(info, _license_info(info.license_id))
+
+
+def _stale(cache: TTLCache, key):
+    """During an outage, what the cache last knew (an expired entry), else the outage itself
+    (the caller's 503): a key used before the outage keeps working (docs/reliability.md)."""
+    found = cache.stale(key)
+    if found is None:
+        raise
+    return found
 
 
 def _key_principal(info: _KeyInfo, license_info: LicenseInfo | None) -> Principal | None:

@@ -22,14 +22,14 @@ import functools
 import logging
 
 import psycopg
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 
 from core import metrics
 from gateway_site import pgpool
 from gateway_site.db import run_db
 
 from . import feed
-from .alerts import FollowUp, follow_up, follow_ups_write
+from .alerts import FollowUp, alerts_waiting, follow_up, follow_ups_write
 from .budget import BudgetState, known_wallet_id, wallet_open
 from .group_commit import GroupCommit, spent_each
 from .record import LedgerEntry
@@ -103,7 +103,7 @@ async def _record_batch(batch: list[Pending]) -> dict[int, int]:
         await _spool(batch)
         return {}
     items = _follow_ups(batch, spent)
-    if items:
+    if items or alerts_waiting():
         try:
             await run_db(_follow_ups_write, items)
         except Exception:  # last use and alerts are worth a log line, never a failed request
@@ -160,9 +160,10 @@ def _follow_ups(batch: list[Pending], spent_after: dict[int, int]) -> list[Follo
 
 
 def _follow_ups_write(items: list[FollowUp]) -> None:
-    if items:
-        with transaction.atomic():
-            follow_ups_write(items)
+    # Each part in its own transaction (licensing.ledger.alerts): a failed last-use write must
+    # not take the batch's alerts with it. Alerts an earlier batch could not write go now.
+    if items or alerts_waiting():
+        follow_ups_write(items)
 
 
 async def _spool(batch: list[Pending]) -> None:

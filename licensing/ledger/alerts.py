@@ -23,7 +23,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
-from django.db import close_old_connections, connection, connections, transaction
+from django.db import DatabaseError, close_old_connections, connection, connections, transaction
 from django.utils import timezone
 
 from ..models import AdminProfile, BudgetAlert
@@ -58,13 +58,57 @@ def follow_up(
 
 
 def follow_ups_write(items: list[FollowUp]) -> None:
-    """The database side of `follow_up`s, in the caller's transaction."""
-    for item in items:
-        if item.touch_key is not None:
-            _write_last_used(item.touch_key)
-        if item.alert is not None:
-            budget, spent, threshold = item.alert
-            _record_alert(budget, spent=spent, threshold=threshold)
+    """The database side of `follow_up`s. Alerts first, each batch of them in a transaction of
+    its own retried on a transient error, and kept in memory for the next batch when the
+    database still refuses (an alert is never lost to a failed last-use write, issue 35); then
+    the keys' last use. Both in one order (alerts by their unique window, keys by id): two
+    processes writing the same rows in opposite orders deadlocked (`DeadlockDetected` under four
+    workers), and the victim's whole batch was lost."""
+    alerts = [item.alert for item in items if item.alert is not None]
+    _write_alerts(alerts)
+    touches = sorted({item.touch_key for item in items if item.touch_key is not None})
+    if touches:
+        try:
+            with transaction.atomic():
+                for key_id in touches:
+                    _write_last_used(key_id)
+        except DatabaseError:
+            for key_id in touches:  # due again: the next request of each key writes it
+                _last_used_written.pop(key_id, None)
+            raise
+
+
+# Alerts whose write failed every attempt: written before the next batch's (one process's).
+_alerts_waiting: list[tuple[BudgetState, int, int]] = []
+ALERT_ATTEMPTS = 3
+
+
+def alerts_waiting() -> bool:
+    return bool(_alerts_waiting)
+
+
+def _write_alerts(new: list[tuple[BudgetState, int, int]]) -> None:
+    alerts = sorted([*_alerts_waiting, *new], key=_alert_order)
+    _alerts_waiting.clear()
+    if not alerts:
+        return
+    for attempt in range(1, ALERT_ATTEMPTS + 1):
+        try:
+            with transaction.atomic():
+                for budget, spent, threshold in alerts:
+                    _record_alert(budget, spent=spent, threshold=threshold)
+            return
+        except DatabaseError as exc:
+            if attempt == ALERT_ATTEMPTS:
+                _alerts_waiting.extend(alerts)  # the unique window row keeps a retry single
+                logger.error("budget alerts not written (%s); kept for the next batch", exc)
+                raise
+            close_old_connections()  # a connection the failure broke is replaced
+
+
+def _alert_order(alert: tuple[BudgetState, int, int]) -> tuple:
+    key = alert[0].key
+    return (key.license_id, key.period, key.window_start, key.holder)
 
 
 def _due(key_id: int) -> bool:

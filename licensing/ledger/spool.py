@@ -26,6 +26,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -267,6 +268,8 @@ def _claim(path: Path) -> Path | None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return None  # a writer is in the middle of an append: next round
+        if not _still_named(path, fd):
+            return None  # a sibling worker claimed it between our open and our lock
         claimed = path.with_name(f"{path.name}.replaying-{os.getpid()}-{time.monotonic_ns()}")
         os.rename(path, claimed)
         return claimed
@@ -277,12 +280,17 @@ def _claim(path: Path) -> Path | None:
 def _replay_file(path: Path, record: Record) -> tuple[int, int]:
     """Apply every entry of a claimed file; returns (written, skipped). The file is removed once
     all its entries are in; on a database outage it stays for the next round."""
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return 0, 0  # a sibling worker replayed it and removed it since we listed the folder
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return 0, 0  # another replayer has it
+        if not _still_named(path, fd):
+            return 0, 0  # replayed and removed by a sibling between our open and our lock
         with os.fdopen(os.dup(fd), "rb") as f:
             lines = f.read().splitlines()
         written = skipped = 0
@@ -310,6 +318,16 @@ def _replay_file(path: Path, record: Record) -> tuple[int, int]:
         return written, skipped
     finally:
         os.close(fd)
+
+
+def _still_named(path: Path, fd: int) -> bool:
+    """Whether `path` still names the file open as `fd`. Workers replay the same folder (each
+    at start, and after its writes): one may claim or finish a file between another's listing,
+    open and lock; that is no error (issue 35: `FileNotFoundError ...replaying-...` at ERROR)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _keep_rejected(path: Path, line: bytes) -> None:
@@ -350,6 +368,44 @@ def spool_pending() -> bool:
         return any(_waiting_file(p) for p in spool_dir().iterdir())
     except OSError:  # no spool directory (or one that cannot be made): nothing to replay
         return False
+
+
+# --- the replay at a worker's start (a thread, before any request) ----------------------------
+
+
+def replay_at_start(replay: Callable[[], tuple[int, int]]) -> threading.Thread | None:
+    """Called once by each worker as it starts (gateway_site.gunicorn_conf): what a previous
+    process left in the spool (a crash, a restart during an outage) is written now, not when
+    this worker's first charged request ends (issue 35). On a thread of its own, backing off
+    while the database is unavailable, until the spool is empty; None when it is already."""
+    if not spool_pending():
+        return None
+    thread = threading.Thread(
+        target=_replay_until_empty, args=(replay,), name="ledger-spool-at-start", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def _replay_until_empty(replay: Callable[[], tuple[int, int]], sleep=time.sleep) -> None:
+    from django.db import connections
+
+    delay = 0.25
+    try:
+        while spool_pending():
+            try:
+                replay()
+            except UNAVAILABLE:
+                sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            except Exception:  # pragma: no cover - logged; the request path's replay goes on
+                logger.exception("ledger spool replay at start failed")
+                return
+            note_database_up()
+            return  # what is left was written meanwhile: the request path replays it
+    finally:
+        connections.close_all()  # this thread's connection, back to the pool
 
 
 # --- the automatic replayer (one asyncio task per process) -------------------------------------

@@ -272,10 +272,7 @@ async def commit_batch_async(batch: list[Pending]) -> dict[int, int]:
     else:
         rows = jsonio.dumps([_row_json(i.entry, i.wallet_id) for i in batch]).decode()
         sql, params = _batch_sql(), [rows, timezone.now()]
-    pool = await pgpool.pool()
-    async with pool.connection() as conn:
-        cursor = await conn.execute(sql, params)
-        result = await cursor.fetchall()
+    result = await pgpool.fetch(sql, params)
     spent = {wallet_id: total for wallet_id, total, _ in result if wallet_id is not None}
     _mark_written(batch, {request_id for wallet_id, _, request_id in result if wallet_id is None})
     _check_charged(batch, spent)  # pragma: no cover - a wallet deleted under a charge

@@ -35,6 +35,34 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def test_health_is_degraded_when_redis_is_configured_and_down(client, settings):
+    """Issue 35: the worker serves without Redis (fair use admits, circuits act closed), but not
+    as configured: 200 `degraded`, and which part is missing."""
+    settings.REDIS_URL = f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
+    response = client.get("/v1/health")
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "degraded",
+        "database": "ok",
+        "spool": "ok",
+        "redis": "unreachable",
+    }
+
+
+@pytest.mark.slow  # a redis-server of its own
+def test_health_shows_redis_ok_when_it_answers(client, settings, tmp_path):
+    from tests.processes import redis_server_or_skip
+
+    server = redis_server_or_skip(tmp_path)
+    try:
+        settings.REDIS_URL = server.url
+        response = client.get("/v1/health")
+    finally:
+        server.stop()
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok", "spool": "ok", "redis": "ok"}
+
+
 @pytest.mark.slow
 def test_health_503_when_database_is_unreachable(tmp_path):
     """A real gateway process whose database does not answer (nothing listens on the port)."""

@@ -10,13 +10,17 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth import get_user_model
 from django.core import mail
+from django.db import connection
 from django.utils import timezone
 
-from licensing.ledger.actions import transaction_record_once
-from licensing.ledger.alerts import wait_for_alerts
+from licensing.ledger import alerts
+from licensing.ledger.actions import _follow_ups_write, transaction_record_once
+from licensing.ledger.alerts import FollowUp, wait_for_alerts
 from licensing.ledger.budget import BudgetConfig, BudgetState, wallet_key
 from licensing.ledger.record import LedgerEntry
 from licensing.models import AdminProfile, ApiKey, BudgetAlert, Wallet
+from tests.kit import wait_until
+from tests.ledger_helpers import budget_for
 
 SMALL = "text-embedding-3-small"
 
@@ -190,3 +194,96 @@ def test_last_use_of_a_key_is_recorded_at_most_once_a_minute(
     assert embed(client, key).status_code == 200
     row.refresh_from_db()
     assert row.last_used_at > first
+
+
+# --- issue 35: last use and alerts of concurrent batches -------------------------------------
+
+
+def _alert_of(license, spent=5):
+    budget = budget_for(license)
+    return FollowUp(touch_key=None, alert=(budget, spent, 3))
+
+
+def _key_ids(license, count):
+    from licensing.access.credentials import api_key_create
+
+    return [api_key_create(license=license, name=f"k{n}")[0].id for n in range(count)]
+
+
+@pytest.mark.slow  # PostgreSQL's deadlock detector takes its deadlock_timeout (1 s) to decide
+def test_two_batches_touching_keys_in_opposite_orders_do_not_deadlock(make_license, monkeypatch):
+    """Two processes' batches write the same keys' last use in opposite orders while each
+    holds its first row: before issue 35 PostgreSQL found a deadlock and one batch, with its
+    budget alert, was lost. Written in id order, the second waits for the first."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite takes one writer at a time: no row locks to deadlock on")
+    lic = make_license(name="alerted", limit=6, period="daily")
+    first, second = _key_ids(lic, 2)
+    paused, resume = threading.Event(), threading.Event()
+    original = alerts._write_last_used
+
+    def write_last_used(key_id):
+        original(key_id)
+        if threading.current_thread().name == "batch-1" and not paused.is_set():
+            paused.set()  # batch 1 holds its first row until batch 2 is waiting for a lock
+            resume.wait(10)
+
+    monkeypatch.setattr(alerts, "_write_last_used", write_last_used)
+    failures: list[BaseException] = []
+
+    def batch(keys, alert):
+        try:
+            _follow_ups_write([FollowUp(touch_key=k, alert=None) for k in keys] + alert)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    one = threading.Thread(target=batch, args=([second, first], []), name="batch-1")
+    two = threading.Thread(target=batch, args=([first, second], [_alert_of(lic)]), name="batch-2")
+    one.start()
+    assert paused.wait(10)
+    two.start()
+    wait_until(_a_lock_is_awaited, what="batch 2 waiting for a row lock")
+    resume.set()
+    one.join(10), two.join(10)
+    assert failures == []
+    assert ApiKey.objects.filter(pk__in=[first, second], last_used_at__isnull=False).count() == 2
+    assert BudgetAlert.objects.filter(license=lic).count() == 1
+
+
+def _a_lock_is_awaited() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(  # this database's: other test runs may share the server
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE NOT l.granted AND a.datname = current_database()"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def test_an_alert_whose_write_fails_is_written_with_a_later_batch(make_license):
+    """An alert is never lost: retried on a transient error, and when the database refuses
+    every attempt, kept and written before the next batch's follow-ups."""
+    from django.db import OperationalError
+
+    lic = make_license(name="alerted", limit=6, period="daily")
+    refused = {"left": alerts.ALERT_ATTEMPTS - 1}
+
+    def refuse_alerts(execute, sql, params, many, context):
+        if "budgetalert" in sql and refused["left"] > 0:
+            refused["left"] -= 1
+            raise OperationalError("deadlock detected")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(refuse_alerts):  # fails twice, then the third attempt
+        _follow_ups_write([_alert_of(lic)])
+    assert BudgetAlert.objects.filter(license=lic).count() == 1
+
+    other = make_license(name="alerted-too", limit=6, period="daily")
+    refused["left"] = alerts.ALERT_ATTEMPTS  # every attempt of this batch fails
+    with connection.execute_wrapper(refuse_alerts), pytest.raises(OperationalError):
+        _follow_ups_write([_alert_of(other)])
+    assert not BudgetAlert.objects.filter(license=other).exists() and alerts.alerts_waiting()
+    _follow_ups_write([])  # the next batch, with no follow-ups of its own
+    assert BudgetAlert.objects.filter(license=other).count() == 1
+    assert not alerts.alerts_waiting()

@@ -240,7 +240,7 @@ def license_budget(license):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_batch_charges_every_level_once_and_answers_the_smallest(make_license):
+def test_a_batch_charges_every_level_once_and_answers_the_smallest(make_license, db_route):
     license = make_license(name="batched", limit=1_000)
     course = make_course(license, allowance=50, pool=100)
     states = [_course_state(license, course, f"key:{n}") for n in (1, 2)]

@@ -30,7 +30,7 @@ def test_each_request_sees_the_wallet_after_its_own_charge():
     assert _remaining(batch, {1: 112}) == [95, 100, 88]
 
 
-def test_a_batch_writes_every_row_and_each_wallet_once(make_license):
+def test_a_batch_writes_every_row_and_each_wallet_once(make_license, db_route):
     capped = make_license(name="capped", limit=1_000)
     other = make_license(name="other", limit=1_000)
     states = [budget_for(capped, "license"), budget_for(other, "license")]
@@ -104,7 +104,7 @@ def _row(request_id: str) -> dict:
 
 
 @needs_pool
-def test_a_batch_of_one_writes_the_row_a_larger_batch_writes(make_license):
+def test_a_batch_of_one_writes_the_row_a_larger_batch_writes(make_license, db_route):
     """A batch of one goes by its own plain statement (licensing.ledger.store._single_sql):
     the row, the wallet and the returned total are those of the JSON batch statement."""
     lic = make_license(name="capped", limit=1_000)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -97,6 +98,33 @@ def test_replay_while_the_database_is_down_keeps_everything(spool, make_license,
     assert spool_depth() == 1 and Transaction.objects.count() == 0
     assert spool_replay() == (1, 0)
     assert spool_depth() == 0
+
+
+def test_a_sibling_replaying_the_same_folder_is_no_error(spool, make_license, monkeypatch):
+    """Workers replay one folder (each at its start, and after its writes): a file another
+    worker claimed or finished between this one's listing and its open is skipped, not an
+    exception (issue 35: `FileNotFoundError ...replaying-...` logged at ERROR by a sibling)."""
+    from licensing.ledger import spool as spool_module
+
+    license = make_license(name="capped", limit=1_000)
+    spool_append(entry=_entry(license, "req-1"), budget=budget_for(license))
+    (first,) = spool.iterdir()
+    first.rename(spool / "99999-0.jsonl")  # another worker's file
+    spool_append(entry=_entry(license, "req-2"), budget=budget_for(license))
+    replay_file, sibling = spool_module._replay_file, []
+
+    def sibling_first(path, record):
+        # Once this worker has claimed its first file, a sibling replays the whole folder.
+        if not sibling:
+            sibling.append(None)
+            sibling[0] = spool_replay()
+        return replay_file(path, record)
+
+    monkeypatch.setattr(spool_module, "_replay_file", sibling_first)
+    assert spool_replay() == (0, 0)  # everything was the sibling's: no exception
+    assert sibling == [(2, 0)]
+    assert sorted(Transaction.objects.values_list("request_id", flat=True)) == ["req-1", "req-2"]
+    assert Wallet.objects.get().spent == 14 and list(spool.iterdir()) == []
 
 
 # --- a database outage under load ---------------------------------------------------------------
@@ -220,3 +248,95 @@ def test_database_outage_under_load(catalog, make_license, make_key, tmp_path):
     )
     wallet = Wallet.objects.get(license=capped)
     assert wallet.spent == sum(t.credits for t in rows.values() if t.license_id == capped.id)
+
+
+@pytest.mark.slow  # a worker process, and its database cut
+def test_a_cached_key_of_an_unlimited_license_is_served_during_an_outage(
+    catalog, make_license, make_key, tmp_path
+):
+    """docs/reliability.md's promise (issue 35: 4 of 40 were served): an unlimited license's
+    key used before the outage needs no database before its provider call, however long the
+    outage lasts (here the caches expire at once, as they would after GATEWAY_CACHE_TTL): the
+    requests are answered, their rows spooled, then replayed once the database is back."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs a PostgreSQL server to cut (the proxy sits between gateway and it)")
+    from tests.processes import database_url, running_workers
+    from tests.tcpproxy import TcpProxy
+
+    s = connection.settings_dict
+    proxy = TcpProxy(int(s.get("PORT") or 5432), s.get("HOST") or "127.0.0.1")
+    headers = {"Authorization": f"Bearer {make_key(make_license(name='free'))}"}
+    body = {"model": "text-embedding-3-small", "input": "a b c", "encoding_format": "float"}
+    env = {
+        "DATABASE_URL": database_url().replace(f":{s.get('PORT') or 5432}/", f":{proxy.port}/"),
+        "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path / "spool"),
+        "GATEWAY_CACHE_TTL": "0.001",  # every entry expired by the next request
+        "GATEWAY_PG_POOL_TIMEOUT": "0.3",  # each failed checkout of the outage: 0.3 s, not 2
+    }
+    try:
+        with running_workers(1, tmp_path, env) as (worker,):
+            assert worker.http.post("/v1/embeddings", headers=headers, json=body).status_code == 200
+            proxy.cut()
+            with ThreadPoolExecutor(4) as pool:
+                during = list(
+                    pool.map(
+                        lambda _: worker.http.post("/v1/embeddings", headers=headers, json=body),
+                        range(12),
+                    )
+                )
+            assert [r.status_code for r in during] == [200] * 12
+            assert worker.http.get("/v1/health").status_code == 503  # still down
+            proxy.restore()
+            wait_until(
+                lambda: Transaction.objects.count() == 13,
+                timeout=20,
+                what=lambda: f"{Transaction.objects.count()} ledger rows of 13",
+            )
+    finally:
+        proxy.close()
+    assert {r.headers["X-Request-Id"] for r in during} <= set(
+        Transaction.objects.values_list("request_id", flat=True)
+    )
+
+
+@pytest.mark.slow  # a gunicorn server
+def test_workers_replay_the_spool_at_start(spool, make_license, tmp_path):
+    """What a previous process left in the spool is written as the workers start, before any
+    request (issue 35: a restarted worker waited for its first charged request); two workers
+    replaying the same folder at once log no error."""
+    license = make_license(name="capped", limit=1_000)
+    for n in range(3):
+        spool_append(entry=_entry(license, f"left-{n}"), budget=budget_for(license))
+    spool_append(entry=_entry(license, "left-3"), budget=None)  # a refusal row too
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "GATEWAY_LEDGER_SPOOL_DIR": str(spool),
+        "GATEWAY_ACCESS_LOG_LEVEL": "WARNING",
+    }
+    log_path = tmp_path / "gateway.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "python:gateway_site.gunicorn_conf",
+             "--bind", f"127.0.0.1:{_free_port()}", "--workers", "2",
+             "gateway_site.asgi:application"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            wait_until(
+                lambda: Transaction.objects.count() == 4,
+                timeout=30,
+                what=lambda: f"{Transaction.objects.count()} of 4 rows: {log_path.read_text()}",
+            )
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
+    assert Wallet.objects.get().spent == 21
+    assert spool_depth() == 0
+    assert b'"level": "ERROR"' not in log_path.read_bytes(), log_path.read_text()
+
+
+def _database_url() -> str:
+    from tests.processes import database_url
+
+    return database_url()
