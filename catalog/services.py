@@ -333,7 +333,8 @@ def chat_model_add(
         model.options = {**(model.options or {}), "reasoning_efforts": efforts}
         model.full_clean()
         model.save()
-    elif model.cost != fields["cost"]:
+    elif any(model.cost.get(key) != price for key, price in fields["cost"].items()):
+        # The prices the command names; the owner's others (a hosted search's fee) stay.
         raise ValidationError(
             f"Model {model_id!r} belongs to provider {model.owned_by.slug!r}, and its prices "
             f"are those of every provider serving it: change them with --provider "

@@ -140,6 +140,7 @@ def test_settings_gateway_keeps_its_keys_and_value_types():
         "CREDITS_PER_CURRENCY_UNIT": int,
         "OUTBOUND_ALLOW": str,
         "OUTBOUND_ALLOWED_PORTS": frozenset,
+        "EXTRA_CA_CERTS": type(None),  # unset here; a file's path (str) when set
     }
     assert {key: type(value) for key, value in gateway.items()} == expected
     assert sorted(gateway["ANSWER_MAX_BYTES"]) == sorted(
