@@ -381,23 +381,35 @@ def _row_reader(columns, computed):
 def csv_chunks(
     queryset, chunk_rows: int = CSV_CHUNK_ROWS, columns=CSV_COLUMNS, computed=COMPUTED_COLUMNS
 ):
-    """The CSV of a queryset, newest first, in pieces of `chunk_rows` lines. Rows are read
-    through a server-side cursor on PostgreSQL (`iterator`), so memory does not grow with
-    the number of rows. `columns`: (header, path) pairs; `computed`: paths made from others."""
+    """The CSV of a queryset, newest first, in pieces of `chunk_rows` lines. Rows are read a
+    page at a time (`_pages`), so memory does not grow with the number of rows. `columns`:
+    (header, path) pairs; `computed`: paths made from others."""
     writer = csv.writer(_Line())
     yield writer.writerow([header for header, _ in columns])
     paths, cells = _row_reader(columns, computed)
-    rows = (
-        queryset.order_by("-created_at", "-id").values_list(*paths).iterator(chunk_size=chunk_rows)
-    )
-    lines = []
-    for row in rows:
-        lines.append(writer.writerow(cells(row)))
-        if len(lines) >= chunk_rows:
-            yield "".join(lines)
-            lines = []
-    if lines:
-        yield "".join(lines)
+    for page in _pages(queryset, paths, chunk_rows):
+        yield "".join(writer.writerow(cells(row)) for row in page)
+
+
+def _pages(queryset, paths: list[str], size: int):
+    """The rows newest first, `size` at a time, each page the rows after the last one read
+    (by `created_at`, then `id`: keyset pagination). Not a server-side cursor: one of those
+    is declared WITH HOLD and cannot move between the server connections of a PgBouncer in
+    transaction mode, and each page here is a query of its own, so the export works unchanged
+    behind one (docs/decisions/database.md). Rows written during the export are newer than
+    its first page and are not in it."""
+    ordered = queryset.order_by("-created_at", "-id")
+    page = ordered
+    while True:
+        rows = list(page.values_list("created_at", "id", *paths)[:size])
+        if rows:
+            yield [row[2:] for row in rows]
+        if len(rows) < size:
+            return
+        created_at, last_id = rows[-1][0], rows[-1][1]
+        page = ordered.filter(
+            Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id)
+        )
 
 
 def _next_or_none(chunks: Iterator[str]) -> str | None:
@@ -406,7 +418,7 @@ def _next_or_none(chunks: Iterator[str]) -> str | None:
 
 class _AsyncChunks:
     """A sync generator consumed from the event loop (ASGI) one piece at a time, on the
-    request's own thread: the server-side cursor belongs to that thread's connection. Django
+    request's own thread (the connection its pages are read on). Django
     calls `close` (on that thread too) when the response ends, also after a disconnect."""
 
     def __init__(self, chunks):
