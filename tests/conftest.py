@@ -56,11 +56,11 @@ def uses_database(item) -> bool:
 
 def _flush_by_delete() -> None:
     """Empty PostgreSQL's tables with DELETE, not TRUNCATE, when a test's data is flushed (every
-    test on the live gateway uses `transactional_db`, flushed after it). TRUNCATE gives each of
-    the ~40 tables new files, made durable at commit: about 1 s a test on the 2-core machine,
-    for tables holding a few rows, where DELETE takes 10 ms (docs/testing.md, CI's time). The
-    tables are emptied all the same: Django's foreign keys are checked at commit (DEFERRABLE
-    INITIALLY DEFERRED), when every table is empty. Resetting sequences still truncates."""
+    test on the live gateway uses `transactional_db`, flushed after it). TRUNCATE takes an
+    exclusive lock on each of the ~40 tables and gives each new files, for tables holding a few
+    rows: tests/money took 90 s with it, 60 s without (docs/testing.md, CI's time). The tables
+    are emptied all the same: Django's foreign keys are checked at commit (DEFERRABLE INITIALLY
+    DEFERRED), when every table is empty. Resetting sequences still truncates."""
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     truncate = DatabaseOperations.sql_flush
