@@ -40,73 +40,69 @@ for port in ports:
             )
 PY
 
-# A bad DATABASE_URL or an unreachable database stops here with one line (see manage.py).
-python manage.py migrate --verbosity 0
-# Static files (admin, /v1/docs) into var/static, served by WhiteNoise (compressed copies).
-python manage.py collectstatic --noinput --verbosity 0
-python manage.py load_catalog
-DJANGO_SETTINGS_MODULE=gateway_site.settings python - <<'PY'
-import secrets
-
-import django
-
-django.setup()
-from django.contrib.auth import get_user_model
-
-from licensing.models import License
-from licensing.access.services import license_create
-
-if not License.objects.filter(name="demo").exists():
-    license_create(name="demo", institution="Demo school")
-    print("License 'demo' created (unlimited budget, every service)")
-User = get_user_model()
-if not User.objects.filter(username="admin").exists():
-    password = secrets.token_urlsafe(12)
-    User.objects.create_superuser("admin", "admin@localhost", password)
-    print(f"Admin user created: admin / {password}  (shown once)")
-PY
-
-SIM_PIDS=()
-cleanup() { for pid in "${SIM_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; }
-trap cleanup EXIT INT TERM
-
+SETUP=()
 export SIMULATOR_API_KEY="sk-simulator-local"  # the simulators' own, not a real secret
 if [ -n "${OPENAI_API_KEY:-}" ]; then
     # Secrets go through the environment, never the command line (visible in ps).
-    python manage.py configure_connection direct --base-url "${OPENAI_BASE_URL:-https://api.openai.com/v1}" --api-key-env OPENAI_API_KEY
+    SETUP+=(--connection direct "${OPENAI_BASE_URL:-https://api.openai.com/v1}" OPENAI_API_KEY)
     PROVIDER_NOTE="direct -> the real OpenAI API (OPENAI_API_KEY is set)"
 else
-    python -m fake_upstreams openai --port "$SIM_PORT" --api-key "$SIMULATOR_API_KEY" &
-    SIM_PIDS+=($!)
-    python manage.py configure_connection direct --base-url "http://127.0.0.1:$SIM_PORT/v1" --api-key-env SIMULATOR_API_KEY
+    SETUP+=(--connection direct "http://127.0.0.1:$SIM_PORT/v1" SIMULATOR_API_KEY)
     PROVIDER_NOTE="direct -> LOCAL SIMULATOR on 127.0.0.1:$SIM_PORT (no OPENAI_API_KEY set; answers are synthetic)"
 fi
 if [ -n "${OPENROUTER_API_KEY:-}" ]; then
-    python manage.py configure_connection aggregator --base-url "https://openrouter.ai/api/v1" --api-key-env OPENROUTER_API_KEY
+    SETUP+=(--connection aggregator "https://openrouter.ai/api/v1" OPENROUTER_API_KEY)
 fi
 # Search: the real Brave Search API with BRAVE_API_KEY, the real OpenAlex with OPENALEX_MAILTO
 # (or OPENALEX_API_KEY); otherwise local simulators of both.
 if [ -n "${BRAVE_API_KEY:-}" ]; then
-    python manage.py configure_connection websearch --base-url "https://api.search.brave.com" --api-key-env BRAVE_API_KEY
+    SETUP+=(--connection websearch "https://api.search.brave.com" BRAVE_API_KEY)
     SEARCH_NOTE="websearch -> the real Brave Search API"
 else
-    python -m fake_upstreams brave --port "$((SIM_PORT + 1))" --api-key "$SIMULATOR_API_KEY" &
-    SIM_PIDS+=($!)
-    python manage.py configure_connection websearch --base-url "http://127.0.0.1:$((SIM_PORT + 1))" --api-key-env SIMULATOR_API_KEY
+    SETUP+=(--connection websearch "http://127.0.0.1:$((SIM_PORT + 1))" SIMULATOR_API_KEY)
     SEARCH_NOTE="websearch -> LOCAL SIMULATOR on 127.0.0.1:$((SIM_PORT + 1))"
 fi
 export OPENALEX_KEY="${OPENALEX_API_KEY:-${OPENALEX_MAILTO:-}}"
 if [ -n "$OPENALEX_KEY" ]; then
-    python manage.py configure_connection academic --base-url "https://api.openalex.org" --api-key-env OPENALEX_KEY
+    SETUP+=(--connection academic "https://api.openalex.org" OPENALEX_KEY)
     SEARCH_NOTE="$SEARCH_NOTE; academic -> the real OpenAlex API"
 else
-    python -m fake_upstreams openalex --port "$((SIM_PORT + 2))" &
-    SIM_PIDS+=($!)
-    python manage.py configure_connection academic --base-url "http://127.0.0.1:$((SIM_PORT + 2))"
+    SETUP+=(--connection academic "http://127.0.0.1:$((SIM_PORT + 2))")
     SEARCH_NOTE="$SEARCH_NOTE; academic -> LOCAL SIMULATOR on 127.0.0.1:$((SIM_PORT + 2))"
 fi
 
-KEY="$(python manage.py create_api_key demo --name "run.sh $(date -u +%Y-%m-%dT%H:%M:%SZ)")"
+# The setup, in one process (each manage.py command is ~2 s of Django's start-up): migrate (a
+# bad DATABASE_URL or an unreachable database stops here with one line, see manage.py), the
+# static files (admin, /v1/docs) into var/static, served by WhiteNoise, the catalog, the demo
+# license and admin user, the connections above, and a new API key: its last line.
+SETUP+=(--key-name "run.sh $(date -u +%Y-%m-%dT%H:%M:%SZ)")
+SET_UP="$(python manage.py setup_demo "${SETUP[@]}")"
+if [[ "$SET_UP" == *$'\n'* ]]; then printf '%s\n' "${SET_UP%$'\n'*}"; fi
+KEY="${SET_UP##*$'\n'}"
+
+SIM_PIDS=()
+cleanup() { for pid in "${SIM_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT INT TERM
+# The simulators start once the setup is done (a bad database stops run.sh before they print).
+if [ -z "${OPENAI_API_KEY:-}" ]; then
+    python -m fake_upstreams openai --port "$SIM_PORT" --api-key "$SIMULATOR_API_KEY" &
+    SIM_PIDS+=($!)
+fi
+if [ -z "${BRAVE_API_KEY:-}" ]; then
+    python -m fake_upstreams brave --port "$((SIM_PORT + 1))" --api-key "$SIMULATOR_API_KEY" &
+    SIM_PIDS+=($!)
+fi
+if [ -z "$OPENALEX_KEY" ]; then
+    python -m fake_upstreams openalex --port "$((SIM_PORT + 2))" &
+    SIM_PIDS+=($!)
+fi
+# ...and answer before the gateway does: its first request must not find one still starting.
+for port in "${PORTS[@]:1}"; do
+    for _ in $(seq 1 300); do
+        (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+        sleep 0.1
+    done
+done
 cat <<EOT
 
 Inference gateway on http://$HOST:$PORT   (admin: http://$HOST:$PORT/admin/)
