@@ -321,7 +321,7 @@ def chat_model_add(
         "supported_features": features,
         "input_modality": _chat_modalities(input_modalities),
         "output_modality": {"text": True, "image": False},
-        "cost": chat_cost(input_price, output_price, cached_input_price),
+        "cost": (cost := chat_cost(input_price, output_price, cached_input_price)),
     }
     model = Model.objects.filter(model_id=model_id).first()
     created = model is None
@@ -333,7 +333,7 @@ def chat_model_add(
         model.options = {**(model.options or {}), "reasoning_efforts": efforts}
         model.full_clean()
         model.save()
-    elif any(model.cost.get(key) != price for key, price in fields["cost"].items()):
+    elif any(model.cost.get(key) != price for key, price in cost.items()):
         # The prices the command names; the owner's others (a hosted search's fee) stay.
         raise ValidationError(
             f"Model {model_id!r} belongs to provider {model.owned_by.slug!r}, and its prices "
