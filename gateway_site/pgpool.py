@@ -48,11 +48,45 @@ LOST_PREPARED = (errors.InvalidSqlStatementName, errors.DuplicatePreparedStateme
 _pooler_seen = False  # GATEWAY_PG_PREPARE_THRESHOLD=auto, and a pooler lost a statement
 
 
+# Where the server says this connection arrived: its own address and port (NULL on a Unix
+# socket), its port setting and socket folders. A statement of PostgreSQL's, run unprepared.
+_ENDPOINT_SQL = (
+    "SELECT host(inet_server_addr()), inet_server_port(), current_setting('port'), "
+    "current_setting('unix_socket_directories')"
+)
+
+
+async def _configure(conn) -> None:
+    """GATEWAY_PG_PREPARE_THRESHOLD=auto: a new connection prepares only if it reaches
+    PostgreSQL itself. Behind a pooler in transaction mode a statement prepared on one server
+    connection is unknown on the next, or worse, another client's statement of the same name
+    (psycopg's `_pg3_0`) runs in its place; so it is decided before the first statement, not
+    after an error. One query per new connection (the pool keeps them)."""
+    if conn.prepare_threshold is None or not get_config().pg_prepare_auto:
+        return
+    if not await reaches_the_server(conn):
+        conn.prepare_threshold = None
+
+
+async def reaches_the_server(conn) -> bool:
+    """Whether the server's side of this connection is where we connected: the same address
+    and port over TCP, the same port and socket folder over a Unix socket. A pooler (or any
+    proxy: a NAT'd port, a load balancer) in between is seen as a mismatch, and a mismatch only
+    costs the preparing (docs/decisions/database.md)."""
+    cursor = await conn.execute(_ENDPOINT_SQL, prepare=False)
+    address, port, port_setting, folders = await cursor.fetchone()
+    info = conn.info
+    if info.host.startswith("/"):
+        listed = {folder.strip() for folder in (folders or "").split(",")}
+        return address is None and str(info.port) == port_setting and info.host in listed
+    return address is not None and address == info.hostaddr and port == info.port
+
+
 async def fetch(sql: str, params) -> list[tuple]:
     """Run one statement over this loop's pool; its rows. With GATEWAY_PG_PREPARE_THRESHOLD=auto
-    (the default) a statement a pooler lost turns preparing off for the process, and runs again
-    unprepared (it had not run): the default works behind any PgBouncer, and prepares on a
-    direct connection."""
+    (the default) a connection through a pooler never prepares (`_configure`); should a pooler
+    still lose a statement (one the check could not see), preparing is turned off for the
+    process and the statement, which had not run, runs again unprepared."""
     try:
         return await _fetch(sql, params)
     except LOST_PREPARED as exc:
@@ -113,6 +147,7 @@ async def pool():
         open=False,
         timeout=pool_timeout(),
         reconnect_timeout=RECONNECT_TIMEOUT,
+        configure=_configure,
         # No health check per checkout (a round trip each): a connection that breaks raises
         # OperationalError to its user and the pool discards it when it comes back.
     )

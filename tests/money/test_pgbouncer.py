@@ -91,3 +91,39 @@ def test_budget_reads_and_charges_in_process_behind_pgbouncer(hot_path_via_pgbou
     assert Transaction.objects.filter(license=license).count() == 60
     assert Wallet.objects.get(license=license).spent == 180
     assert min(r for r in remaining if r is not None) == 10**9 - 180
+
+
+def test_auto_prepares_only_on_a_connection_that_reaches_postgresql(hot_path_via_pgbouncer):
+    """GATEWAY_PG_PREPARE_THRESHOLD=auto decides per connection, before its first statement:
+    through the pgbouncer none prepares (a lost statement, or another client's statement of
+    the same name run in its place, cannot happen), and the pooler is never seen to lose one;
+    straight to PostgreSQL the connection prepares (gateway_site.pgpool._configure)."""
+    import psycopg
+    from django.db import connection
+
+    server = connection.settings_dict
+    straight = {"host": server["HOST"] or "127.0.0.1", "port": int(server["PORT"] or 5432)}
+
+    async def run() -> tuple[bool, bool, object]:
+        try:
+            async with (await pgpool.pool()).connection() as conn:
+                pooled = conn.prepare_threshold
+            kwargs = pgpool._connect_kwargs()
+            through = await psycopg.AsyncConnection.connect(**kwargs)
+            direct = await psycopg.AsyncConnection.connect(**{**kwargs, **straight})
+            try:
+                return (
+                    await pgpool.reaches_the_server(through),
+                    await pgpool.reaches_the_server(direct),
+                    pooled,
+                )
+            finally:
+                await through.close()
+                await direct.close()
+        finally:
+            await pgpool.close_all()
+
+    through_pgbouncer, to_postgresql, pooled_threshold = asyncio.run(run())
+    assert (through_pgbouncer, to_postgresql) == (False, True)
+    assert pooled_threshold is None
+    assert pgpool._pooler_seen is False
