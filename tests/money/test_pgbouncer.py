@@ -70,7 +70,7 @@ def test_concurrent_charges_behind_pgbouncer(bouncer, catalog, make_license, mak
 
 def test_budget_reads_and_charges_in_process_behind_pgbouncer(hot_path_via_pgbouncer, make_license):
     """The hot path's two statements, many times over few server connections: with the
-    default (auto) a statement the pooler lost runs again unprepared, never an error."""
+    default (auto) the pool's connections through the pooler prepare nothing, never an error."""
     license = make_license(name="pooled", limit=10**9)
     config = budget_for(license).config
 
