@@ -12,10 +12,10 @@ from django.utils import timezone
 from .institutions import Institution, License
 from .keys import EndUser
 
-# Why a course's overlay or exam policy cannot be saved, by field (empty: both only narrow) is
-# licensing.courses.rules.overlay_problems, a pure rule of the courses wing, which sits above the
-# models: licensing.apps registers it at start-up, so that the models import nothing above them
-# (as inference registers its request models into licensing.rules.policy_schema).
+# Course.clean asks licensing.courses.rules.overlay_problems why an overlay or an exam policy
+# cannot be saved (by field; empty: both only narrow). That pure rule lives in the courses wing,
+# above the models: licensing.apps registers it at start-up, so the models import nothing above
+# them (as inference registers its request models into licensing.rules.policy_schema).
 OverlayCheck = Callable[[Any, Any, Any], dict[str, str]]
 _overlay_check: OverlayCheck | None = None
 
