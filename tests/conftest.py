@@ -402,12 +402,23 @@ def website(website_server, settings):
 # --- the browser tests: the README's server and one Chromium page per module -------------------
 
 
-@pytest.fixture(scope="module")
-def server():
+@pytest.fixture(scope="session")
+def readme_server():
+    """`bash scripts/run.sh` as the README starts it, once for the session's browser modules
+    (each start is ~10 s of CPU: migrations, static files, the demo, three simulators)."""
     from tests.browser import running_server
 
     with running_server() as run:
         yield run
+
+
+@pytest.fixture(scope="module")
+def server(readme_server):
+    """The session's README server for one module (its own attributes; its own institution and
+    users are the module's to make)."""
+    from tests.browser import SharedServer
+
+    return SharedServer(readme_server)
 
 
 @pytest.fixture(scope="module")
