@@ -1,9 +1,13 @@
 """Real-browser test helpers: `scripts/run.sh` started as the README starts it (own ports, own
-SQLite database and static root), and Debian's chromium driven by Playwright. Each browser test
-module makes its own `server` and `page` fixtures from these (see tests/console/test_browser.py)."""
+SQLite database and static root), and Debian's chromium driven by Playwright. The browser test
+modules share one such server for the session (`server`, tests/conftest.py), each acting in an
+institution and with users of its own; a module that needs run.sh started with an environment of
+its own (an identity provider's or an LMS's address) makes its own `server` from these (see
+tests/sso/test_browser_sso.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -38,6 +42,31 @@ not_on_the_sqlite_pass = pytest.mark.skipif(
 )
 # Every browser test module's pytestmark: the README server and a Chromium page.
 BROWSER_TEST = [requires_chromium, not_on_the_sqlite_pass, pytest.mark.slow]
+
+
+# `manage.py shell -c` running a plan of commands with call_command; the last line printed is
+# what each one wrote, as JSON.
+_MANY = """
+import contextlib, io, json, os
+from django.core.management import call_command
+outputs = []
+for args, env in json.loads(PLAN):
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            call_command(*args, stdout=out)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    outputs.append(out.getvalue())
+print()
+print(json.dumps(outputs))
+"""
 
 
 class RunScript:
@@ -103,6 +132,14 @@ class RunScript:
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
+    def manage_many(self, *steps: tuple[tuple[str, ...], dict] | tuple[str, ...]) -> list[str]:
+        """Several `manage.py` commands (each a tuple of its arguments, or `(arguments, env)`)
+        in one process on the server's database, in order: Django starts once, not once per
+        command (~2 s each). Returns what each printed; a failing one fails the call."""
+        plan = [step if isinstance(step[-1], dict) else (step, {}) for step in steps]
+        printed = self.manage("shell", "-c", _MANY.replace("PLAN", repr(json.dumps(plan))))
+        return json.loads(printed.rsplit("\n", 2)[-2])
+
     def admin_password(self) -> str:
         return self.printed(r"Admin user created: admin / (\S+)")
 
@@ -134,6 +171,18 @@ def running_server():
             yield run
         finally:
             run.stop()
+
+
+class SharedServer:
+    """The session's one README server, as a module sees it: the same run.sh (started once for
+    every browser module that needs no environment of its own), each module acting in an
+    institution and with users of its own so that no module sees another's rows."""
+
+    def __init__(self, run: RunScript):
+        self._run = run
+
+    def __getattr__(self, name):
+        return getattr(self._run, name)
 
 
 @contextmanager

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from pydantic import BaseModel
+
 from licensing.models import Transaction
 from tests.kit import wait_for_ledger
 
@@ -15,6 +18,14 @@ WEATHER_SCHEMA = {
     "required": ["city"],
     "additionalProperties": False,
 }
+
+
+class Forecast(BaseModel):
+    """The structured output the clients' tests ask for."""
+
+    city: str
+    temperature_c: int
+    sunny: bool
 
 
 def weather_report(city: str) -> str:
@@ -60,3 +71,12 @@ def valid_weather_args(arguments: str | dict) -> dict:
     args = json.loads(arguments) if isinstance(arguments, str) else arguments
     assert set(args) == {"city"} and isinstance(args["city"], str), args
     return args
+
+
+def agents_sdk():
+    """The OpenAI Agents SDK (`openai-agents`, the `clients` extra) with its tracing off (nothing
+    leaves 127.0.0.1). A test that calls this is skipped where the extra is not installed, so a
+    `.[dev]` environment still collects and runs the rest of its module."""
+    agents = pytest.importorskip("agents")
+    agents.set_tracing_disabled(True)
+    return agents

@@ -7,6 +7,7 @@ import asyncio
 import socket
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -40,19 +41,47 @@ DATABASE_FIXTURES = frozenset(
 )
 
 
+# CI's SQLite pass (`--sqlite-differences`) runs what can differ between the two databases, not
+# the whole suite again (docs/testing.md, "CI's time"): the database tests of these areas, whose
+# code is where the databases part ways (money: the ledger's two writers, PostgreSQL's pool and
+# the ORM, the wallets' reads and the spool; console: the admin's, the review's, the usage
+# page's and the management API's queries, PostgreSQL-only SQL functions among them; portal:
+# its pages' queries; ops: settings, migrations, run.sh and the operator commands), and any
+# other module marked `both_databases`. A new test in these folders is on both passes by itself.
+SQLITE_AREAS = frozenset({"money", "console", "portal", "ops"})
+TESTS = Path(__file__).resolve().parent
+
+
 def pytest_addoption(parser):
     parser.addoption(
-        "--database-tests-only",
+        "--sqlite-differences",
         action="store_true",
-        help="only the tests that use the database (CI's SQLite pass: a test that uses none "
-        "gives the same result on either database, and runs on the PostgreSQL pass)",
+        help="CI's SQLite pass: only the tests that use the database in the areas where the two "
+        "databases differ (SQLITE_AREAS in tests/conftest.py) or marked both_databases; every "
+        "other test gives the same result on either database and runs on the PostgreSQL pass",
     )
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "both_databases: a database test outside SQLITE_AREAS that CI's SQLite pass runs too",
+    )
+    _flush_by_delete()
 
 
 def uses_database(item) -> bool:
     if item.get_closest_marker("django_db") is not None:
         return True
     return not DATABASE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+
+
+def on_the_sqlite_pass(item) -> bool:
+    if not uses_database(item):
+        return False
+    if item.get_closest_marker("both_databases") is not None:
+        return True
+    return item.path.relative_to(TESTS).parts[0] in SQLITE_AREAS
 
 
 def _flush_by_delete() -> None:
@@ -75,16 +104,12 @@ def _flush_by_delete() -> None:
     DatabaseOperations.sql_flush = sql_flush
 
 
-def pytest_configure(config):
-    _flush_by_delete()
-
-
 def pytest_collection_modifyitems(config, items):
-    if not config.getoption("--database-tests-only"):
+    if not config.getoption("--sqlite-differences"):
         return
     kept, left = [], []
     for item in items:
-        (kept if uses_database(item) else left).append(item)
+        (kept if on_the_sqlite_pass(item) else left).append(item)
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept
@@ -377,12 +402,23 @@ def website(website_server, settings):
 # --- the browser tests: the README's server and one Chromium page per module -------------------
 
 
-@pytest.fixture(scope="module")
-def server():
+@pytest.fixture(scope="session")
+def readme_server():
+    """`bash scripts/run.sh` as the README starts it, once for the session's browser modules
+    (each start is ~10 s of CPU: migrations, static files, the demo, three simulators)."""
     from tests.browser import running_server
 
     with running_server() as run:
         yield run
+
+
+@pytest.fixture(scope="module")
+def server(readme_server):
+    """The session's README server for one module (its own attributes; its own institution and
+    users are the module's to make)."""
+    from tests.browser import SharedServer
+
+    return SharedServer(readme_server)
 
 
 @pytest.fixture(scope="module")

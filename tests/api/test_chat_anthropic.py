@@ -15,24 +15,16 @@ from fractions import Fraction
 import jsonschema
 import openai
 import pytest
-from agents import (
-    Agent,
-    OpenAIChatCompletionsModel,
-    OpenAIResponsesModel,
-    Runner,
-    function_tool,
-    set_tracing_disabled,
-)
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 
 from core.errors import PROVIDER_ERROR, SERVICE_UNAVAILABLE
 from licensing.models import Transaction
+from tests.client_helpers import agents_sdk
 from tests.fixtures_anthropic import ANTHROPIC_KEY
 from tests.kit import wait_for_ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
-set_tracing_disabled(True)
 
 HAIKU = "claude-haiku-4-5"
 HAIKU_ID = "claude-haiku-4-5-20251001"
@@ -419,6 +411,15 @@ def test_claude_fails_over_from_anthropic_to_bedrock(sdk, claude_catalog, bedroc
 def test_agents_sdk_tool_loop_and_output_type(gateway, api_key, claude_catalog):
     """The Agents SDK on both of its models: chat completions, and its default, the Responses
     API (through the bridge), a tool loop run and streamed, and a structured output type."""
+    agents_sdk()
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+    )
+
     calls: list[str] = []
 
     @function_tool

@@ -8,24 +8,16 @@ import json
 import math
 
 import pytest
-from agents import (
-    Agent,
-    OpenAIChatCompletionsModel,
-    OpenAIResponsesModel,
-    Runner,
-    function_tool,
-    set_tracing_disabled,
-)
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 
 from fake_upstreams import gemini_chat as fake_chat
 from licensing.models import Transaction
+from tests.client_helpers import agents_sdk
 from tests.fixtures_gemini import GEMINI_3, WEATHER
 from tests.kit import error, wait_for_ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
-set_tracing_disabled(True)
 FLASH, PRO = "gemini-2.5-flash", "gemini-2.5-pro"
 HELLO = [{"role": "user", "content": "hello big world"}]
 PRICES = {  # USD per 1M tokens == micro-credits per token: (prompt, cached, completion)
@@ -572,6 +564,15 @@ def agent_run(
 ):
     """One agent run on `model` through the gateway (chat completions, or the Responses API),
     with a `get_weather` tool; the result and the cities the tool was called for."""
+    agents_sdk()
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+    )
+
     cities: list[str] = []
 
     @function_tool

@@ -12,20 +12,19 @@ import math
 
 import openai
 import pytest
-from agents.items import ToolCallItem, ToolCallOutputItem
 
 from inference.endpoints.responses import STATELESS_MESSAGE
 from inference.providers.events import ChatChunks, chat_completion, contract_usage
 from licensing.models import Transaction
 from tests.client_helpers import (
     WEATHER_SCHEMA,
+    Forecast,
+    agents_sdk,
     assert_charged,
     provider_calls,
     valid_weather_args,
     weather_report,
 )
-from tests.clients.test_clients_agents import Forecast
-from tests.clients.test_clients_agents import run as run_agent
 from tests.fixtures_bridge import BRIDGE_COST, BRIDGE_MODEL, BRIDGE_REASONER
 from tests.kit import error, wait_for_ledger, wait_until
 from tests.ledger_helpers import refusal_codes
@@ -373,6 +372,11 @@ def test_garbage_and_oversized_chat_streams_end_with_the_in_stream_error(
 
 @pytest.mark.parametrize("streamed", [False, True])
 def test_agents_sdk_tool_loop(gateway, api_key, bridged, streamed):
+    agents_sdk()
+    from agents.items import ToolCallItem, ToolCallOutputItem
+
+    from tests.clients.test_clients_agents import run as run_agent
+
     result, calls = run_agent(
         gateway,
         api_key,
@@ -393,6 +397,9 @@ def test_agents_sdk_tool_loop(gateway, api_key, bridged, streamed):
 
 @pytest.mark.parametrize("streamed", [False, True])
 def test_agents_sdk_structured_output(gateway, api_key, bridged, streamed):
+    agents_sdk()
+    from tests.clients.test_clients_agents import run as run_agent
+
     result, _ = run_agent(
         gateway,
         api_key,

@@ -9,6 +9,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
+# The `clients` extra: a `.[dev]` environment skips this module (and the tests elsewhere that
+# import its helpers) instead of failing to collect tests/.
+pytest.importorskip("agents")
+
 from agents import (
     Agent,
     ModelSettings,
@@ -19,18 +24,17 @@ from agents import (
 )
 from agents.items import ReasoningItem, ToolCallItem, ToolCallOutputItem
 from openai import AsyncOpenAI
-from pydantic import BaseModel
 
-from tests.client_helpers import assert_charged, provider_calls, valid_weather_args, weather_report
+from tests.client_helpers import (
+    Forecast,
+    assert_charged,
+    provider_calls,
+    valid_weather_args,
+    weather_report,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 set_tracing_disabled(True)
-
-
-class Forecast(BaseModel):
-    city: str
-    temperature_c: int
-    sunny: bool
 
 
 def run(gateway, api_key, model, question, *, tools=(), output_type=None, streamed=False):

@@ -11,10 +11,21 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from tests.browser import BROWSER_TEST, ROOT, SHOTS, login, pick, shot
 
 pytestmark = BROWSER_TEST
+
+# This module's institution on the session's README server (tests/conftest.py, `server`): its
+# colleague list holds this module's people only.
+SCHOOL = "Browser school"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def school(server):
+    server.manage("create_license", "browser-seed", "--institution", SCHOOL)
+    return SCHOOL
 
 
 def test_the_admin_in_a_browser(server, page):
@@ -34,7 +45,7 @@ def test_the_admin_in_a_browser(server, page):
     # A license, through the form with its autocomplete widgets.
     page.goto(server.url + "/admin/licensing/license/add/")
     page.fill("#id_name", "browser-class")
-    pick(page, "id_institution", "Demo school")
+    pick(page, "id_institution", SCHOOL)
     pick(page, "id_license_type", "Open access")
     page.fill("#id_budget_limit", "1000000")
     page.select_option("#id_budget_period", "daily")
@@ -82,7 +93,7 @@ def test_the_admin_in_a_browser(server, page):
     # A license type with a policy, then the "try a request" panel.
     page.goto(server.url + "/admin/licensing/licensetype/add/")
     page.fill("#id_name", "School chat")
-    pick(page, "id_institution", "Demo school")
+    pick(page, "id_institution", SCHOOL)
     page.click("summary:has-text('Policy as JSON')")  # the JSON view is folded under the form
     page.fill(
         "#id_policy",
@@ -150,7 +161,7 @@ def test_an_institution_admin_invites_a_colleague(server, page):
     root.goto(server.url + "/admin/licensing/colleague/add/")
     root.fill("#id_username", "principal")
     root.select_option("#id_role", "admin")
-    root.select_option("#id_institution", label="Demo school")
+    root.select_option("#id_institution", label=SCHOOL)
     root.click("input[name=_save]")
     link = invitation(root)
 

@@ -18,7 +18,8 @@ from tests.browser import BROWSER_TEST, SHOTS, login, shot
 
 pytestmark = BROWSER_TEST
 
-# Run with `manage.py shell -c` on run.sh's database: the demo school in Berlin time and euros,
+# Run with `manage.py shell -c` on the README server's database (shared by the session's browser
+# modules, so a school of this module's own): the school in Berlin time and euros,
 # a license whose type allows three chat models, the course CS101 (its overlay keeps two) and
 # another course, a teacher of CS101 with a password, and a student with a course key who has
 # made no request yet. Prints the key.
@@ -29,14 +30,14 @@ from licensing.courses.services import course_create, course_key_create, course_
 from licensing.access.services import license_create
 from licensing.models import AdminProfile, CourseTeacher, EndUser, Institution
 
-school = Institution.objects.get(name="Demo school")
+school, _ = Institution.objects.get_or_create(name="Course school")
 school.timezone, school.currency = "Europe/Berlin", "EUR"
 school.save()
 policy = {"version": 1, "services": {
     "chat_completions": {"params": {"model": {"allowed": ["gpt-4o-mini", "gpt-4.1"]},
                                     "max_tokens": {"max": 2000}}},
     "embeddings": {}}}
-lic = license_create(name="Computer science", institution="Demo school", limit=50_000_000,
+lic = license_create(name="Computer science", institution="Course school", limit=50_000_000,
                      period="monthly", policy=policy)
 course = course_create(license=lic, name="Introduction to programming", code="CS101",
                        allowance=2_000_000, allowance_period="week",
@@ -48,7 +49,7 @@ teacher = User.objects.create_user("grace", password="teach-pw-1", is_staff=True
                                    first_name="Grace", last_name="Hopper")
 AdminProfile.objects.create(user=teacher, institution=school, role="teacher")
 CourseTeacher.objects.create(course=course, user=teacher)
-student = User.objects.create_user("ada", first_name="Ada", last_name="Lovelace")
+student = User.objects.create_user("ada.cs101", first_name="Ada", last_name="Lovelace")
 end_user = EndUser.objects.create(license=lic, user=student, subject="ada-sub")
 course_member_add(course=course, end_user=end_user)
 _, key = course_key_create(course=course, end_user=end_user, name="Ada's key", via="test")

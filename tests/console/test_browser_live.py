@@ -14,34 +14,38 @@ import time
 import openai
 import pytest
 
-from tests.browser import BROWSER_TEST, browser_page, login, running_server, shot
+from tests.browser import BROWSER_TEST, SharedServer, browser_page, login, shot
 
 pytestmark = BROWSER_TEST
 
 LIVE = "/admin/licensing/transaction/live/"
-REVIEWER_PASSWORD = "reviewer-pw-1234"
+REVIEWER, REVIEWER_PASSWORD = "lena", "reviewer-pw-1234"
 DENYING_POLICY = {"version": 1, "services": {"image_generation": {}}}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with running_server() as run:
-        run.manage(
-            "create_institution_admin", "Demo school", "rita", "--role", "reviewer", "--noinput",
-            env={"DJANGO_SUPERUSER_PASSWORD": REVIEWER_PASSWORD},
-        )  # fmt: skip
-        policy = tmp_path_factory.mktemp("policy") / "images-only.json"
-        policy.write_text(json.dumps(DENYING_POLICY))
-        for name, institution in (("images-only", "Demo school"), ("elsewhere", "Other school")):
-            run.manage(
-                "create_license", name, "--institution", institution, "--policy-file", str(policy)
-            )
-        run.keys = {
-            "demo": run.printed(r"Demo API key \(shown once\): (sk-svc-\S+)"),
-            "images-only": run.manage("create_api_key", "images-only").strip(),
-            "elsewhere": run.manage("create_api_key", "elsewhere").strip(),
-        }
-        yield run
+def server(readme_server, tmp_path_factory):
+    """The session's README server; this module's reviewer, its licenses and their keys."""
+    run = SharedServer(readme_server)
+    policy = tmp_path_factory.mktemp("policy") / "images-only.json"
+    policy.write_text(json.dumps(DENYING_POLICY))
+    reviewer = ("create_institution_admin", "Demo school", REVIEWER, "--role", "reviewer")
+    licenses = [
+        ("create_license", name, "--institution", school, "--policy-file", str(policy))
+        for name, school in (("images-only", "Demo school"), ("elsewhere", "Elsewhere school"))
+    ]
+    *_, images_only, elsewhere = run.manage_many(
+        ((*reviewer, "--noinput"), {"DJANGO_SUPERUSER_PASSWORD": REVIEWER_PASSWORD}),
+        *licenses,
+        ("create_api_key", "images-only"),
+        ("create_api_key", "elsewhere"),
+    )
+    run.keys = {
+        "demo": run.printed(r"Demo API key \(shown once\): (sk-svc-\S+)"),
+        "images-only": images_only.strip(),
+        "elsewhere": elsewhere.strip(),
+    }
+    return run
 
 
 def embed(server, license: str, model: str = "text-embedding-3-small") -> str:
@@ -159,8 +163,11 @@ LOGIN = """async (password) => {
 
 def test_the_page_reconnects_with_backoff(server):
     """The socket drops (as in a server restart) while the session has ended: each refused
-    attempt waits longer; once logged in again the page is live again by itself."""
+    attempt waits longer; once logged in again the page is live again by itself. The page's
+    back-off timers run on Playwright's clock, moved on as each wait is shown, so the test does
+    not sit through the real waits (1 + 2 + 4 + 8 s)."""
     with browser_page() as page:
+        page.clock.install()  # before the page loads, so that its timers are the fake's
         sockets = []
 
         def through(route):  # the real server behind; the test can cut the page's side
@@ -179,12 +186,17 @@ def test_the_page_reconnects_with_backoff(server):
                 delays.append((len(sockets), int(found.group(1))))
                 if len(delays) == 2:
                     shot(page, "live-05-reconnecting")
+                page.clock.fast_forward((int(found.group(1)) + 1) * 1000)  # its rounded wait
             time.sleep(0.05)
         seconds = [d for _, d in delays]
         assert len(seconds) >= 3 and seconds == sorted(seconds) and seconds[-1] >= 3, delays
         assert page.get_attribute("#live-status", "class") == "live-reconnecting"
 
         assert page.evaluate(LOGIN, server.admin_password()).endswith("/admin/")
+        deadline = time.monotonic() + 20
+        while not page.locator("#live-status.live-live").count() and time.monotonic() < deadline:
+            page.clock.fast_forward(30_000)  # the next attempt now (the back-off's cap is 30 s)
+            time.sleep(0.2)
         page.wait_for_selector("#live-status.live-live", timeout=20_000)
         row(page, embed(server, "demo"))
         assert page.evaluate("window.notReloaded") is True
@@ -192,7 +204,7 @@ def test_the_page_reconnects_with_backoff(server):
 
 def test_a_reviewer_sees_its_institutions_requests_only(server):
     with browser_page() as page:
-        open_live(page, server, "rita", REVIEWER_PASSWORD)
+        open_live(page, server, REVIEWER, REVIEWER_PASSWORD)
         assert "Your institution's requests" in page.inner_text(".live-scope")
         elsewhere = embed(server, "elsewhere")
         served = embed(server, "demo")

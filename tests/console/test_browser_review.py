@@ -48,19 +48,17 @@ def everything_on_screen(page) -> None:
 
 def test_review_in_a_browser(server, page):
     demo_key = server.printed(r"Demo API key \(shown once\): (sk-svc-\S+)")
-    server.manage("create_license", "other-class", "--institution", "Other school")
-    other_key = server.manage("create_api_key", "other-class").strip()
+    _, other_key, _ = server.manage_many(
+        ("create_license", "other-class", "--institution", "Other school"),
+        ("create_api_key", "other-class"),
+        (
+            ("create_institution_admin", "Demo school", "rita", "--role", "reviewer", "--noinput"),
+            {"DJANGO_SUPERUSER_PASSWORD": REVIEWER_PASSWORD},
+        ),
+    )
+    other_key = other_key.strip()
     demo = [embed(server, demo_key, f"demo request {i}") for i in range(2)]
     other = [embed(server, other_key, f"other request {i}") for i in range(3)]
-    server.manage(
-        "create_institution_admin",
-        "Demo school",
-        "rita",
-        "--role",
-        "reviewer",
-        "--noinput",
-        env={"DJANGO_SUPERUSER_PASSWORD": REVIEWER_PASSWORD},
-    )
 
     # A superuser: every row, then one institution and a date range.
     login(page, server, "admin", server.admin_password())

@@ -1,7 +1,7 @@
 """The usage page in a real browser (Debian's chromium through Playwright) on a server started
-the way the README starts it: requests made with the demo key through the official openai SDK
+the way the README starts it: requests made with a school's key through the official openai SDK
 show up in the charts and the totals, for the superuser (with the institution selector) and
-for a reviewer of the demo school (without it); bad parameters are a message on the page.
+for a reviewer of that school (without it); bad parameters are a message on the page.
 Screenshots in var/screenshots/usage-*.png."""
 
 from __future__ import annotations
@@ -17,14 +17,18 @@ from tests.browser import BROWSER_TEST, SHOTS, login, shot
 
 pytestmark = BROWSER_TEST
 
-# Twenty past days of ledger rows for the demo school and a second school, so that the charts
-# show more than today (run on the server's own database through manage.py shell).
+# This module's school on the session's README server (shared by the browser modules): the
+# usage of "today" in it is exactly this module's requests.
+SCHOOL, LICENSE, REVIEWER = "Usage school", "usage-class", ("uma", "uma-pass-123")
+
+# Twenty past days of ledger rows for the module's school and a second school, so that the
+# charts show more than today (run on the server's own database through manage.py shell).
 HISTORY = """
 from datetime import timedelta
 from django.utils import timezone
 from licensing.models import License, Transaction
 from licensing.access.services import license_create
-demo = License.objects.get(name="demo")
+demo = License.objects.get(name="usage-class")
 other = license_create(name="second-class", institution="Second school")
 now = timezone.now()
 rows = []
@@ -49,10 +53,9 @@ Transaction.objects.bulk_create(rows)
 """
 
 
-def make_requests(server) -> tuple[int, int]:
-    """Embeddings and chat with the demo key, a failed and a refused request: (credits,
+def make_requests(server, key: str) -> tuple[int, int]:
+    """Embeddings and chat with the module's key, a failed and a refused request: (credits,
     requests)."""
-    key = server.printed(r"Demo API key \(shown once\): (sk-svc-\S+)")
     client = OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0)
     credits = requests = 0
     for text in ("usage one", "usage two", "usage three"):
@@ -98,8 +101,16 @@ def bars(page, chart: str) -> int:
 
 
 def test_usage_page_in_a_browser(server, page):
-    credits, requests = make_requests(server)
-    server.manage("shell", "-c", HISTORY)
+    _, key, _, _ = server.manage_many(
+        ("create_license", LICENSE, "--institution", SCHOOL),
+        ("create_api_key", LICENSE),
+        (
+            ("create_institution_admin", SCHOOL, REVIEWER[0], "--role", "reviewer", "--noinput"),
+            {"DJANGO_SUPERUSER_PASSWORD": REVIEWER[1]},
+        ),
+        ("shell", "-c", HISTORY),
+    )
+    credits, requests = make_requests(server, key.strip())
     login(page, server, "admin", server.admin_password())
     today = datetime.now(UTC).date()
     tomorrow = today + timedelta(days=1)
@@ -113,8 +124,8 @@ def test_usage_page_in_a_browser(server, page):
     shot(page, "usage-01-superuser-30-days")
     page.locator("#credits-by-model").screenshot(path=str(SHOTS / "usage-01-one-chart.png"))
 
-    # Today in the demo school: exactly the requests made above.
-    demo = page.locator("#id_institution option", has_text="Demo school").get_attribute("value")
+    # Today in the module's school: exactly the requests made above.
+    demo = page.locator("#id_institution option", has_text=SCHOOL).get_attribute("value")
     page.select_option("#id_institution", demo)
     page.fill("#id_since", today.isoformat())
     page.fill("#id_until", tomorrow.isoformat())
@@ -133,24 +144,15 @@ def test_usage_page_in_a_browser(server, page):
     assert svg["width"] > 400 and svg["height"] > 150
     shot(page, "usage-02-demo-school-today")
 
-    # A reviewer of the demo school: no selector, the demo school only.
+    # A reviewer of the module's school: no selector, that school only.
     page.context.clear_cookies()
-    server.manage(
-        "create_institution_admin",
-        "Demo school",
-        "rita",
-        "--role",
-        "reviewer",
-        "--noinput",
-        env={"DJANGO_SUPERUSER_PASSWORD": "rita-pass-123"},
-    )
-    login(page, server, "rita", "rita-pass-123")
+    login(page, server, *REVIEWER)
     page.goto(server.url + "/admin/licensing/transaction/usage/")
     page.click(".usage-presets a:has-text('Last 90 days')")
     page.wait_for_selector("#usage-totals")
     assert page.locator("#id_institution").count() == 0
     top = page.inner_text("#top-licenses")
-    assert "demo" in top and "second-class" not in top
+    assert LICENSE in top and "second-class" not in top
     mine = page.request.get(f"{server.url}/manage/v1/usage?since={today - timedelta(days=89)}")
     assert page.inner_text("#total-requests dd") == f"{mine.json()['totals']['requests']:,}"
     shot(page, "usage-03-reviewer-90-days")
@@ -158,12 +160,12 @@ def test_usage_page_in_a_browser(server, page):
     # The top lists link to the transactions; from the license's page, its own usage.
     href = page.get_attribute("#top-licenses a.link", "href")
     assert href.startswith("/admin/licensing/transaction/?license=") and "&since=" in href
-    page.goto(server.url + "/admin/licensing/license/?q=demo")
+    page.goto(server.url + f"/admin/licensing/license/?q={LICENSE}")
     page.click("#result_list tbody tr th a")
     shot(page, "usage-04-license-page-link")
     page.click(".object-tools a:has-text('Usage')")
     page.wait_for_selector("#usage-totals")
-    assert "License demo" in page.inner_text("#content h2")
+    assert f"License {LICENSE}" in page.inner_text("#content h2")
     shot(page, "usage-05-one-license")
 
     # Bad parameters: a message, the form still there.

@@ -43,16 +43,14 @@ def server(lms):
         for name, value in env.items():
             patch.setenv(name, value)
         with running_server() as run:
-            run.manage(
-                "create_license", "Demo courses", "--institution", "Demo school",
-                "--limit", "2000000", "--period", "monthly", "--strategy", "per_user",
-            )  # fmt: skip
-            out = run.manage(
-                "configure_lti", "Demo school", "--issuer", lms.issuer,
-                "--client-id", "gw-moodle", "--deployment-id", "7",
-                "--jwks-url", lms.jwks_url, "--auth-url", lms.auth_url,
-                "--license", "Demo courses", "--allowance", "500000",
-                "--allowance-period", "week",
+            _, out = run.manage_many(  # one process, not one per command
+                ("create_license", "Demo courses", "--institution", "Demo school",
+                 "--limit", "2000000", "--period", "monthly", "--strategy", "per_user"),
+                ("configure_lti", "Demo school", "--issuer", lms.issuer,
+                 "--client-id", "gw-moodle", "--deployment-id", "7",
+                 "--jwks-url", lms.jwks_url, "--auth-url", lms.auth_url,
+                 "--license", "Demo courses", "--allowance", "500000",
+                 "--allowance-period", "week"),
             )  # fmt: skip
             public = env["GATEWAY_PUBLIC_URL"]
             assert out.splitlines() == [

@@ -51,26 +51,20 @@ def server(lms):
         for name, value in env.items():
             patch.setenv(name, value)
         with running_server() as run:
-            run.manage(
-                "create_license", "Demo courses", "--institution", "Demo school",
-                "--limit", "2000000", "--period", "monthly", "--strategy", "per_user",
+            run.manage_many(  # one process, not one per command
+                ("create_license", "Demo courses", "--institution", "Demo school",
+                 "--limit", "2000000", "--period", "monthly", "--strategy", "per_user"),
+                ("configure_lti", "Demo school", "--issuer", lms.issuer,
+                 "--client-id", "gw-moodle", "--deployment-id", "7",
+                 "--jwks-url", lms.jwks_url, "--auth-url", lms.auth_url,
+                 "--license", "Demo courses", "--allowance", "500000",
+                 "--allowance-period", "week"),
+                # The school's zone and money, as the page shows them.
+                ("shell", "-c", "from licensing.models import Institution\n"
+                 "Institution.objects.filter(name='Demo school').update(\n"
+                 "    timezone='Europe/Berlin', currency='EUR',\n"
+                 "    micro_credits_per_currency_unit=1_000_000)\n"),
             )  # fmt: skip
-            run.manage(
-                "configure_lti", "Demo school", "--issuer", lms.issuer,
-                "--client-id", "gw-moodle", "--deployment-id", "7",
-                "--jwks-url", lms.jwks_url, "--auth-url", lms.auth_url,
-                "--license", "Demo courses", "--allowance", "500000",
-                "--allowance-period", "week",
-            )  # fmt: skip
-            # The school's zone and money, as the page shows them.
-            run.manage(
-                "shell",
-                "-c",
-                "from licensing.models import Institution\n"
-                "Institution.objects.filter(name='Demo school').update(\n"
-                "    timezone='Europe/Berlin', currency='EUR',\n"
-                "    micro_credits_per_currency_unit=1_000_000)\n",
-            )
             yield run
 
 

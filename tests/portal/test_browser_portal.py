@@ -18,9 +18,11 @@ from tests.browser import BROWSER_TEST, shot
 pytestmark = BROWSER_TEST
 
 KEY_RE = re.compile(r"sk-svc-[A-Za-z0-9_-]{43}")
-SIGN_IN = "a.button:has-text('Sign in with Demo school')"
+# This module's school on the session's README server (shared by the browser modules).
+SCHOOL = "Portal school"
+SIGN_IN = f"a.button:has-text('Sign in with {SCHOOL}')"
 
-# Run with `manage.py shell -c` on run.sh's database: a student license of the demo school with
+# Run with `manage.py shell -c` on run.sh's database: a student license of the school with
 # terms of use and a display currency, an identity provider offering it, a student (a user with
 # an end user, as the SSO sign-in makes them) and a session for them. Prints the session key.
 STUDENT_SETUP = """
@@ -29,9 +31,9 @@ from django.contrib.sessions.backends.db import SessionStore
 from licensing.access.services import license_create
 from licensing.models import EndUser, IdentityProvider, Institution
 
-lic = license_create(name="Year 12 students", institution="Demo school", limit=2_000_000,
+lic = license_create(name="Year 12 students", institution="Portal school", limit=2_000_000,
                      period="monthly", strategy="per_user")
-school = Institution.objects.get(name="Demo school")
+school = Institution.objects.get(name="Portal school")
 school.terms_of_use = ("Use the gateway for your school work only.\\n"
                        "Do not paste personal data of other people.\\n"
                        "Your usage (not your prompts) is recorded and visible to the school.")
@@ -126,7 +128,7 @@ def test_the_student_portal_in_a_browser(server, page):
     page.goto(server.url + "/portal/data/")
     page.wait_for_selector("#destinations")
     body = page.inner_text("#content")
-    assert "Demo school" in body and "not store your prompts" in body
+    assert SCHOOL in body and "not store your prompts" in body
     assert "direct" in page.inner_text("#destinations")
     shot(page, "portal-06-data")
 

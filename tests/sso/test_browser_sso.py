@@ -45,16 +45,14 @@ def server(idp):
         for name, value in env.items():
             patch.setenv(name, value)
         with running_server() as run:
-            run.manage(
-                "create_license", "Demo students", "--institution", "Demo school",
-                "--limit", "2000000", "--period", "monthly", "--strategy", "per_user",
-            )  # fmt: skip
-            out = run.manage(
-                "configure_sso", "Demo school", "--issuer", idp.issuer,
-                "--client-id", "gw-demo", "--client-secret-env", "DEMO_OIDC_SECRET",
-                "--admin-group", "gateway-admins", "--reviewer-group", "gateway-reviewers",
-                "--student-group", "pupils", "--student-license", "Demo students",
-                "--email-domain", "demo.example.edu",
+            _, out = run.manage_many(  # one process, not one per command
+                ("create_license", "Demo students", "--institution", "Demo school",
+                 "--limit", "2000000", "--period", "monthly", "--strategy", "per_user"),
+                ("configure_sso", "Demo school", "--issuer", idp.issuer,
+                 "--client-id", "gw-demo", "--client-secret-env", "DEMO_OIDC_SECRET",
+                 "--admin-group", "gateway-admins", "--reviewer-group", "gateway-reviewers",
+                 "--student-group", "pupils", "--student-license", "Demo students",
+                 "--email-domain", "demo.example.edu"),
             )  # fmt: skip
             assert f"{env['GATEWAY_PUBLIC_URL']}/sso/1/callback/" in out
             yield run
