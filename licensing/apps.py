@@ -7,3 +7,6 @@ class LicensingConfig(AppConfig):
 
     def ready(self):
         from . import signals  # noqa: F401
+        from .ledger.spool import register_gauges
+
+        register_gauges()  # /metrics reads the spool's depths through core.metrics

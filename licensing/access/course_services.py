@@ -24,7 +24,7 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from core import clock
-from gateway_site.localcache import clear_all
+from core.localcache import clear_all
 
 from ..models import ApiKey, AuditEvent, Course, CourseMember, CourseTeacher, CourseWindow, EndUser
 from .audit import audit_event_record
