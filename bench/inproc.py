@@ -232,7 +232,7 @@ def _set_up_anthropic(procs, env: dict) -> None:
 
 
 def _child_set_up_course() -> None:
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
     from licensing.access.credentials import api_key_create
     from licensing.models import ApiKey, Course, CourseMember, EndUser, License
 

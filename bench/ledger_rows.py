@@ -84,7 +84,7 @@ def measure(seconds: float, concurrency: int) -> dict:
         )
 
     async def run() -> dict:
-        from gateway_site.db import run_db
+        from core.db import run_db
 
         budget = await run_db(budget_check, license_id=license.id, config=config, holder="key:1")
         count = 0

@@ -44,7 +44,7 @@ def measure(requests: int) -> dict:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from gateway_site import pgpool
+    from core import pgpool
     from licensing.access.services import license_create
     from licensing.ledger.budget import BudgetConfig, budget_check, budget_check_async
     from licensing.ledger.record import LedgerEntry

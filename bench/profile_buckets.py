@@ -39,7 +39,10 @@ OWN = [
     ("core/jsonio.py", "validation: JSON, django-ninja, pydantic"),
     ("inference/schemas/", "validation: JSON, django-ninja, pydantic"),
     ("inference/", "pipeline: steps, render"),
-    ("gateway_site/db.py", "ORM on a worker thread"),
+    ("core/db.py", "ORM on a worker thread"),
+    # The site's infrastructure moved to core in issue 36: same bucket, so runs still compare.
+    ("core/pgpool.py", "gateway's ASGI handler, middleware, access log"),
+    ("core/localcache.py", "gateway's ASGI handler, middleware, access log"),
     ("gateway_site/", "gateway's ASGI handler, middleware, access log"),
 ]
 # Frameworks that claim their own work before any frame of ours is reached.

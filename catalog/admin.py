@@ -12,7 +12,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.db.models import Count, Q
 from django.utils.html import format_html
 
-from gateway_site.localcache import clear_all
+from core.localcache import clear_all
 
 from .circuit import CLOSED, OPEN
 from .forms import FORMFIELD_OVERRIDES, CatalogModelForm, ConnectionForm

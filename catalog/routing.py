@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from core.crypto import UndecryptableSecret, reveal
+from core.db import UNREACHABLE
 from core.errors import BadRequest, ServiceUnavailable
-from gateway_site.db import UNREACHABLE
-from gateway_site.localcache import TTLCache
+from core.localcache import TTLCache
 
 from .circuit import circuit_key, known_open
 from .models import Connection, Model, Provider, ProviderModel, parse_tags

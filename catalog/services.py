@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from gateway_site.localcache import clear_all
+from core.localcache import clear_all
 
 from .defaults import MODELS, PROVIDERS
 from .models import Connection, Model, Provider, ProviderModel, priced

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.http import HttpResponse
+
 SERVICE_UNAVAILABLE = "Service temporarily unavailable"
 
 
@@ -187,3 +189,11 @@ def validation_error_body(
             "code": kind,
         },
     }
+
+
+def internal_server_error() -> HttpResponse:
+    """The contract's answer to anything unexpected: a plain-text 500, DEBUG or not (the /v1
+    API's last exception handler and the site's middleware both send it)."""
+    return HttpResponse(
+        "Internal Server Error", status=500, content_type="text/plain; charset=utf-8"
+    )

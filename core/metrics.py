@@ -13,6 +13,8 @@ GATEWAY_METRICS=off turns every recording call into a return (and /metrics into 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import Counter, Gauge, Histogram, values
 
 from core.config import get_config
@@ -93,6 +95,11 @@ LEDGER_ROWS_LOST = Counter(
     "Ledger rows neither the database nor the spool could take (each logged at CRITICAL).",
     ["kind"],
 )
+
+# Gauges read when /metrics is scraped, once per host (not per worker), by name: (help, read).
+# The app that owns a value registers how to read it at start-up (the ledger its spool's depths,
+# licensing.ledger.spool.register_gauges), so the site's endpoint imports no app.
+_scrape_gauges: dict[str, tuple[str, Callable[[], float]]] = {}
 
 _requests: dict[tuple[str, str, str, int], Counter] = {}
 _timings: dict[tuple[str, str], tuple[Histogram, Histogram]] = {}
@@ -226,3 +233,15 @@ def ledger_rows_lost(kind: str, count: int) -> None:
     """kind: `call` (a provider call, logged with its spool line) or `refusal`."""
     if ENABLED and count > 0:
         LEDGER_ROWS_LOST.labels(kind).inc(count)
+
+
+def register_gauge_source(name: str, documentation: str, read: Callable[[], float]) -> None:
+    """A gauge /metrics reads when scraped: `read()` gives its value (an OSError shows as NaN).
+    Registering a name again replaces it, so a second start-up in one process adds nothing."""
+    _scrape_gauges[name] = (documentation, read)
+
+
+def gauge_sources() -> list[tuple[str, str, Callable[[], float]]]:
+    """The registered scrape-time gauges, (name, help, read), in the order they were first
+    registered."""
+    return [(name, doc, read) for name, (doc, read) in _scrape_gauges.items()]

@@ -5,8 +5,8 @@ request_started / request_finished receivers and `response.close()` through `syn
 which starts (and later stops) one OS thread per request: about 1 ms of CPU each on this path.
 Their only work is `close_old_connections` (and `reset_queries` under DEBUG) for the calling
 thread's database connections. The /v1 path opens no connection on its own thread (ORM work
-runs on gateway_site.db's worker threads, which look after their own connections, and the hot
-statements go through gateway_site.pgpool), so on /v1 the handler skips the thread and the
+runs on core.db's worker threads, which look after their own connections, and the hot
+statements go through core.pgpool), so on /v1 the handler skips the thread and the
 started and finished signals and closes the response inline; a 4xx/5xx answer is logged inline
 too (Django hands `log_response` to the loop's default executor, a thread hop per error answer
 whose first use starts a thread). Everything else (the admin) is Django's own.

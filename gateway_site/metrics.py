@@ -67,22 +67,14 @@ def allowed(scope) -> bool:
 
 
 class ScrapeTimeCollector:
-    """Values read when scraped, once per host (not per worker)."""
+    """Values read when scraped, once per host (not per worker): the gauges the apps registered
+    in core.metrics (the ledger's spool depths)."""
 
     def collect(self):
-        from licensing.ledger.spool import spool_depth, spool_rejected
-
-        depth = GaugeMetricFamily(
-            "gateway_ledger_spool_entries",
-            "Ledger entries waiting in this host's spool for the database.",
-        )
-        rejected = GaugeMetricFamily(
-            "gateway_ledger_spool_rejected_entries",
-            "Spooled ledger entries the database refused for good (rejected.jsonl).",
-        )
-        for family, count in ((depth, spool_depth), (rejected, spool_rejected)):
+        for name, documentation, read in metrics.gauge_sources():
+            family = GaugeMetricFamily(name, documentation)
             try:
-                family.add_metric([], count())
+                family.add_metric([], read())
             except OSError:
                 family.add_metric([], float("nan"))
             yield family

@@ -16,7 +16,7 @@ from django.urls import Resolver404, get_resolver
 from django.utils.module_loading import import_string
 
 from core import metrics
-from core.errors import validation_error_body
+from core.errors import internal_server_error, validation_error_body
 
 from . import logs
 
@@ -75,12 +75,6 @@ async def api_not_found_view(request, *args, **kwargs) -> JsonResponse:
     """The last /v1/ route: an unknown path answered as a view, not as Django's Resolver404,
     whose exception is turned into a page on the loop's default executor (a thread)."""
     return api_not_found(request)
-
-
-def internal_server_error() -> HttpResponse:
-    return HttpResponse(
-        "Internal Server Error", status=500, content_type="text/plain; charset=utf-8"
-    )
 
 
 class RequestContextMiddleware:

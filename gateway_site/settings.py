@@ -90,7 +90,7 @@ DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = not CONFIG.GATEWAY_PG_SERV
 if "postgresql" in DATABASES["default"]["ENGINE"] and CONFIG.GATEWAY_PG_ORM_POOL:
     # (manage.py's commands turn the pool off: one short session each.)
     # The ORM's connections of a process come from one bounded pool (Django's psycopg pool):
-    # the API's worker threads return theirs after each block of work (gateway_site.db), the
+    # the API's worker threads return theirs after each block of work (core.db), the
     # admin's, the management API's and the live feed's at the end of each request or check.
     # Persistent per-thread connections grew with every thread that ever ran ORM code
     # (50 per worker seen). Per worker: GATEWAY_PG_POOL_SIZE (the hot path's own pool) +
@@ -102,7 +102,7 @@ if "postgresql" in DATABASES["default"]["ENGINE"] and CONFIG.GATEWAY_PG_ORM_POOL
         # As the hot path's pool: a wait only lasts when no connection can be made (the database
         # is down: the 503 then comes after this long) or every one is busy.
         "timeout": CONFIG.GATEWAY_PG_POOL_TIMEOUT,
-        # Back within seconds of the database, whatever the outage's length (gateway_site.pgpool).
+        # Back within seconds of the database, whatever the outage's length (core.pgpool).
         "reconnect_timeout": 5.0,
     }
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -255,7 +255,7 @@ INSTALLED_APPS += ["gateway_site.apps.GatewaySiteConfig", "axes"]
 GATEWAY_ENCRYPTION_KEYS = CONFIG.GATEWAY_ENCRYPTION_KEYS
 GATEWAY_ENCRYPTION_KEY_FILE = BASE_DIR / "var" / "encryption.key"
 
-# Cache invalidation between worker processes (gateway_site.localcache): Redis pub/sub when
+# Cache invalidation between worker processes (core.localcache): Redis pub/sub when
 # REDIS_URL is set, else a generation file every process on this host polls.
 GATEWAY_INVALIDATION_FILE = CONFIG.GATEWAY_INVALIDATION_FILE
 

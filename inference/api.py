@@ -23,9 +23,14 @@ from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 from ninja.security.http import HttpAuthBase
 
-from core.errors import IMAGES_HINTS, GatewayError, ServiceUnavailable, validation_error_body
+from core.errors import (
+    IMAGES_HINTS,
+    GatewayError,
+    ServiceUnavailable,
+    internal_server_error,
+    validation_error_body,
+)
 from core.jsonio import dumps, json_invalid_item, json_response, parse_json
-from gateway_site.middleware import internal_server_error
 from licensing.access.credentials import authenticate
 
 from .providers.pool import current_license
@@ -155,7 +160,7 @@ def _body_too_large(request, exc: RequestDataTooBig):
 
 @api.exception_handler(OperationalError)
 @api.exception_handler(InterfaceError)
-@api.exception_handler(psycopg.OperationalError)  # the hot path's own pool (gateway_site.pgpool)
+@api.exception_handler(psycopg.OperationalError)  # the hot path's own pool (core.pgpool)
 def _database_unavailable(request, exc: Exception):
     """The database is down or went away: the contract's retryable 503, not a 500. A provider
     call that already happened is in the ledger spool by now (licensing.ledger.spool)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from catalog.registry import SERVICES
 from catalog.routing import Catalog, ModelEntry, ProviderPin, select_route
 from core.errors import GatewayError
-from gateway_site.localcache import TTLCache
+from core.localcache import TTLCache
 from licensing.rules.policy import Policy
 
 from .schemas.common import MODEL_ID_MAX_LENGTH

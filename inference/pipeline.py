@@ -35,6 +35,7 @@ from catalog.routing import (
     select_routes,
 )
 from core import clock, metrics, tracing
+from core.db import run_db
 from core.errors import (
     AUTH_REQUIRED,
     AuthenticationFailed,
@@ -42,7 +43,6 @@ from core.errors import (
     PolicyDenied,
     ServiceUnavailable,
 )
-from gateway_site.db import run_db
 from licensing.access.credentials import Principal
 from licensing.courses import rules as course_rules
 from licensing.courses.selectors import course_rules_async

@@ -8,7 +8,9 @@ class LicensingConfig(AppConfig):
     def ready(self):
         from . import signals  # noqa: F401
         from .courses.rules import overlay_problems
+        from .ledger.spool import register_gauges
         from .models.courses import register_overlay_check
 
         # Course.clean's overlay check is a rule of the courses wing, above the models.
         register_overlay_check(overlay_problems)
+        register_gauges()  # /metrics reads the spool's depths through core.metrics

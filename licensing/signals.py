@@ -2,7 +2,7 @@
 
 from django.db.models.signals import post_delete, post_save
 
-from gateway_site.localcache import clear_all
+from core.localcache import clear_all
 
 # Written on the hot path; they are never cached, so their writes must not clear anything.
 _NOT_CACHED = {

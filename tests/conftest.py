@@ -209,7 +209,7 @@ def upstreams(openai_upstream, openrouter_upstream):
 def catalog(transactional_db, upstreams):
     """The default catalog, with `direct` and `aggregator` connected to the fakes."""
     from catalog.services import catalog_load_defaults, connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     catalog_load_defaults()
     connection_configure(
@@ -316,7 +316,7 @@ def all_upstreams(catalog, bedrock_upstream, gemini_upstream):
     """`catalog`, plus `cloud` and `multimodal` connected to their fakes. Their catalog rows
     stay as the default catalog has them (inactive for images); tests enable what they need."""
     from catalog.services import connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     for fake in (bedrock_upstream, gemini_upstream):
         fake.reset()
@@ -365,7 +365,7 @@ def search_upstreams(catalog, brave_upstream, openalex_upstream):
     """`catalog`, plus `websearch` (Brave, with a key) and `academic` (OpenAlex, keyless)
     connected to their fakes."""
     from catalog.services import connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     for fake in (brave_upstream, openalex_upstream):
         fake.reset()

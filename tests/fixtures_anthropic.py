@@ -23,7 +23,7 @@ def claude_catalog(catalog, anthropic_upstream):
     active (their `cloud` rows stay as the default catalog has them: inactive)."""
     from catalog.models import ProviderModel
     from catalog.services import connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     anthropic_upstream.reset()
     connection_configure(

@@ -25,7 +25,7 @@ def bedrock_chat(catalog, bedrock_upstream):
     """`catalog`, plus `cloud` on the Bedrock fake with its chat rows and BEDROCK_CLAUDE active."""
     from catalog.defaults import BEDROCK_CHAT_MODELS
     from catalog.models import Model, Provider, ProviderModel
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     bedrock_upstream.reset()
     connect_cloud(bedrock_upstream)

@@ -19,7 +19,7 @@ def bridged(catalog):
     `campus-llm` and `campus-reasoner`, owned by it (no header needed). Returns the fake."""
     from catalog.models import Model, Provider, ProviderModel
     from catalog.services import connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
     from tests.conftest import UPSTREAM_KEY
 
     fake = catalog["direct"]

@@ -57,7 +57,7 @@ def azure_catalog(catalog, azure_upstream):
     """`catalog`, plus `azure` connected to its fake on the classic paths (an api version) and
     its default rows switched on (as `configure_connection azure ... --enable-models` does)."""
     from catalog.services import connection_configure_enabling
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     connection_configure_enabling(
         provider_slug="azure",
@@ -75,7 +75,7 @@ def campus_catalog(catalog, compatible_upstream, settings):
     vLLM-style fake, reachable by sync_models through the outbound guard (loopback and the
     fake's port allowed, as an operator allows a campus network)."""
     from catalog.services import connection_configure, provider_add
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     port = int(compatible_upstream.origin.rsplit(":", 1)[-1])
     settings.GATEWAY = {

@@ -30,7 +30,7 @@ def gemini_chat(catalog, gemini_upstream):
     `catalog` has them)."""
     from catalog.models import Model, Provider, ProviderModel
     from catalog.services import connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     gemini_upstream.reset()
     connection_configure(

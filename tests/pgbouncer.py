@@ -152,9 +152,9 @@ def pgbouncer_server(django_db_setup, django_db_blocker):
 
 @pytest.fixture
 def hot_path_via_pgbouncer(pgbouncer_server, monkeypatch):
-    """The hot path's pool (the budget read, the group commit: gateway_site.pgpool) of the
+    """The hot path's pool (the budget read, the group commit: core.pgpool) of the
     pools opened during the test connects through the pgbouncer, with the default settings."""
-    from gateway_site import pgpool
+    from core import pgpool
 
     connect_kwargs = pgpool._connect_kwargs
 

@@ -26,7 +26,7 @@ import psycopg
 from django.http import HttpResponse, StreamingHttpResponse
 from psycopg_pool import AsyncConnectionPool
 
-from gateway_site import pgpool
+from core import pgpool
 
 READ = "SELECT spent FROM floor_io_wallet WHERE id = 1"
 COMMIT = (

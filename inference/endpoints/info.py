@@ -6,9 +6,9 @@ from django.db import connection
 from ninja import Router
 from pydantic import BaseModel
 
+from core.db import run_db
 from core.errors import NotFound
 from core.jsonio import json_response
-from gateway_site.db import run_db
 from licensing.courses.selectors import course_rules_async, course_summary
 from licensing.ledger.budget import budget_usage
 from licensing.ledger.spool import note_database_down, note_database_up

@@ -42,7 +42,7 @@ MAX_REDIRECTS = 5
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = "inference-gateway-fetch/1.0"
 # Extraction is CPU-bound (the GIL makes more threads useless) and must not take the default
-# executor's threads, which are the database connection pool (gateway_site.db).
+# executor's threads, which are the database connection pool (core.db).
 _EXTRACTORS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fetch-extract")
 ACCEPT = "text/html,application/xhtml+xml,application/pdf,application/json,text/plain;q=0.9"
 # Only the encodings inflated here, step by step (httpx would also ask for br and zstd, which

@@ -21,9 +21,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.crypto import UndecryptableSecret, reveal
+from core.db import UNREACHABLE, run_db
 from core.errors import AUTH_BAD_SCHEME, AUTH_INVALID, AuthenticationFailed, ServiceUnavailable
-from gateway_site.db import UNREACHABLE, run_db
-from gateway_site.localcache import TTLCache
+from core.localcache import TTLCache
 
 from ..ledger.budget import BudgetConfig
 from ..models import (

@@ -2,7 +2,7 @@
 
 Like the license snapshot (credentials.LicenseInfo) it is read from the cache on the hot path
 and rebuilt from the database on a miss. A save or delete of a course, one of its windows or
-one of its members goes through licensing.signals → gateway_site.localcache.clear_all, which
+one of its members goes through licensing.signals → core.localcache.clear_all, which
 clears this process's caches at once and every other worker's within POLL_INTERVAL (the
 generation file) or at once (Redis): a teacher's exam switch is in force everywhere within a
 second, whatever the TTL. Windows are kept as instants and compared with the request's own
@@ -14,8 +14,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from core import clock
-from gateway_site.db import run_db
-from gateway_site.localcache import TTLCache
+from core.db import run_db
+from core.localcache import TTLCache
 
 from ..ledger.budget import course_levels_usage
 from ..models import Course, CourseMember, CourseWindow

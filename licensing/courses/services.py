@@ -24,7 +24,7 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from core import clock
-from gateway_site.localcache import clear_all
+from core.localcache import clear_all
 
 from ..access.audit import audit_event_record
 from ..access.changes import audit_api_key

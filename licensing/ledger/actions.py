@@ -24,9 +24,8 @@ import logging
 import psycopg
 from django.db import DatabaseError
 
-from core import metrics
-from gateway_site import pgpool
-from gateway_site.db import run_db
+from core import metrics, pgpool
+from core.db import run_db
 
 from . import feed
 from .alerts import FollowUp, alerts_waiting, follow_up, follow_ups_write

@@ -16,11 +16,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db import IntegrityError, connection, transaction
 
-from core import clock
+from core import clock, pgpool
+from core.db import run_db
 from core.errors import OUT_OF_BUDGET, BadRequest, BudgetConfigurationError
-from gateway_site import pgpool
-from gateway_site.db import run_db
-from gateway_site.localcache import TTLCache
+from core.localcache import TTLCache
 
 from ..models import Course, CourseMember, Wallet
 

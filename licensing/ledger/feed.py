@@ -29,7 +29,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from core import metrics
-from gateway_site.pgpool import per_loop
+from core.pgpool import per_loop
 
 from ..models import Transaction
 from .record import LEDGER_COLUMNS

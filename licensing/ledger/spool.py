@@ -38,7 +38,8 @@ import orjson
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from gateway_site.db import run_db
+from core import metrics
+from core.db import run_db
 
 from .budget import BudgetConfig, BudgetState, WalletKey
 from .record import LedgerEntry
@@ -186,6 +187,20 @@ def spool_rejected() -> int:
     """Entries the database refused for good, kept in `rejected.jsonl` for an operator."""
     path = spool_dir() / REJECTED
     return _lines(path) if path.exists() else 0
+
+
+def register_gauges() -> None:
+    """The spool's depths as /metrics gauges, read when scraped (called by licensing's ready())."""
+    metrics.register_gauge_source(
+        "gateway_ledger_spool_entries",
+        "Ledger entries waiting in this host's spool for the database.",
+        spool_depth,
+    )
+    metrics.register_gauge_source(
+        "gateway_ledger_spool_rejected_entries",
+        "Spooled ledger entries the database refused for good (rejected.jsonl).",
+        spool_rejected,
+    )
 
 
 def encoded_line(entry, budget: BudgetState | None) -> str:

@@ -35,9 +35,8 @@ from typing import Protocol
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from core import jsonio
-from gateway_site import pgpool
-from gateway_site.db import run_db
+from core import jsonio, pgpool
+from core.db import run_db
 
 from ..models import Transaction, Wallet
 from .budget import BudgetState

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from catalog.models import Connection, ProviderModel
-from gateway_site import localcache
+from core import localcache
 from licensing.models import ApiKey, EndUser, Institution, JwtIssuer, License
 from tests.kit import wait_until
 from tests.processes import RedisServer, redis_server_or_skip, running_workers

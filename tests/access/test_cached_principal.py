@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from gateway_site.localcache import clear_all
+from core.localcache import clear_all
 from licensing.access import credentials
 from licensing.access.credentials import api_key_create, authenticate
 from licensing.access.services import license_create

@@ -29,7 +29,7 @@ from core.crypto import (
     reset_keyring,
     reveal,
 )
-from gateway_site.localcache import clear_all
+from core.localcache import clear_all
 from licensing.models import Institution, JwtIssuer
 
 from ..conftest import AWS_SECRET_KEY, UPSTREAM_KEY

@@ -277,7 +277,7 @@ def test_input_guardrail_reads_the_texts(client, all_upstreams, make_license, ma
 
 def test_signature_is_checked(client, auth, all_upstreams):
     from catalog.services import connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     connection_configure(
         provider_slug="cloud",

@@ -255,7 +255,7 @@ def test_reasoning_effort_is_claude_s_thinking(sdk, claude_catalog):
 
 def test_an_adaptive_model_thinks_at_the_effort(sdk, claude_catalog):
     from catalog.models import Model
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     model = Model.objects.get(model_id=HAIKU)
     model.options = {**model.options, "claude_thinking": "adaptive"}
@@ -377,7 +377,7 @@ def test_claude_fails_over_from_anthropic_to_bedrock(sdk, claude_catalog, bedroc
     the first byte, Bedrock answers; one ledger row, the answering attempt's, charged at its
     usage."""
     from catalog.models import ProviderModel
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
     from tests.conftest import connect_cloud
 
     bedrock_upstream.reset()

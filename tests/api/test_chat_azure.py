@@ -13,7 +13,7 @@ import pytest
 
 from catalog.models import Model, Provider, ProviderModel
 from catalog.services import connection_configure
-from gateway_site.localcache import clear_all
+from core.localcache import clear_all
 from inference.billing import Usage, credits_for
 from inference.providers import usage as usage_formats
 from inference.providers.azure import CONTENT_FILTERED

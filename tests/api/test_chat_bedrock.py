@@ -428,7 +428,7 @@ def test_an_unknown_model_id_is_the_providers_400(client, auth, fake):
     from catalog.models import ProviderModel
 
     ProviderModel.objects.filter(model__model_id=LLAMA).update(upstream_model_id="meta.llama9-v1:0")
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     clear_all()
     body = {"model": LLAMA, "messages": [{"role": "user", "content": "hi"}]}

@@ -15,7 +15,7 @@ from django.core.management import call_command
 
 from catalog.models import Model
 from catalog.services import connection_configure
-from gateway_site.localcache import clear_all
+from core.localcache import clear_all
 from inference.billing import Usage, credits_for
 from inference.endpoints.responses import STATELESS_MESSAGE
 from licensing.models import Transaction

@@ -158,7 +158,7 @@ def test_exam_policy_narrows_what_the_license_allows(client, catalog, course, st
 
 def test_a_broken_exam_policy_is_503(client, catalog, course, student, member_auth):
     Course.objects.filter(pk=course.pk).update(exam_mode=True, exam_policy=["not", "a", "policy"])
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     clear_all()
     assert embed(client, member_auth).status_code == 503

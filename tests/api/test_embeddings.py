@@ -235,7 +235,7 @@ def test_no_provider_for_the_license(client, catalog, make_license, make_key):
 
 def test_all_rows_inactive(client, auth, catalog):
     ProviderModel.objects.filter(model__model_id=SMALL).update(active=False)
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     clear_all()
     response = embed(client, auth, {"model": SMALL, "input": "x"})

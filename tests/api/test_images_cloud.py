@@ -42,7 +42,7 @@ def decoded_png(b64: str) -> dict:
 
 def configure(name="default", **kwargs):
     from catalog.services import connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     connection_configure(provider_slug="cloud", name=name, **kwargs)
     clear_all()

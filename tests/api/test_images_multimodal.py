@@ -387,7 +387,7 @@ def test_pinning_multimodal_for_a_model_it_has_no_row_for(client, auth, all_upst
 def test_missing_connection_key(client, auth, all_upstreams, activate_rows):
     activate_rows(FAST)
     Connection.objects.filter(provider__slug="multimodal").update(api_key="")
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     clear_all()
     response = generate(client, auth, {"model": FAST, "prompt": "a boat"})

@@ -43,7 +43,7 @@ class Answer(BaseModel):
 
 def test_models_list_and_retrieve_show_only_what_the_caller_can_use(sdk, catalog):
     from catalog.services import connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     # A fresh install: the aggregator's connection has no key, and no cloud connection exists.
     connection_configure(

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 import pytest
 from django.db.models import Sum
 
+from core import pgpool
 from core.errors import OUT_OF_BUDGET
-from gateway_site import pgpool
-from gateway_site.localcache import clear_all
+from core.localcache import clear_all
 from licensing.ledger.actions import transaction_record, transaction_record_once
 from licensing.ledger.budget import (
     budget_check,

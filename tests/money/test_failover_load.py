@@ -42,8 +42,8 @@ from django.db.models import Sum
 from catalog.circuit import OPEN, circuit_key, read_circuits
 from catalog.models import Model
 from core import clock
+from core.localcache import clear_all
 from fake_upstreams import OpenAIFake, serve
-from gateway_site.localcache import clear_all
 from inference.billing import Usage, credits_for
 from licensing.models import Transaction, Wallet
 from tests.kit import wait_until

@@ -8,7 +8,7 @@ from decimal import Decimal
 import psycopg
 import pytest
 
-from gateway_site import pgpool
+from core import pgpool
 from licensing.ledger.actions import transaction_record
 from licensing.ledger.budget import BudgetConfig, BudgetState
 from licensing.ledger.group_commit import _remaining

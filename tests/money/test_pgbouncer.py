@@ -14,7 +14,7 @@ import httpx
 import pytest
 from django.db.models import Sum
 
-from gateway_site import pgpool
+from core import pgpool
 from licensing.ledger.actions import transaction_record
 from licensing.ledger.budget import budget_check_async
 from licensing.models import Transaction, Wallet
@@ -97,7 +97,7 @@ def test_auto_prepares_only_on_a_connection_that_reaches_postgresql(hot_path_via
     """GATEWAY_PG_PREPARE_THRESHOLD=auto decides per connection, before its first statement:
     through the pgbouncer none prepares (a lost statement, or another client's statement of
     the same name run in its place, cannot happen), and the pooler is never seen to lose one;
-    straight to PostgreSQL the connection prepares (gateway_site.pgpool._configure)."""
+    straight to PostgreSQL the connection prepares (core.pgpool._configure)."""
     import psycopg
     from django.db import connection
 

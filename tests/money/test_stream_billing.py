@@ -290,7 +290,7 @@ class RawSSE(FakeUpstream):
 @pytest.fixture
 def raw_upstream(catalog):
     from catalog.services import connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     fake = RawSSE()
     fake.chunk_delay = 0.02  # every chunk its own TCP segment

@@ -161,7 +161,7 @@ def test_a_failover_is_counted(gateway, sdk, catalog, license):
     the failover to the standby `direct/b` too, and the circuit gauge shows `default` open; the
     next request skips `default` without calling it (no new failover)."""
     from catalog.services import connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     connection_configure(
         provider_slug="direct",
@@ -340,3 +340,37 @@ def test_every_metric_is_documented():
     assert not missing, f"metrics not in docs/metrics.md: {sorted(missing)}"
     for name, labels in defined.items():
         assert rows[name] == labels, name
+
+
+def test_scrape_time_gauges_are_registered_by_their_app():
+    """gateway_site.metrics imports no app: the ledger registers its spool gauges in
+    core.metrics at start-up (licensing's ready()), each one documented, and a gauge whose read
+    fails with OSError shows NaN rather than failing the scrape."""
+    import ast
+    import math
+    from pathlib import Path
+
+    from core import metrics
+    from gateway_site import metrics as endpoint
+
+    tree = ast.parse(Path(endpoint.__file__).read_text())
+    imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    apps = {"catalog", "licensing", "inference"}
+    assert not {name for name in imported if name.split(".")[0] in apps}, imported
+
+    names = [name for name, _, _ in metrics.gauge_sources()]
+    assert names[:2] == ["gateway_ledger_spool_entries", "gateway_ledger_spool_rejected_entries"]
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    assert all(f"| `{name}` |" in docs for name in names), names
+
+    def unreadable() -> float:
+        raise OSError("no spool directory")
+
+    metrics.register_gauge_source("gateway_test_unreadable", "A read that fails.", unreadable)
+    try:
+        values = {f.name: f.samples[0].value for f in endpoint.ScrapeTimeCollector().collect()}
+    finally:
+        metrics._scrape_gauges.pop("gateway_test_unreadable")
+    assert math.isnan(values["gateway_test_unreadable"])
+    assert values["gateway_ledger_spool_entries"] >= 0

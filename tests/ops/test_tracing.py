@@ -64,7 +64,7 @@ def close_pool(live: LiveGateway) -> None:
     the session's gateway keeps its connections."""
     import asyncio
 
-    from gateway_site import pgpool
+    from core import pgpool
 
     if live.loop is not None and live.loop.is_running():
         asyncio.run_coroutine_threadsafe(pgpool.close_all(), live.loop).result(timeout=10)

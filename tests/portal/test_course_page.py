@@ -293,7 +293,7 @@ def test_usage_is_the_students_own_in_this_course(world):
 
 def test_models_are_the_courses_policy(world):
     from catalog.services import catalog_load_defaults, connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     catalog_load_defaults()
     connection_configure(

@@ -250,7 +250,7 @@ def test_usage_by_day_and_model_is_the_students_own_and_30_days_only(db):
 
 def test_models_are_the_policy_over_the_catalog(db):
     from catalog.services import catalog_load_defaults, connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     catalog_load_defaults()
     connection_configure(
@@ -280,7 +280,7 @@ def test_an_unreadable_policy_allows_no_model(db):
 def test_data_page_names_providers_regions_and_who_runs_it(db):
     from catalog.models import Connection
     from catalog.services import catalog_load_defaults, connection_configure
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     catalog_load_defaults()
     connection_configure(

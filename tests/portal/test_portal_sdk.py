@@ -82,7 +82,7 @@ def test_models_and_destinations_follow_a_restrictive_policy_like_v1_models(gate
     """Model rules, allowed providers and a residency tag: the overview lists what GET
     /v1/models lists for the student's key, and the data page only the tagged connection."""
     from catalog.models import Connection
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     Connection.objects.filter(provider__slug="direct").update(tags="eu")
     clear_all()

@@ -16,8 +16,8 @@ def test_no_failure_after_the_upstream_closes_idle_connections(
     client, auth, catalog, license, settings
 ):
     from catalog.services import connection_configure
+    from core.localcache import clear_all
     from fake_upstreams import OpenAIFake, serve
-    from gateway_site.localcache import clear_all
     from licensing.models import Transaction
 
     # The upstream drops an idle connection after 0.2 s; the gateway would keep it for 4 s.

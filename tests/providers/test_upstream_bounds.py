@@ -39,8 +39,8 @@ def own_upstream(catalog, settings):
     """A fake of its own for `direct`: a new connection URL, so the gateway builds a pool for
     it under this test's settings. `configure(**gateway)` sets them first."""
     from catalog.services import connection_configure
+    from core.localcache import clear_all
     from fake_upstreams import OpenAIFake, serve
-    from gateway_site.localcache import clear_all
 
     with serve(OpenAIFake(api_key=UPSTREAM_KEY)) as fake:
 

@@ -135,7 +135,7 @@ def test_failed_input_moderation_fails_closed(client, catalog, make_license, mak
 def test_moderation_timeout_fails_closed(client, catalog, make_license, make_key):
     _, auth = moderated(make_license, make_key, input=True)
     Connection.objects.filter(provider__slug="direct").update(timeout=0.5)
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     clear_all()
     catalog["direct"].hang_next(5)
@@ -153,7 +153,7 @@ def test_malformed_moderation_answer_fails_closed(client, catalog, make_license,
 def test_no_direct_connection_fails_closed(client, search_upstreams, make_license, make_key):
     _, auth = moderated(make_license, make_key, input=True)
     Connection.objects.filter(provider__slug="direct").delete()
-    from gateway_site.localcache import clear_all
+    from core.localcache import clear_all
 
     clear_all()
     response = client.post("/v1/web-search", json={"query": "tides"}, headers=auth)

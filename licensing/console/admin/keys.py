@@ -7,7 +7,7 @@ instead)."""
 from django.contrib import admin, messages
 
 from catalog.forms import FORMFIELD_OVERRIDES
-from gateway_site.localcache import clear_all
+from core.localcache import clear_all
 
 from ...access.changes import audit_api_key
 from ...access.credentials import api_key_create
