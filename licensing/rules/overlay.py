@@ -12,7 +12,8 @@ An overlay has the policy document's format and these meanings:
   none), `excluded` a superset, `patterns` a subset of the base's patterns (patterns are
   alternatives: fewer is narrower), `fixed` the base's value when the base fixes one,
   `forbidden: false` not where the base forbids; `providers` a subset. `limits` (fair use) <=,
-  `routing.connection_tags` a superset.
+  `routing.connection_tags` a superset. Each rule key's "narrower" and its intersection are its
+  class's `widenings` and `intersect` (licensing.rules.keys.RULES).
 
 `effective_policy` intersects whatever it is given, so even an overlay with widenings never lets
 through a request the base refuses; `overlay_widenings` says what an overlay writes that would not
