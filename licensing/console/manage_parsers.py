@@ -71,6 +71,24 @@ def _unstorable(value, depth: int) -> str | None:
     """Why a parsed JSON value cannot be taken (None: it can)."""
     if depth > 32:
         return "Nested deeper than 32 levels."
+    if isinstance(value, dict):
+        return _first_unstorable((part for pair in value.items() for part in pair), depth + 1)
+    if isinstance(value, list):
+        return _first_unstorable(value, depth + 1)
+    return _unstorable_scalar(value)
+
+
+def _first_unstorable(values, depth: int) -> str | None:
+    """The first problem among a container's keys and values (in order, key before value)."""
+    for item in values:
+        problem = _unstorable(item, depth)
+        if problem:
+            return problem
+    return None
+
+
+def _unstorable_scalar(value) -> str | None:
+    """A string, number, boolean or null: NUL, lone surrogates, and numbers no column holds."""
     if isinstance(value, str):
         if "\x00" in value or any("\ud800" <= ch <= "\udfff" for ch in value):
             return "NUL and lone surrogates are not accepted."
@@ -81,16 +99,6 @@ def _unstorable(value, depth: int) -> str | None:
         return None if -(2**63) <= value < 2**63 else "A number out of range."
     if isinstance(value, float):
         return None if math.isfinite(value) else "A number out of range."
-    if isinstance(value, dict):
-        for key, item in value.items():
-            problem = _unstorable(key, depth + 1) or _unstorable(item, depth + 1)
-            if problem:
-                return problem
-    elif isinstance(value, list):
-        for item in value:
-            problem = _unstorable(item, depth + 1)
-            if problem:
-                return problem
     return None
 
 

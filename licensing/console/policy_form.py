@@ -17,13 +17,14 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.core.exceptions import ValidationError
 
 from catalog.registry import POLICY_SERVICES
 
+from ..rules.keys import RULES, Max, Min
 from ..rules.overlay import overlay_widenings
 from ..rules.policy import PolicyDocumentError, validate_policy_document
 
@@ -31,27 +32,44 @@ from ..rules.policy import PolicyDocumentError, validate_policy_document
 MAX_WHOLE = 2**53
 
 
+# What a field writes that is no parameter's rule key (`PolicyForm.targets`).
+_ENABLED = ("", "enabled")
+_PROVIDERS = ("", "providers")
+# The rule keys the form writes, from the policy's one table of rule keys.
+ALLOWED = RULES["allowed"]
+MIN, MAX = cast(Min, RULES["min"]), cast(Max, RULES["max"])
+
+
 @dataclass(frozen=True)
 class Limit:
     param: str  # the rule's parameter
-    key: str  # its rule key: "min" or "max"
+    key: Min | Max  # its rule key
     label: str
     whole: bool = True  # whole numbers; otherwise decimals (temperature)
     low: float = 0
     high: float = MAX_WHOLE
 
+    @property
+    def name(self) -> str:
+        """The form field's name within its service."""
+        return f"{self.param}__{self.key.name}"
+
+    @property
+    def target(self) -> tuple[str, str]:
+        return self.param, self.key.name
+
 
 _TEMPERATURE = (
-    Limit("temperature", "min", "Temperature at least", whole=False, high=2),
-    Limit("temperature", "max", "Temperature at most", whole=False, high=2),
+    Limit("temperature", MIN, "Temperature at least", whole=False, high=2),
+    Limit("temperature", MAX, "Temperature at most", whole=False, high=2),
 )
 LIMITS: dict[str, tuple[Limit, ...]] = {
-    "chat_completions": (Limit("max_tokens", "max", "Max tokens per answer"), *_TEMPERATURE),
-    "responses": (Limit("max_output_tokens", "max", "Max tokens per answer"), *_TEMPERATURE),
-    "image_generation": (Limit("n", "max", "Images per request (n) at most", low=1),),
-    "web_search": (Limit("num_results", "max", "Results per search at most", low=1),),
+    "chat_completions": (Limit("max_tokens", MAX, "Max tokens per answer"), *_TEMPERATURE),
+    "responses": (Limit("max_output_tokens", MAX, "Max tokens per answer"), *_TEMPERATURE),
+    "image_generation": (Limit("n", MAX, "Images per request (n) at most", low=1),),
+    "web_search": (Limit("num_results", MAX, "Results per search at most", low=1),),
 }
-# Parameters the form offers as a checklist of values: (param, label, values).
+# Parameters the form offers as a checklist of their `allowed` values: (param, label, values).
 VALUE_LISTS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
     "image_generation": (
         (
@@ -82,6 +100,20 @@ def _rule(document: Any, service: str, param: str) -> dict:
     params = config.get("params") if isinstance(config, dict) else None
     rule = params.get(param) if isinstance(params, dict) else None
     return rule if isinstance(rule, dict) else {}
+
+
+def _providers(config: Any) -> Any:
+    return config.get("providers") if isinstance(config, dict) else None
+
+
+def _limit_range(limit: Limit, value: Any) -> tuple[float, float, bool]:
+    """The field's range and whether it takes whole numbers only: the limit's own, widened to
+    a value written in the JSON view outside it (or a decimal), so that it is shown as it is and
+    saving the page unchanged keeps it."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return limit.low, limit.high, limit.whole
+    whole = limit.whole and isinstance(value, int)
+    return min(limit.low, value), max(limit.high, value), whole
 
 
 def _number(value: float, whole: bool) -> int | float:
@@ -115,6 +147,7 @@ class PolicyForm(forms.Form):
         self.ceiling = ceiling
         self.ceiling_name = ceiling_name  # whose rules the ceiling is, in the help texts
         self.sections: list[dict] = []
+        self.targets: dict[str, tuple[str, str]] = {}  # field name -> (param, rule key)
         super().__init__(data, prefix=prefix, initial={"shown": "1"})
         for service in POLICY_SERVICES:
             if ceiling is not None and service not in _services(ceiling):
@@ -133,131 +166,127 @@ class PolicyForm(forms.Form):
         return _rule(self.ceiling, service, param) if self.ceiling is not None else {}
 
     def _add_service(self, service: str, models: dict, providers: dict) -> dict:
-        config = _services(self.document).get(service)
-        enabled = service in _services(self.document)
-        config = config if isinstance(config, dict) else {}
+        """The service's section: its fields, each named `<service>__<what>`, and for each the
+        rule key it writes (`self.targets`, read by `apply`)."""
         section: dict[str, Any] = {"service": service, "fields": []}
 
-        def add(name: str, field: forms.Field, initial: Any) -> None:
+        def add(name: str, field: forms.Field, initial: Any, target: tuple[str, str]) -> None:
             key = f"{service}__{name}"
             field.initial = initial
             self.fields[key] = field
+            self.targets[key] = target
             section["fields"].append(key)
 
-        add("enabled", forms.BooleanField(required=False, label="Enabled"), enabled)
+        enabled = service in _services(self.document)
+        add("enabled", forms.BooleanField(required=False, label="Enabled"), enabled, _ENABLED)
+        choices, current = self._model_choices(service, models)
+        if choices:  # search and fetch have no models to choose (their entries are unlisted)
+            field = self._checklist("Allowed models", choices, self._every("model"))
+            add("models", field, current, ("model", ALLOWED.name))
+        choices, current = self._provider_choices(service, providers)
+        field = self._checklist("Providers", choices, self._every("provider"))
+        add("providers", field, current, _PROVIDERS)
+        for limit in LIMITS.get(service, ()):
+            value = _rule(self.document, service, limit.param).get(limit.key.name)
+            add(limit.name, self._limit_field(service, limit, value), value, limit.target)
+        for param, label, values in VALUE_LISTS.get(service, ()):
+            choices, current = self._value_choices(service, param, values)
+            help_text = f"Rule: params.{param}.{ALLOWED.name}. None ticked: any."
+            add(
+                f"{param}__{ALLOWED.name}",
+                self._checklist(label, choices, help_text),
+                current,
+                (param, ALLOWED.name),
+            )
+        section["bound"] = [self[name] for name in section["fields"]]
+        return section
 
+    def _every(self, what: str) -> str:
+        """The help text of a checklist left empty."""
+        within = f" {self.ceiling_name} allows" if self.ceiling is not None else ""
+        return f"None ticked: every {what}{within}."
+
+    @staticmethod
+    def _checklist(label: str, choices: list, help_text: str) -> forms.MultipleChoiceField:
+        return forms.MultipleChoiceField(
+            required=False,
+            choices=choices,
+            widget=forms.CheckboxSelectMultiple,
+            label=label,
+            help_text=help_text,
+        )
+
+    def _model_choices(self, service: str, models: dict) -> tuple[list, list[str]]:
+        """The catalog's models within the ceiling, and the document's allowed models (kept,
+        marked, when the catalog no longer offers them)."""
         offered = list(models.get(service, ()))
-        ceiling_models = self._ceiling_rule(service, "model").get("allowed")
+        ceiling_models = self._ceiling_rule(service, "model").get(ALLOWED.name)
         if ceiling_models is not None:
             offered = [m for m in offered if m in ceiling_models]
-        current = _rule(self.document, service, "model").get("allowed") or []
+        current = _rule(self.document, service, "model").get(ALLOWED.name) or []
         current = [m for m in current if isinstance(m, str)]
         choices = [(m, m) for m in offered] + [
             (m, f"{m} (not in the catalog)") for m in current if m not in offered
         ]
-        if choices:  # search and fetch have no models to choose (their entries are unlisted)
-            add(
-                "models",
-                forms.MultipleChoiceField(
-                    required=False,
-                    choices=choices,
-                    widget=forms.CheckboxSelectMultiple,
-                    label="Allowed models",
-                    help_text="None ticked: every model"
-                    + (f" {self.ceiling_name} allows" if self.ceiling is not None else "")
-                    + ".",
-                ),
-                current,
-            )
+        return choices, current
 
+    def _provider_choices(self, service: str, providers: dict) -> tuple[list, list[str]]:
+        """The catalog's providers within the ceiling, and the document's (kept, marked, when
+        the catalog does not know them)."""
         slugs = list(providers.get(service, ()))
-        ceiling_config = _services(self.ceiling).get(service) if self.ceiling else None
-        ceiling_providers = (
-            ceiling_config.get("providers") if isinstance(ceiling_config, dict) else None
+        ceiling_providers = _providers(
+            _services(self.ceiling).get(service) if self.ceiling else None
         )
         if ceiling_providers is not None:
             slugs = [s for s in slugs if s in ceiling_providers]
-        current_providers = config.get("providers")
-        current_providers = (
-            [p for p in current_providers if isinstance(p, str)]
-            if isinstance(current_providers, list)
-            else []
-        )
-        add(
-            "providers",
-            forms.MultipleChoiceField(
-                required=False,
-                choices=[(s, s) for s in slugs]
-                + [(s, f"{s} (unknown)") for s in current_providers if s not in slugs],
-                widget=forms.CheckboxSelectMultiple,
-                label="Providers",
-                help_text="None ticked: every provider"
-                + (f" {self.ceiling_name} allows" if self.ceiling is not None else "")
-                + ".",
-            ),
-            current_providers,
-        )
+        current = _providers(_services(self.document).get(service))
+        current = [p for p in current if isinstance(p, str)] if isinstance(current, list) else []
+        choices = [(s, s) for s in slugs] + [
+            (s, f"{s} (unknown)") for s in current if s not in slugs
+        ]
+        return choices, current
 
-        for limit in LIMITS.get(service, ()):
-            value = _rule(self.document, service, limit.param).get(limit.key)
-            current_number = (
-                value if isinstance(value, int | float) and not isinstance(value, bool) else None
-            )
-            low, high = limit.low, limit.high
-            whole = limit.whole
-            if current_number is not None:
-                # A value written in the JSON view may lie outside the form's usual range (or be
-                # a decimal): shown as it is, and saving the page unchanged keeps it.
-                low, high = min(low, current_number), max(high, current_number)
-                whole = whole and isinstance(current_number, int)
-            ceiling_value = self._ceiling_rule(service, limit.param).get(limit.key)
-            help_text = f"Rule: params.{limit.param}.{limit.key}. Empty: no limit"
-            if ceiling_value is not None:
-                whose = self.ceiling_name.removeprefix("the ")
-                whose = whose[:1].upper() + whose[1:]
-                help_text = f"{whose}: {ceiling_value}. Empty: {self.ceiling_name}'s"
-                if limit.key == "max":
-                    high = min(high, ceiling_value)
-                else:
-                    low = max(low, ceiling_value)
-            field: forms.Field
-            if whole:
-                field = forms.IntegerField(min_value=math.ceil(low), max_value=math.floor(high))
+    def _value_choices(
+        self, service: str, param: str, values: tuple[str, ...]
+    ) -> tuple[list, list[str]]:
+        ceiling_values = self._ceiling_rule(service, param).get(ALLOWED.name)
+        offered = [v for v in values if ceiling_values is None or v in ceiling_values]
+        current = [
+            v
+            for v in _rule(self.document, service, param).get(ALLOWED.name) or []
+            if isinstance(v, str)
+        ]
+        return [(v, v) for v in offered] + [(v, v) for v in current if v not in offered], current
+
+    def _limit_field(self, service: str, limit: Limit, value: Any) -> forms.Field:
+        """A number field for one bound, its range narrowed by the ceiling's value."""
+        low, high, whole = _limit_range(limit, value)
+        help_text = f"Rule: params.{limit.param}.{limit.key.name}. Empty: no limit"
+        ceiling_value = self._ceiling_rule(service, limit.param).get(limit.key.name)
+        if ceiling_value is not None:
+            whose = self.ceiling_name.removeprefix("the ")
+            whose = whose[:1].upper() + whose[1:]
+            help_text = f"{whose}: {ceiling_value}. Empty: {self.ceiling_name}'s"
+            # The narrower of the form's bound and the ceiling's, as an overlay's would be.
+            if limit.key.side == "high":
+                high = limit.key.intersect(ceiling_value, high)
             else:
-                field = forms.FloatField(min_value=low, max_value=high)
-            field.required = False
-            field.label, field.help_text = limit.label, help_text + "."
-            add(f"{limit.param}__{limit.key}", field, value)
-
-        for param, label, values in VALUE_LISTS.get(service, ()):
-            ceiling_values = self._ceiling_rule(service, param).get("allowed")
-            offered_values = [v for v in values if ceiling_values is None or v in ceiling_values]
-            current_values = [
-                v
-                for v in _rule(self.document, service, param).get("allowed") or []
-                if isinstance(v, str)
-            ]
-            add(
-                f"{param}__allowed",
-                forms.MultipleChoiceField(
-                    required=False,
-                    choices=[(v, v) for v in offered_values]
-                    + [(v, v) for v in current_values if v not in offered_values],
-                    widget=forms.CheckboxSelectMultiple,
-                    label=label,
-                    help_text=f"Rule: params.{param}.allowed. None ticked: any.",
-                ),
-                current_values,
-            )
-        section["bound"] = [self[name] for name in section["fields"]]
-        return section
+                low = limit.key.intersect(ceiling_value, low)
+        field: forms.Field
+        if whole:
+            field = forms.IntegerField(min_value=math.ceil(low), max_value=math.floor(high))
+        else:
+            field = forms.FloatField(min_value=low, max_value=high)
+        field.required = False
+        field.label, field.help_text = limit.label, help_text + "."
+        return field
 
     def clean(self):
         cleaned = super().clean() or {}
         for service in LIMITS:
             low = cleaned.get(f"{service}__temperature__min")
             high = cleaned.get(f"{service}__temperature__max")
-            if low is not None and high is not None and low > high:
+            if low is not None and high is not None and MAX.contradicts({"min": low, "max": high}):
                 self.add_error(f"{service}__temperature__min", "The minimum is above the maximum.")
         return cleaned
 
@@ -270,39 +299,42 @@ class PolicyForm(forms.Form):
         changed = set(self.changed_data)
         for section in self.sections:
             service = section["service"]
-            name = f"{service}__enabled"
-            if name in changed:
-                if self.cleaned_data[name]:
-                    if not isinstance(services.get(service), dict):
-                        services[service] = {}
-                else:
-                    services.pop(service, None)
+            self._apply_enabled(services, service, changed)
             if service not in services:
                 continue
             for name in section["fields"]:
-                if name not in changed or name.endswith("__enabled"):
-                    continue
-                if services[service] is None:  # `null` enables a service: kept until written
-                    services[service] = {}
-                config = services[service]
-                value = self.cleaned_data[name]
-                what = name.removeprefix(f"{service}__")
-                if what == "providers":
-                    if value:
-                        config["providers"] = list(value)
-                    else:
-                        config.pop("providers", None)
-                    continue
-                param, key = ("model", "allowed") if what == "models" else what.split("__")
-                if isinstance(value, list):
-                    value = list(value) or None
-                elif value is not None:
-                    # (FloatField is a subclass of IntegerField)
-                    value = _number(
-                        value, whole=not isinstance(self.fields[name], forms.FloatField)
-                    )
-                _set_rule(config, param, key, value)
+                if name in changed and self.targets[name] is not _ENABLED:
+                    if services[service] is None:  # `null` enables a service: kept until written
+                        services[service] = {}
+                    self._apply_field(services[service], name)
         return result
+
+    def _apply_enabled(self, services: dict, service: str, changed: set[str]) -> None:
+        """A service ticked on is listed (`{}`, unless it is already); ticked off, it goes."""
+        name = f"{service}__enabled"
+        if name not in changed:
+            return
+        if not self.cleaned_data[name]:
+            services.pop(service, None)
+        elif not isinstance(services.get(service), dict):
+            services[service] = {}
+
+    def _apply_field(self, config: dict, name: str) -> None:
+        """One changed field written onto its service's config: an empty one removes its key."""
+        value = self.cleaned_data[name]
+        target = self.targets[name]
+        if target is _PROVIDERS:
+            if value:
+                config["providers"] = list(value)
+            else:
+                config.pop("providers", None)
+            return
+        if isinstance(value, list):
+            value = list(value) or None
+        elif value is not None:
+            # (FloatField is a subclass of IntegerField)
+            value = _number(value, whole=not isinstance(self.fields[name], forms.FloatField))
+        _set_rule(config, *target, value)
 
     def widenings(self, document: dict) -> list[str]:
         if self.ceiling is None:

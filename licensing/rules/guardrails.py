@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from core.errors import GUARDRAIL_BLOCKED, BadRequest
 
@@ -56,22 +57,26 @@ def compile_guardrails(config) -> Guardrails:
     compiled = {}
     moderated: set[str] = set()
     for stage in STAGES:
-        stage_config = config.get(stage) or {}
-        if not isinstance(stage_config, dict):
-            raise GuardrailConfigError(f"{stage}: must be an object")
-        extra = sorted(set(stage_config) - {"patterns", "moderation"})
-        if extra:
-            raise GuardrailConfigError(f"{stage}: unknown keys {extra}")
-        moderation = stage_config.get("moderation", False)
-        if not isinstance(moderation, bool):
-            raise GuardrailConfigError(f"{stage}.moderation: must be true or false")
+        compiled[stage], moderation = _compile_stage(stage, config.get(stage) or {})
         if moderation:
             moderated.add(stage)
-        patterns = stage_config.get("patterns", [])
-        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
-            raise GuardrailConfigError(f"{stage}.patterns: must be a list of regexes")
-        try:
-            compiled[stage] = tuple(re.compile(p) for p in patterns)
-        except re.error as exc:
-            raise GuardrailConfigError(f"{stage}.patterns: {exc}") from exc
     return Guardrails(**compiled, moderation=frozenset(moderated))
+
+
+def _compile_stage(stage: str, stage_config: Any) -> tuple[tuple[re.Pattern, ...], bool]:
+    """One stage's patterns, compiled, and whether it asks for moderation."""
+    if not isinstance(stage_config, dict):
+        raise GuardrailConfigError(f"{stage}: must be an object")
+    extra = sorted(set(stage_config) - {"patterns", "moderation"})
+    if extra:
+        raise GuardrailConfigError(f"{stage}: unknown keys {extra}")
+    moderation = stage_config.get("moderation", False)
+    if not isinstance(moderation, bool):
+        raise GuardrailConfigError(f"{stage}.moderation: must be true or false")
+    patterns = stage_config.get("patterns", [])
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise GuardrailConfigError(f"{stage}.patterns: must be a list of regexes")
+    try:
+        return tuple(re.compile(p) for p in patterns), moderation
+    except re.error as exc:
+        raise GuardrailConfigError(f"{stage}.patterns: {exc}") from exc

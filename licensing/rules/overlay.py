@@ -12,7 +12,8 @@ An overlay has the policy document's format and these meanings:
   none), `excluded` a superset, `patterns` a subset of the base's patterns (patterns are
   alternatives: fewer is narrower), `fixed` the base's value when the base fixes one,
   `forbidden: false` not where the base forbids; `providers` a subset. `limits` (fair use) <=,
-  `routing.connection_tags` a superset.
+  `routing.connection_tags` a superset. Each rule key's "narrower" and its intersection are its
+  class's `widenings` and `intersect` (licensing.rules.keys.RULES).
 
 `effective_policy` intersects whatever it is given, so even an overlay with widenings never lets
 through a request the base refuses; `overlay_widenings` says what an overlay writes that would not
@@ -22,31 +23,11 @@ take effect, so that saving it can be refused with the reasons.
 from __future__ import annotations
 
 import copy
-import json
 import math
 from typing import Any
 
+from .keys import IMPOSSIBLE, MISSING, RULES
 from .policy import LIMIT_KEYS, LIMIT_SCOPES, PolicyDocumentError, validate_policy_document
-
-
-def _fmt(value: Any) -> str:
-    """A value as a person reads it in a reason: strings quoted, the rest as JSON."""
-    if isinstance(value, str):
-        return f"'{value}'"
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _freeze(value: Any) -> Any:
-    """A hashable stand-in with Python's equality (1 == 1.0 == True, as Rule.check compares)."""
-    if isinstance(value, list):
-        return ("list", tuple(_freeze(v) for v in value))
-    if isinstance(value, dict):
-        return ("dict", frozenset((k, _freeze(v)) for k, v in value.items()))
-    return value
-
 
 MAX_DEPTH = 32
 
@@ -118,45 +99,13 @@ def overlay_widenings(base: dict, overlay: dict) -> list[str]:
 
 
 def _rule_widenings(where: str, base: dict | None, rule: dict) -> list[str]:
+    """A rule key written by both is judged by its class (keys.RULES); one the base does not
+    write narrows whatever its value."""
     base = base or {}
     reasons = []
-    if rule.get("forbidden") is False and base.get("forbidden") is True:
-        reasons.append(f"{where}.forbidden: the license type forbids this parameter")
-    if "fixed" in rule and "fixed" in base and _freeze(rule["fixed"]) != _freeze(base["fixed"]):
-        reasons.append(
-            f"{where}.fixed: {_fmt(rule['fixed'])} differs from the license type's "
-            f"{_fmt(base['fixed'])}"
-        )
-    if "allowed" in rule and "allowed" in base:
-        allowed = {_freeze(v) for v in base["allowed"]}
-        for value in rule["allowed"]:
-            if _freeze(value) not in allowed:
-                reasons.append(
-                    f"{where}.allowed: {_fmt(value)} is not among the license type's allowed values"
-                )
-    if "excluded" in rule and "excluded" in base:
-        excluded = {_freeze(v) for v in rule["excluded"]}
-        for value in base["excluded"]:
-            if _freeze(value) not in excluded:
-                reasons.append(
-                    f"{where}.excluded: {_fmt(value)} is excluded by the license type and must "
-                    "stay excluded"
-                )
-    if "min" in rule and "min" in base and rule["min"] < base["min"]:
-        reasons.append(
-            f"{where}.min: {_fmt(rule['min'])} is below the license type's {_fmt(base['min'])}"
-        )
-    for key in ("max", "max_length", "max_items"):
-        if key in rule and key in base and rule[key] > base[key]:
-            reasons.append(
-                f"{where}.{key}: {_fmt(rule[key])} is above the license type's {_fmt(base[key])}"
-            )
-    if "patterns" in rule and "patterns" in base:
-        for pattern in rule["patterns"]:
-            if pattern not in base["patterns"]:
-                reasons.append(
-                    f"{where}.patterns: {_fmt(pattern)} is not among the license type's patterns"
-                )
+    for key, kind in RULES.items():
+        if key in rule and key in base:
+            reasons.extend(kind.widenings(f"{where}.{key}", base[key], rule[key]))
     return reasons
 
 
@@ -221,54 +170,23 @@ def _effective_service(base: dict, overlay: dict) -> dict:
 
 
 def _effective_rule(base: dict, overlay: dict) -> dict:
+    """The base's rule with every key the overlay writes intersected by its class (keys.RULES),
+    so no key of the overlay is ever dropped."""
     rule: dict[str, Any] = copy.deepcopy(base)
-    impossible = False
-    if "forbidden" in overlay:  # `false` is kept (a rule is never empty); base's `true` wins
-        rule["forbidden"] = base.get("forbidden") is True or overlay["forbidden"]
-    if "fixed" in overlay:
-        if "fixed" in base and _freeze(base["fixed"]) != _freeze(overlay["fixed"]):
-            impossible = True
-        rule["fixed"] = copy.deepcopy(overlay["fixed"])
-    if "allowed" in overlay:
-        if "allowed" in base:
-            keep = {_freeze(v) for v in base["allowed"]}
-            values = [copy.deepcopy(v) for v in overlay["allowed"] if _freeze(v) in keep]
-        else:
-            values = copy.deepcopy(overlay["allowed"])
-        if values:
-            rule["allowed"] = values
-        else:
-            impossible = True
-    if "excluded" in overlay:
-        values = list(rule.get("excluded") or [])
-        seen = {_freeze(v) for v in values}
-        for value in overlay["excluded"]:
-            if _freeze(value) not in seen:
-                values.append(copy.deepcopy(value))
-                seen.add(_freeze(value))
-        rule["excluded"] = values
-    if "min" in overlay:
-        rule["min"] = max(overlay["min"], base["min"]) if "min" in base else overlay["min"]
-    for key in ("max", "max_length", "max_items"):
-        if key in overlay:
-            rule[key] = min(overlay[key], base[key]) if key in base else overlay[key]
-    if "patterns" in overlay:
-        if "patterns" in base:
-            # A regex intersection is not a list of regexes: keep the base's patterns the overlay
-            # also lists (exact when the overlay only narrows, narrower otherwise).
-            patterns = [p for p in overlay["patterns"] if p in base["patterns"]]
-        else:
-            patterns = list(overlay["patterns"])
-        if patterns:
-            rule["patterns"] = patterns
-        else:
-            impossible = True
-    if "min" in rule and "max" in rule and rule["min"] > rule["max"]:
-        impossible = True
-    if impossible:
-        # No value can pass both: a request carrying the parameter is refused.
-        return {"forbidden": True}
+    for key, kind in RULES.items():
+        if key not in overlay:
+            continue
+        value = kind.intersect(rule.get(key, MISSING), overlay[key])
+        if value is IMPOSSIBLE:
+            return _NOTHING_PASSES.copy()
+        rule[key] = value
+    if any(kind.contradicts(rule) for kind in RULES.values()):
+        return _NOTHING_PASSES.copy()
     return rule
+
+
+# No value can pass both rules: a request carrying the parameter is refused.
+_NOTHING_PASSES = {"forbidden": True}
 
 
 def _effective_limits(base: Any, overlay: Any) -> dict:

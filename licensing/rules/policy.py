@@ -14,6 +14,7 @@ top-level `limits` sets fair-use limits (licensing.rules.fairuse):
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,22 +22,14 @@ from catalog.registry import POLICY_SERVICES
 from core.errors import PolicyDenied, ServiceUnavailable
 
 from .fairuse import Limits
+from .keys import RULES, Check, PolicyDocumentError
 from .policy_schema import known_params
 
 SUPPORTED_VERSIONS = {1}
 # The policy service names, in the documents' order: declared in catalog.registry.
 SERVICES = POLICY_SERVICES
-RULE_KEYS = (
-    "forbidden",
-    "fixed",
-    "allowed",
-    "excluded",
-    "min",
-    "max",
-    "max_length",
-    "max_items",
-    "patterns",
-)
+# The rule keys (one class each, licensing.rules.keys), in the order they are checked.
+RULE_KEYS = tuple(RULES)
 # A rule written for the first name also covers the fields listed after it.
 ALIASES = {
     "max_tokens": ("max_tokens", "max_completion_tokens"),
@@ -44,95 +37,35 @@ ALIASES = {
 }
 
 
-class PolicyDocumentError(ValueError):
-    """The document cannot be saved (admin) or evaluated (API: 503)."""
-
-
 def open_policy_document() -> dict:
     """Every service enabled, every provider, no parameter rules."""
     return {"version": 1, "services": {name: {} for name in SERVICES}}
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
 class Rule:
+    """One parameter's rule, compiled: its keys' values (`values`, read as `rule.allowed`,
+    `rule.patterns`, ... by the pages that describe a policy) and their checks, bound once."""
+
     name: str
-    forbidden: bool = False
-    fixed: Any = None
-    has_fixed: bool = False
-    allowed: tuple | None = None
-    excluded: tuple | None = None
-    min: float | None = None
-    max: float | None = None
-    max_length: int | None = None
-    max_items: int | None = None
-    patterns: tuple[re.Pattern, ...] | None = None
+    values: Mapping[str, Any]  # rule key -> its compiled value (keys.RuleKey.compile)
+    # The request fields it applies to (the name and its ALIASES), each with whether it is
+    # dotted (a nested field).
+    fields: tuple[tuple[str, bool], ...]
+    checks: tuple[Check, ...]  # in RULES' order: the first broken key answers
 
     def check(self, field_name: str, value: Any) -> None:
         if value is None:
             return
-        if self.forbidden:
-            raise PolicyDenied(
-                f"parameter '{field_name}' is not permitted for this license", param=field_name
-            )
-        if self.has_fixed and value != self.fixed:
-            raise PolicyDenied(f"'{field_name}' must be '{_fmt(self.fixed)}'", param=field_name)
         scalars = value if isinstance(value, list) else [value]
-        if self.allowed is not None and any(v not in self.allowed for v in scalars):
-            values = ", ".join(_fmt(v) for v in self.allowed)
-            raise PolicyDenied(f"'{field_name}' must be one of: [{values}]", param=field_name)
-        if self.excluded is not None:
-            for v in scalars:
-                if v in self.excluded:
-                    raise PolicyDenied(
-                        f"'{field_name}' value '{_fmt(v)}' is not permitted for this license",
-                        param=field_name,
-                    )
-        if self.min is not None or self.max is not None:
-            for v in scalars:
-                if not _is_number(v):
-                    continue
-                if (self.min is not None and v < self.min) or (
-                    self.max is not None and v > self.max
-                ):
-                    raise PolicyDenied(self._range_message(field_name), param=field_name)
-        if self.max_length is not None:
-            for v in scalars:
-                if isinstance(v, str) and len(v) > self.max_length:
-                    raise PolicyDenied(
-                        f"'{field_name}' exceeds maximum length of {self.max_length}",
-                        param=field_name,
-                    )
-        if self.max_items is not None:
-            count = len(value) if isinstance(value, list | dict) else 1
-            if count > self.max_items:
-                raise PolicyDenied(
-                    f"'{field_name}' exceeds maximum item count of {self.max_items}",
-                    param=field_name,
-                )
-        if self.patterns is not None:
-            for v in scalars:
-                if isinstance(v, str) and not any(p.fullmatch(v) for p in self.patterns):
-                    raise PolicyDenied(
-                        f"'{field_name}' value '{v}' does not match any allowed pattern",
-                        param=field_name,
-                    )
+        for check in self.checks:
+            check(field_name, value, scalars)
 
-    def _range_message(self, field_name: str) -> str:
-        if self.min is not None and self.max is not None:
-            return f"'{field_name}' must be between {_fmt(self.min)} and {_fmt(self.max)}"
-        if self.max is not None:
-            return f"'{field_name}' must be <= {_fmt(self.max)}"
-        return f"'{field_name}' must be >= {_fmt(self.min)}"
+    def __getattr__(self, key: str) -> Any:
+        # Only called for what is not an attribute: a rule key's value, or its `unset`.
+        if key not in RULES:
+            raise AttributeError(key)
+        return self.values.get(key, RULES[key].unset)
 
 
 @dataclass(frozen=True)
@@ -157,9 +90,16 @@ class Policy:
     def check_request(self, service: str, body: dict) -> ServicePolicy:
         """Raise PolicyDenied (403) for the first rule the request breaks."""
         policy = self.service(service)
+        # Rule.check inlined, and a plain name read with one dict lookup: this runs on every
+        # /v1 request (docs/performance.md).
         for rule in policy.rules:
-            for field_name in ALIASES.get(rule.name, (rule.name,)):
-                rule.check(field_name, _lookup(body, field_name))
+            for field_name, dotted in rule.fields:
+                value = _lookup(body, field_name) if dotted else body.get(field_name)
+                if value is None:
+                    continue
+                scalars = value if isinstance(value, list) else [value]
+                for check in rule.checks:
+                    check(field_name, value, scalars)
         return policy
 
 
@@ -176,51 +116,36 @@ def _compile_rule(service: str, name: str, spec: Any) -> Rule:
     where = f"services.{service}.params.{name}"
     if not isinstance(spec, dict) or not spec:
         raise PolicyDocumentError(f"{where}: a rule must be a non-empty object")
-    unknown = sorted(set(spec) - set(RULE_KEYS))
+    unknown = sorted(set(spec) - set(RULES))
     if unknown:
         raise PolicyDocumentError(f"{where}: unknown rule keys {unknown}; use {list(RULE_KEYS)}")
-    kwargs: dict[str, Any] = {"name": name}
-    if "forbidden" in spec:
-        if not isinstance(spec["forbidden"], bool):
-            raise PolicyDocumentError(f"{where}.forbidden: must be true or false")
-        kwargs["forbidden"] = spec["forbidden"]
-    if "fixed" in spec:
-        kwargs["fixed"], kwargs["has_fixed"] = spec["fixed"], True
-    for key in ("allowed", "excluded"):
+    values: dict[str, Any] = {}
+    for key, kind in RULES.items():  # RULES' order, not the document's: the errors' order
         if key in spec:
-            if not isinstance(spec[key], list) or not spec[key]:
-                raise PolicyDocumentError(f"{where}.{key}: must be a non-empty list")
-            kwargs[key] = tuple(spec[key])
-    for key in ("min", "max"):
-        if key in spec:
-            if not _is_number(spec[key]):
-                raise PolicyDocumentError(f"{where}.{key}: must be a number")
-            kwargs[key] = spec[key]
-    if "min" in kwargs and "max" in kwargs and kwargs["min"] > kwargs["max"]:
-        raise PolicyDocumentError(f"{where}: min is greater than max")
-    for key in ("max_length", "max_items"):
-        if key in spec:
-            if not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 0:
-                raise PolicyDocumentError(f"{where}.{key}: must be a whole number >= 0")
-            kwargs[key] = spec[key]
-    if "patterns" in spec:
-        patterns = spec["patterns"]
-        if not isinstance(patterns, list) or not patterns:
-            raise PolicyDocumentError(f"{where}.patterns: must be a non-empty list of regexes")
-        compiled = []
-        for pattern in patterns:
-            if not isinstance(pattern, str):
-                raise PolicyDocumentError(f"{where}.patterns: every pattern must be a string")
-            try:
-                compiled.append(re.compile(pattern))
-            except re.error as exc:
-                raise PolicyDocumentError(f"{where}.patterns: {pattern!r}: {exc}") from exc
-        kwargs["patterns"] = tuple(compiled)
-    return Rule(**kwargs)
+            values[key] = kind.compile(spec[key], where, values)
+    bound = (RULES[key].bind(values) for key in values)
+    return Rule(
+        name=name,
+        values=values,
+        fields=tuple((each, "." in each) for each in ALIASES.get(name, (name,))),
+        checks=tuple(check for check in bound if check is not None),
+    )
 
 
 def compile_policy(document: Any) -> Policy:
     """Validate and compile a policy document; PolicyDocumentError says what is wrong."""
+    _check_top_level(document)
+    limits = _compile_limits(document.get("limits"))
+    connection_tags = _compile_routing(document.get("routing"))
+    services = document.get("services", {})
+    if not isinstance(services, dict):
+        raise PolicyDocumentError("'services' must be an object")
+    compiled = {service: _compile_service(service, config) for service, config in services.items()}
+    return Policy(services=compiled, limits=limits, connection_tags=connection_tags)
+
+
+def _check_top_level(document: Any) -> None:
+    """An object of a supported version, with no key this version does not know."""
     if not isinstance(document, dict):
         raise PolicyDocumentError("The policy must be a JSON object")
     version = document.get("version")
@@ -231,35 +156,31 @@ def compile_policy(document: Any) -> Policy:
     unknown = sorted(set(document) - {"version", "services", "limits", "routing"})
     if unknown:
         raise PolicyDocumentError(f"Unknown top-level keys {unknown}")
-    limits = _compile_limits(document.get("limits"))
-    connection_tags = _compile_routing(document.get("routing"))
-    services = document.get("services", {})
-    if not isinstance(services, dict):
-        raise PolicyDocumentError("'services' must be an object")
-    compiled: dict[str, ServicePolicy] = {}
-    for service, config in services.items():
-        if service not in SERVICES:
-            raise PolicyDocumentError(f"Unknown service {service!r}; known: {list(SERVICES)}")
-        if config is None:
-            config = {}
-        if not isinstance(config, dict):
-            raise PolicyDocumentError(f"services.{service}: must be an object")
-        extra = sorted(set(config) - {"providers", "params"})
-        if extra:
-            raise PolicyDocumentError(f"services.{service}: unknown keys {extra}")
-        providers = config.get("providers")
-        if providers is not None and (
-            not isinstance(providers, list) or not all(isinstance(p, str) for p in providers)
-        ):
-            raise PolicyDocumentError(f"services.{service}.providers: must be a list of slugs")
-        params = config.get("params", {})
-        if not isinstance(params, dict):
-            raise PolicyDocumentError(f"services.{service}.params: must be an object")
-        rules = tuple(_compile_rule(service, name, spec) for name, spec in params.items())
-        compiled[service] = ServicePolicy(
-            providers=frozenset(providers) if providers is not None else None, rules=rules
-        )
-    return Policy(services=compiled, limits=limits, connection_tags=connection_tags)
+
+
+def _compile_service(service: str, config: Any) -> ServicePolicy:
+    """One entry of `services`: `null` or an object of `providers` and `params`."""
+    if service not in SERVICES:
+        raise PolicyDocumentError(f"Unknown service {service!r}; known: {list(SERVICES)}")
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise PolicyDocumentError(f"services.{service}: must be an object")
+    extra = sorted(set(config) - {"providers", "params"})
+    if extra:
+        raise PolicyDocumentError(f"services.{service}: unknown keys {extra}")
+    providers = config.get("providers")
+    if providers is not None and (
+        not isinstance(providers, list) or not all(isinstance(p, str) for p in providers)
+    ):
+        raise PolicyDocumentError(f"services.{service}.providers: must be a list of slugs")
+    params = config.get("params", {})
+    if not isinstance(params, dict):
+        raise PolicyDocumentError(f"services.{service}.params: must be an object")
+    return ServicePolicy(
+        providers=frozenset(providers) if providers is not None else None,
+        rules=tuple(_compile_rule(service, name, spec) for name, spec in params.items()),
+    )
 
 
 ROUTING_KEYS = ("connection_tags",)

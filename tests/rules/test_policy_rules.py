@@ -181,3 +181,19 @@ def test_a_document_the_api_cannot_evaluate_is_503():
     with pytest.raises(ServiceUnavailable):
         load_policy({"version": 9})
     assert load_policy(open_policy_document()).limits is None
+
+
+def test_compile_policy_steps_alone():
+    """compile_policy's steps (licensing.rules.policy): the top level, then one service."""
+    from licensing.rules.policy import _check_top_level, _compile_service
+
+    _check_top_level({"version": 1, "services": {}, "limits": None, "routing": None})
+    with pytest.raises(PolicyDocumentError, match=r"^Unknown top-level keys \['x'\]"):
+        _check_top_level({"version": 1, "x": 1})
+    service = _compile_service("embeddings", {"providers": ["direct"], "params": {"f": {"max": 2}}})
+    assert service.providers == frozenset({"direct"})
+    (rule,) = service.rules
+    assert (rule.name, rule.max, len(rule.checks)) == ("f", 2, 1)
+    assert _compile_service("embeddings", None) == _compile_service("embeddings", {})
+    with pytest.raises(PolicyDocumentError, match="^Unknown service 'telepathy'"):
+        _compile_service("telepathy", {})
