@@ -306,18 +306,14 @@ def verify_id_token(
     problem = time_claims_problem(token.claims, now=checked_at) or email_claim_problem(token.claims)
     if problem is not None:
         raise OidcError(*problem)
-    claims = CodeIDToken(
-        token.claims,
-        token.header,
-        {
-            "iss": {"essential": True, "value": metadata.issuer},
-            "aud": {"essential": True, "value": client_id},
-            "sub": {"essential": True},
-            "nonce": {"essential": True, "value": nonce},
-        },
-        {"nonce": nonce, "client_id": client_id, "access_token": access_token},
+    claims = _validated_claims(
+        token,
+        metadata=metadata,
+        client_id=client_id,
+        nonce=nonce,
+        access_token=access_token,
+        now=checked_at,
     )
-    _validate_claims(claims, now=checked_at)
     _check_iat_and_sub(claims)
     return dict(claims)
 
@@ -351,9 +347,28 @@ def _id_token_signed(id_token: str, header: dict[str, Any], metadata: Metadata) 
     raise OidcError("bad_signature", "The id_token's signature does not verify")
 
 
-def _validate_claims(claims: CodeIDToken, *, now: float) -> None:
-    """Authlib's rules of OpenID Connect Core 3.1.3.7 (iss, aud, azp, exp, iat, nonce), each
-    refusal as an OidcError whose reason names the claim."""
+def _validated_claims(
+    token: jwt.Token,
+    *,
+    metadata: Metadata,
+    client_id: str,
+    nonce: str,
+    access_token: str | None,
+    now: float,
+) -> CodeIDToken:
+    """The claims after authlib's rules of OpenID Connect Core 3.1.3.7 (iss, aud, azp, exp,
+    iat, nonce, at_hash), each refusal an OidcError whose reason names the claim."""
+    claims = CodeIDToken(
+        token.claims,
+        token.header,
+        {
+            "iss": {"essential": True, "value": metadata.issuer},
+            "aud": {"essential": True, "value": client_id},
+            "sub": {"essential": True},
+            "nonce": {"essential": True, "value": nonce},
+        },
+        {"nonce": nonce, "client_id": client_id, "access_token": access_token},
+    )
     try:
         claims.validate(now=int(now), leeway=LEEWAY)
     except ExpiredTokenError:
@@ -368,6 +383,7 @@ def _validate_claims(claims: CodeIDToken, *, now: float) -> None:
         raise OidcError("invalid_token", f"The id_token is not acceptable ({exc.error})") from None
     except Exception:  # noqa: BLE001 (claims of a wrong type)
         raise OidcError("invalid_token", "The id_token's claims are not acceptable") from None
+    return claims
 
 
 def _check_iat_and_sub(claims: CodeIDToken) -> None:
