@@ -364,13 +364,8 @@ def _child(args) -> None:
 
     target, case = args.serve, args.case
     app = _application("gateway" if "setup" in target else target, args.root)
-    if target == "course-setup":
-        _child_set_up_course()
-        return
-    if target == "setup":
-        _child_set_up_connections(args.connections, os.environ["INPROC_DEAD"])
-        if args.against:
-            _child_column_defaults()
+    if target in ("course-setup", "setup"):
+        _child_set_up(target, args)
         return
     if target == "gateway":
         _child_switch_dead(args.dead == "open" or args.dead == "closed")
@@ -378,35 +373,10 @@ def _child(args) -> None:
     body = json.dumps(chat if case == "chat-stream" else json.loads(bench.BODY)).encode()
     path = PATHS[(target, case)]
     scope = _scope(path, os.environ["INPROC_KEY"], body)
-
-    async def measure() -> dict:
-        for _ in range(100):  # connections, caches, prepared statements
-            await _one(app, scope, body)
-        if profiler is not None:
-            profiler.enable()
-        cpu, wall, main = time.process_time(), time.perf_counter(), time.thread_time()
-        firsts = [await _one(app, scope, body) for _ in range(args.requests)]
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        main = time.thread_time() - main
-        if profiler is not None:
-            profiler.disable()
-        per = 1e6 / args.requests
-        # `main`: the event loop's thread alone (cpu less main: the ORM's and other threads)
-        result = {"wall": round(wall * per), "cpu": round(cpu * per), "main": round(main * per)}
-        if case == "chat-stream":
-            result["ttfb"] = round(statistics.median(firsts) * 1e6)
-        return result
-
-    profiler = None
-    if args.profile:  # the figures above then include cProfile's own cost: compare rows only
-        import cProfile
-
-        # The thread's own CPU clock: time the process spent waiting for a core (a busy
-        # machine) or for I/O is not charged to whatever function it was in.
-        profiler = cProfile.Profile(time.thread_time)
+    profiler = _child_profiler() if args.profile else None
     failed_over = _failed_over() if args.dead in DEAD_STATES else 0
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        result = runner.run(measure())
+        result = runner.run(_child_measure(app, scope, body, args, profiler))
     if args.dead in DEAD_STATES:  # the check that the dead connection was tried (or skipped)
         done = 100 + args.requests
         result["failovers"] = round((_failed_over() - failed_over) / done, 3)
@@ -415,6 +385,48 @@ def _child(args) -> None:
         name = f"gw-inproc-{target}-{args.dead}-{os.getpid()}.prof"  # for pstats: the whole
         profiler.dump_stats(Path(tempfile.gettempdir()) / name)
     print(json.dumps(result), flush=True)
+
+
+def _child_set_up(target: str, args) -> None:
+    """The set-up children: the course of `--course`, or the connections (and, for an older
+    revision, the columns' defaults)."""
+    if target == "course-setup":
+        _child_set_up_course()
+        return
+    _child_set_up_connections(args.connections, os.environ["INPROC_DEAD"])
+    if args.against:
+        _child_column_defaults()
+
+
+def _child_profiler():
+    """A cProfile profiler. The figures measured under it include its own cost: compare rows
+    only."""
+    import cProfile
+
+    # The thread's own CPU clock: time the process spent waiting for a core (a busy
+    # machine) or for I/O is not charged to whatever function it was in.
+    return cProfile.Profile(time.thread_time)
+
+
+async def _child_measure(app, scope: dict, body: bytes, args, profiler) -> dict:
+    """Wall, CPU and event-loop-thread µs per request (and the median time to the first event
+    of a stream) over `args.requests` requests, after 100 that warm up."""
+    for _ in range(100):  # connections, caches, prepared statements
+        await _one(app, scope, body)
+    if profiler is not None:
+        profiler.enable()
+    cpu, wall, main = time.process_time(), time.perf_counter(), time.thread_time()
+    firsts = [await _one(app, scope, body) for _ in range(args.requests)]
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    main = time.thread_time() - main
+    if profiler is not None:
+        profiler.disable()
+    per = 1e6 / args.requests
+    # `main`: the event loop's thread alone (cpu less main: the ORM's and other threads)
+    result = {"wall": round(wall * per), "cpu": round(cpu * per), "main": round(main * per)}
+    if args.case == "chat-stream":
+        result["ttfb"] = round(statistics.median(firsts) * 1e6)
+    return result
 
 
 def _child_set_up_connections(count: int, dead_url: str) -> None:

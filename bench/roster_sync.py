@@ -34,8 +34,8 @@ def main() -> None:
     from django.test.utils import CaptureQueriesContext
 
     call_command("migrate", verbosity=0)
-    from licensing.access.course_services import course_key_create, course_roster_sync
     from licensing.access.services import license_create
+    from licensing.courses.services import course_key_create, course_roster_sync
     from licensing.models import Course, EndUser
 
     stamp = str(time.time_ns())

@@ -254,32 +254,15 @@ async def stream_load(
 
         async def one() -> None:
             nonlocal received
-            start = time.perf_counter()
-            first = None
-            head = tail = b""  # head: until the first event; tail: the last bytes seen
-            size, error_event = 0, False
-            request = client.stream("POST", target.url, content=target.body, headers=target.headers)
-            async with request as r:
-                async for chunk in r.aiter_raw():
-                    size += len(chunk)
-                    if first is None:
-                        head += chunk
-                        if b"data:" in head:
-                            first = time.perf_counter()
-                    window = tail + chunk  # events may straddle two chunks
-                    error_event = error_event or b'data: {"error"' in window
-                    tail = window[-64:]
-            end = time.perf_counter()
-            if r.status_code != 200:
-                failures[f"status {r.status_code}"] += 1
-            elif error_event:
-                failures["error event"] += 1
-            elif first is None or not tail.rstrip().endswith(b"data: [DONE]"):
-                failures["no data: [DONE]"] += 1
-            else:
-                ttfb.append(first - start)
-                total.append(end - start)
-                received += size
+            stream = await read_stream(client, target)
+            failure = stream.failure()
+            if failure is not None:
+                failures[failure] += 1
+                return
+            assert stream.first is not None  # no failure: the first event came
+            ttfb.append(stream.first - stream.start)
+            total.append(stream.end - stream.start)
+            received += stream.size
 
         began = time.perf_counter()
         stop_at = began + seconds
@@ -297,6 +280,51 @@ async def stream_load(
     ttfb.sort()
     total.sort()
     return StreamResult(len(ttfb), dict(failures), ttfb, total, received, elapsed)
+
+
+@dataclass
+class OneStream:
+    """One streamed answer as the client saw it: when it started, when its first `data:`
+    event and its last byte came, its size, and the end of it."""
+
+    status: int
+    start: float
+    first: float | None  # None: no `data:` event
+    end: float
+    size: int
+    error_event: bool  # a `data: {"error"` event came
+    tail: bytes  # the last bytes received
+
+    def failure(self) -> str | None:
+        """What went wrong, as stream_load counts it; None for a complete stream."""
+        if self.status != 200:
+            return f"status {self.status}"
+        if self.error_event:
+            return "error event"
+        if self.first is None or not self.tail.rstrip().endswith(b"data: [DONE]"):
+            return "no data: [DONE]"
+        return None
+
+
+async def read_stream(client: httpx.AsyncClient, target: Target) -> OneStream:
+    """One stream, read to its end."""
+    start = time.perf_counter()
+    first = None
+    head = tail = b""  # head: until the first event; tail: the last bytes seen
+    size, error_event = 0, False
+    request = client.stream("POST", target.url, content=target.body, headers=target.headers)
+    async with request as r:
+        async for chunk in r.aiter_raw():
+            size += len(chunk)
+            if first is None:
+                head += chunk
+                if b"data:" in head:
+                    first = time.perf_counter()
+            window = tail + chunk  # events may straddle two chunks
+            error_event = error_event or b'data: {"error"' in window
+            tail = window[-64:]
+    end = time.perf_counter()
+    return OneStream(r.status_code, start, first, end, size, error_event, tail)
 
 
 def find_wrk() -> str | None:
@@ -776,6 +804,32 @@ class ChatStream:
 
 def run_embeddings(run: Run) -> Embeddings:
     args, procs = run.args, run.procs
+    targets = start_embeddings(run)
+    c32, c1, gateway_ok = embeddings_rounds(run, targets)
+    if args.py_spy:
+        profile_text, ok = spy_embeddings(run, targets[0], c32, c1)
+        gateway_ok += ok
+    procs.stop("gateway")  # every ledger write has finished
+    if args.tracing:
+        procs.stop(TRACED)  # its last spans exported on the way out
+        run.sink_stats = sink_stats(run.sink_port)
+        procs.stop("collector")
+    procs.stop("floor")
+    procs.stop(IO_FLOOR)
+    ledger = read_ledger(run.db_url)
+    profile = (
+        profile_gateway(procs, run.env, run.key, run.load, args.seconds) if args.profile else ""
+    )
+    if args.py_spy:
+        cprofile = "cProfile, 1-worker gateway (event-loop thread):\n" + profile if profile else ""
+        profile = "\n" + profile_text + ("\n\n" + cprofile if cprofile else "")
+    procs.stop("upstream")
+    return Embeddings(targets, dict(c32), dict(c1), gateway_ok, ledger, profile)
+
+
+def start_embeddings(run: Run) -> list[Target]:
+    """The embeddings case's fake upstream, gateway and floors, answering: its targets."""
+    args, procs = run.args, run.procs
     port = {name: free_port() for name in ("gateway", "floor", IO_FLOOR, TRACED)}
     port["upstream"] = run.upstream_port["embeddings"]
     url = {name: f"http://127.0.0.1:{p}/v1/embeddings" for name, p in port.items()}
@@ -803,8 +857,17 @@ def run_embeddings(run: Run) -> Embeddings:
         target = Target("litellm", "LiteLLM proxy (no DB)", litellm_url, LITELLM_KEY)
         if run.wait_litellm(target):
             targets.append(target)
-    c32: dict[str, list[Result]] = defaultdict(list)
-    c1: dict[str, list[Result]] = defaultdict(list)
+    return targets
+
+
+def embeddings_rounds(
+    run: Run, targets: list[Target]
+) -> tuple[defaultdict[str, list[Result]], defaultdict[str, list[Result]], int]:
+    """The interleaved rounds: by target, the results at `--connections` connections and at
+    one; and the gateway's 200s so far (readiness, warm-up, measured)."""
+    args = run.args
+    c32: defaultdict[str, list[Result]] = defaultdict(list)
+    c1: defaultdict[str, list[Result]] = defaultdict(list)
     gateway_ok = 2 if args.tracing else 1  # the readiness requests
     for n in range(1, args.rounds + 1):
         for target in targets:
@@ -821,38 +884,28 @@ def run_embeddings(run: Run) -> Embeddings:
             c1[target.name].append(one)
             if target.name in ("gateway", TRACED):
                 gateway_ok += warm.ok + many.ok + one.ok
-    if args.py_spy:
-        gateway = targets[0]
-        loads = [
-            (
-                f"embeddings at {args.connections} connections",
-                lambda: run.load(gateway, args.seconds),
-                c32["gateway"],
-            ),
-            (
-                "embeddings at one connection",
-                lambda: run.load(gateway, args.seconds, 1),
-                c1["gateway"],
-            ),
-        ]
-        profile_text, ok, _ = spy_profile(run, loads)
-        gateway_ok += ok
-    procs.stop("gateway")  # every ledger write has finished
-    if args.tracing:
-        procs.stop(TRACED)  # its last spans exported on the way out
-        run.sink_stats = sink_stats(run.sink_port)
-        procs.stop("collector")
-    procs.stop("floor")
-    procs.stop(IO_FLOOR)
-    ledger = read_ledger(run.db_url)
-    profile = (
-        profile_gateway(procs, run.env, run.key, run.load, args.seconds) if args.profile else ""
-    )
-    if args.py_spy:
-        cprofile = "cProfile, 1-worker gateway (event-loop thread):\n" + profile if profile else ""
-        profile = "\n" + profile_text + ("\n\n" + cprofile if cprofile else "")
-    procs.stop("upstream")
-    return Embeddings(targets, dict(c32), dict(c1), gateway_ok, ledger, profile)
+    return c32, c1, gateway_ok
+
+
+def spy_embeddings(
+    run: Run, gateway: Target, c32: dict[str, list[Result]], c1: dict[str, list[Result]]
+) -> tuple[str, int]:
+    """`--py-spy`: the gateway sampled under both loads; the profile and the gateway's 200s."""
+    args = run.args
+    loads = [
+        (
+            f"embeddings at {args.connections} connections",
+            lambda: run.load(gateway, args.seconds),
+            c32["gateway"],
+        ),
+        (
+            "embeddings at one connection",
+            lambda: run.load(gateway, args.seconds, 1),
+            c1["gateway"],
+        ),
+    ]
+    profile_text, ok, _ = spy_profile(run, loads)
+    return profile_text, ok
 
 
 def create_io_floor_tables(db_url: str) -> None:
@@ -967,21 +1020,13 @@ def main() -> int:
     db_url = f"{PG}/{db}"
     pg_admin(f'CREATE DATABASE "{db}"')
     procs = Processes(Path(tempfile.mkdtemp(prefix="gw-bench-")))
-    embeddings = chat = None
     try:
         log_level = "INFO" if args.access_log else "WARNING"
         env = {**os.environ, "DATABASE_URL": db_url, "GATEWAY_ACCESS_LOG_LEVEL": log_level}
         env["DEBUG"] = "false"
         ports = {case: free_port() for case in ("embeddings", "chat-stream")}
         run = Run(args, procs, env, db_url, "", wrk, ports, litellm_note=litellm_note)
-        if exe:
-            run.litellm_port = free_port()
-            start_litellm(run, exe, run.litellm_port)  # starts while the gateway is set up
-        run.key = set_up_gateway(env)
-        if "embeddings" in cases:
-            embeddings = run_embeddings(run)
-        if "chat-stream" in cases:
-            chat = run_chat_stream(run)
+        embeddings, chat = run_cases(run, cases, exe)
         ledger = read_ledger(db_url)  # every gateway has stopped
     except Exception:
         for name in list(procs.procs):
@@ -991,7 +1036,51 @@ def main() -> int:
         procs.stop_all()
         shutil.rmtree(procs.logdir, ignore_errors=True)
         pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    return 0 if report_run(run, embeddings, chat, ledger) else 1
 
+
+def run_cases(
+    run: Run, cases: tuple[str, ...], litellm_exe: Path | None
+) -> tuple[Embeddings | None, ChatStream | None]:
+    """LiteLLM (when installed) and the gateway set up, then each case asked for, in turn."""
+    if litellm_exe:
+        run.litellm_port = free_port()
+        start_litellm(run, litellm_exe, run.litellm_port)  # starts while the gateway is set up
+    run.key = set_up_gateway(run.env)
+    embeddings = run_embeddings(run) if "embeddings" in cases else None
+    chat = run_chat_stream(run) if "chat-stream" in cases else None
+    return embeddings, chat
+
+
+def report_run(
+    run: Run, embeddings: Embeddings | None, chat: ChatStream | None, ledger: Ledger
+) -> bool:
+    """Every table and check; False when a check failed."""
+    args = run.args
+    report_header(run)
+    ok = True
+    if embeddings:
+        report_embeddings(args, "wrk" if run.wrk else "python/httpx", embeddings)
+        if args.tracing:
+            report_tracing(args, embeddings, run.sink_stats)
+        ok &= check_ledger(embeddings.ledger, "embeddings", embeddings.gateway_ok)
+    if chat:
+        ok &= report_chat(args, chat)
+        ok &= check_ledger(ledger, CHAT_SERVICE, chat.gateway_ok)
+    ok &= check_wallets(ledger)
+    report_issue(args, embeddings, chat, run.litellm_note)
+    if chat and chat.profile:
+        print("\n" + chat.profile)
+    if embeddings and embeddings.profile:
+        if not args.py_spy:
+            print("\ncProfile, 1-worker gateway, embeddings load (event-loop thread):")
+        print(embeddings.profile)
+    return ok
+
+
+def report_header(run: Run) -> None:
+    """When, on what, and how the servers ran."""
+    args = run.args
     server = {
         "gunicorn": "gunicorn + uvicorn-worker (gateway_site.gunicorn_conf)",
         "granian": "granian (asgi, uvloop)",
@@ -1008,24 +1097,6 @@ def main() -> int:
         f"log {'on' if args.access_log else 'off'}; LiteLLM: {litellm}\ncells: median of the "
         "rounds (min..max)"
     )
-    ok = True
-    if embeddings:
-        report_embeddings(args, "wrk" if wrk else "python/httpx", embeddings)
-        if args.tracing:
-            report_tracing(args, embeddings, run.sink_stats)
-        ok &= check_ledger(embeddings.ledger, "embeddings", embeddings.gateway_ok)
-    if chat:
-        ok &= report_chat(args, chat)
-        ok &= check_ledger(ledger, CHAT_SERVICE, chat.gateway_ok)
-    ok &= check_wallets(ledger)
-    report_issue(args, embeddings, chat, run.litellm_note)
-    if chat and chat.profile:
-        print("\n" + chat.profile)
-    if embeddings and embeddings.profile:
-        if not args.py_spy:
-            print("\ncProfile, 1-worker gateway, embeddings load (event-loop thread):")
-        print(embeddings.profile)
-    return 0 if ok else 1
 
 
 # --------------------------------------------------------------------------- reports

@@ -237,7 +237,16 @@ class BedrockFake(FakeUpstream):
                 "Authorization header requires 'Credential', 'Signature' and 'SignedHeaders' "
                 f"parameters in AWS4-HMAC-SHA256 form. Authorization={header}",
             )
-        access_key, day, region, service, _ = scope
+        # AWS's order of checks: who signed, then when and for what, then the signature.
+        amz_date = request.headers.get("x-amz-date", "")
+        denied = self._check_credential(request, scope[0])
+        if denied is None:
+            denied = self._check_scope(header, scope, amz_date)
+        if denied is None:
+            denied = self._check_digest(request, match, amz_date)
+        return denied
+
+    def _check_credential(self, request: RecordedRequest, access_key: str) -> Response | None:
         if access_key != self.access_key:
             return self._auth_error(
                 "UnrecognizedClientException",
@@ -251,7 +260,11 @@ class BedrockFake(FakeUpstream):
                 "UnrecognizedClientException",
                 "The security token included in the request is invalid.",
             )
-        amz_date = request.headers.get("x-amz-date", "")
+        return None
+
+    def _check_scope(self, header: str, scope: list[str], amz_date: str) -> Response | None:
+        """The request's date, and the credential's day, region and service."""
+        _, day, region, service, _ = scope
         try:
             signed_at = dt.datetime.strptime(amz_date, AMZ_DATE).replace(tzinfo=dt.UTC)
         except ValueError:
@@ -275,6 +288,9 @@ class BedrockFake(FakeUpstream):
                 "Date in Credential scope does not match YYYYMMDD from ISO-8601 version of date "
                 f"from HTTP: '{day}' != '{amz_date[:8]}', from '{amz_date}'.",
             )
+        return self._check_skew(signed_at, amz_date)
+
+    def _check_skew(self, signed_at: dt.datetime, amz_date: str) -> Response | None:
         skew = self.max_clock_skew
         now = dt.datetime.now(dt.UTC)
         if skew is not None and abs((now - signed_at).total_seconds()) > skew:
@@ -284,6 +300,11 @@ class BedrockFake(FakeUpstream):
                 f"Signature expired: {amz_date} is now earlier than {limit} "
                 f"({now.strftime(AMZ_DATE)} - {skew // 60} min.)",
             )
+        return None
+
+    def _check_digest(
+        self, request: RecordedRequest, match: re.Match[str], amz_date: str
+    ) -> Response | None:
         canonical, string_to_sign, expected = self._expected_signature(
             request, match["signed"], amz_date
         )

@@ -118,6 +118,20 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _prompt(contents: list, body: dict) -> tuple[str, int]:
+    """The last user turn's text (the last turn's when none is the user's), and the tokens of
+    every turn and the system instruction."""
+    texts = [_parts_text(c) for c in contents]
+    users = [
+        _parts_text(c) for c in contents if isinstance(c, dict) and c.get("role", "user") == "user"
+    ]
+    prompt = users[-1] if users else texts[-1]
+    prompt_tokens = sum(synth.count_tokens(t) for t in texts)
+    if isinstance(body.get("systemInstruction"), dict):
+        prompt_tokens += synth.count_tokens(_parts_text(body["systemInstruction"]))
+    return prompt, prompt_tokens
+
+
 def _parts_text(content: Any) -> str:
     if not isinstance(content, dict):
         return ""
@@ -274,17 +288,33 @@ class GeminiFake(FakeUpstream):
         contents = body.get("contents")
         if not isinstance(contents, list) or not contents:
             raise self._invalid("* GenerateContentRequest.contents: contents is not specified\n")
-        texts = [_parts_text(c) for c in contents]
-        users = [
-            _parts_text(c)
-            for c in contents
-            if isinstance(c, dict) and c.get("role", "user") == "user"
-        ]
-        prompt = users[-1] if users else texts[-1]
-        prompt_tokens = sum(synth.count_tokens(t) for t in texts)
-        if isinstance(body.get("systemInstruction"), dict):
-            prompt_tokens += synth.count_tokens(_parts_text(body["systemInstruction"]))
-        config = body.get("generationConfig") or {}
+        prompt, prompt_tokens = _prompt(contents, body)
+        modalities, aspect = self._output_settings(model, body.get("generationConfig") or {})
+        prompt_usage = {
+            "promptTokenCount": prompt_tokens,
+            "totalTokenCount": prompt_tokens,
+            "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt_tokens}],
+        }
+        envelope = {"modelVersion": model, "responseId": synth.random_id("", 22)}
+        if model in IMAGE_CHAT_MODELS and synth.has_word(prompt, "forbidden"):
+            return self._blocked_image(prompt_usage, envelope)
+        parts, details, candidates_tokens = self._reply_parts(model, prompt, modalities, aspect)
+        usage = {
+            "promptTokenCount": prompt_tokens,
+            "candidatesTokenCount": candidates_tokens,
+            "totalTokenCount": prompt_tokens + candidates_tokens,
+            "promptTokensDetails": prompt_usage["promptTokensDetails"],
+            "candidatesTokensDetails": details,
+        }
+        candidate = {
+            "content": {"parts": parts, "role": "model"},
+            "finishReason": "STOP",
+            "index": 0,
+        }
+        return json_response({"candidates": [candidate], "usageMetadata": usage, **envelope})
+
+    def _output_settings(self, model: str, config: dict) -> tuple[list[str], str]:
+        """The response modalities and the aspect ratio asked for, refused as Gemini does."""
         image_model = model in IMAGE_CHAT_MODELS
         default_modalities = ["TEXT", "IMAGE"] if image_model else ["TEXT"]
         modalities = [
@@ -297,31 +327,32 @@ class GeminiFake(FakeUpstream):
         aspect = (config.get("imageConfig") or {}).get("aspectRatio", "1:1")
         if aspect not in IMAGE_ASPECTS:
             raise self._invalid(f"Unsupported aspect ratio: {aspect}")
-        prompt_usage = {
-            "promptTokenCount": prompt_tokens,
-            "totalTokenCount": prompt_tokens,
-            "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt_tokens}],
-        }
-        envelope = {"modelVersion": model, "responseId": synth.random_id("", 22)}
-        if image_model and synth.has_word(prompt, "forbidden"):
-            if self.image_block_mode == "prompt_blocked":
-                feedback = {
-                    "blockReason": "SAFETY",
-                    "safetyRatings": [
-                        {
-                            "category": "HARM_CATEGORY_DANGEROUS_CONTENT",
-                            "probability": "HIGH",
-                            "blocked": True,
-                        }
-                    ],
-                }
-                return json_response(
-                    {"promptFeedback": feedback, "usageMetadata": prompt_usage, **envelope}
-                )
-            candidate = {"finishReason": "IMAGE_SAFETY", "index": 0}
+        return modalities, aspect
+
+    def _blocked_image(self, prompt_usage: dict, envelope: dict) -> Response:
+        """An image model's refusal: the prompt blocked, or the candidate cut for safety."""
+        if self.image_block_mode == "prompt_blocked":
+            feedback = {
+                "blockReason": "SAFETY",
+                "safetyRatings": [
+                    {
+                        "category": "HARM_CATEGORY_DANGEROUS_CONTENT",
+                        "probability": "HIGH",
+                        "blocked": True,
+                    }
+                ],
+            }
             return json_response(
-                {"candidates": [candidate], "usageMetadata": prompt_usage, **envelope}
+                {"promptFeedback": feedback, "usageMetadata": prompt_usage, **envelope}
             )
+        candidate = {"finishReason": "IMAGE_SAFETY", "index": 0}
+        return json_response({"candidates": [candidate], "usageMetadata": prompt_usage, **envelope})
+
+    def _reply_parts(
+        self, model: str, prompt: str, modalities: list[str], aspect: str
+    ) -> tuple[list[dict], list[dict], int]:
+        """The reply's parts, their tokens by modality, and the candidates' token count."""
+        image_model = model in IMAGE_CHAT_MODELS
         parts: list[dict] = []
         details = []
         text_tokens = 0
@@ -341,20 +372,7 @@ class GeminiFake(FakeUpstream):
             parts.append({"inlineData": {"mimeType": "image/png", "data": _b64(image)}})
             image_tokens = IMAGE_TOKENS
             details.append({"modality": "IMAGE", "tokenCount": image_tokens})
-        candidates_tokens = text_tokens + image_tokens
-        usage = {
-            "promptTokenCount": prompt_tokens,
-            "candidatesTokenCount": candidates_tokens,
-            "totalTokenCount": prompt_tokens + candidates_tokens,
-            "promptTokensDetails": prompt_usage["promptTokensDetails"],
-            "candidatesTokensDetails": details,
-        }
-        candidate = {
-            "content": {"parts": parts, "role": "model"},
-            "finishReason": "STOP",
-            "index": 0,
-        }
-        return json_response({"candidates": [candidate], "usageMetadata": usage, **envelope})
+        return parts, details, text_tokens + image_tokens
 
     # -- chat models: :generateContent and :streamGenerateContent -----------------------
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 import re
 import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 # Past this depth a recursive schema is steered to its end (null branches, minimal arrays).
@@ -34,6 +36,7 @@ MAX_STRING = 4096
 MAX_STEPS = 5000
 
 _NOTHING = object()  # the `false` schema: no value is valid
+_FREE = object()  # a schema that names no value of its own (no const, default or enum)
 _FORMATS = {
     "date": "2024-01-15",
     "date-time": "2024-01-15T12:00:00Z",
@@ -146,22 +149,28 @@ class _Walker:
             return _NOTHING
         if schema is True:
             schema = {}
-        if "const" in schema:
-            return schema["const"]
-        if "default" in schema and variant == 0:
-            return schema["default"]
-        enum = schema.get("enum")
-        if isinstance(enum, list) and enum:
-            return enum[variant % len(enum)]
+        fixed = _fixed(schema, variant)
+        if fixed is not _FREE:
+            return fixed
         for union in ("anyOf", "oneOf"):
             branches = schema.get(union)
             if isinstance(branches, list) and branches:
-                branch = self.pick_branch(branches, depth)
-                rest = {k: v for k, v in schema.items() if k != union}
-                resolved = self.resolve(branch, depth + 1)
-                if resolved is False:
-                    return _NOTHING
-                return self.value(_merge(rest, resolved or {}), key, depth + 1, variant)
+                return self.union(schema, union, branches, key, depth, variant)
+        return self.typed(schema, key, depth, variant)
+
+    def union(
+        self, schema: dict, union: str, branches: list, key: str, depth: int, variant: int
+    ) -> Any:
+        """The value of one branch of an ``anyOf`` / ``oneOf``, the schema's other keys kept."""
+        branch = self.pick_branch(branches, depth)
+        rest = {k: v for k, v in schema.items() if k != union}
+        resolved = self.resolve(branch, depth + 1)
+        if resolved is False:
+            return _NOTHING
+        return self.value(_merge(rest, resolved or {}), key, depth + 1, variant)
+
+    def typed(self, schema: dict, key: str, depth: int, variant: int) -> Any:
+        """The value of the schema's type, declared or guessed from its keywords."""
         kind = self.kind(schema, depth)
         if kind == "object":
             return self.object(schema, depth)
@@ -309,6 +318,19 @@ def _merge(base: dict, extra: dict) -> dict:
     return merged
 
 
+def _fixed(schema: dict, variant: int) -> Any:
+    """The value the schema names itself (``const``, ``default``, an ``enum`` member), else
+    ``_FREE``."""
+    if "const" in schema:
+        return schema["const"]
+    if "default" in schema and variant == 0:
+        return schema["default"]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[variant % len(enum)]
+    return _FREE
+
+
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
@@ -339,62 +361,106 @@ def _pattern_string(pattern: str, low: int, high: int | None, variant: int) -> s
 
 def _number(schema: dict, integer: bool, variant: int) -> int | float:
     """A number inside the schema's bounds, a multiple of its ``multipleOf``; 1 when free."""
-    minimum, maximum = _real(schema.get("minimum")), _real(schema.get("maximum"))
-    ex_min, ex_max = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
-    # Draft 4 spells exclusivity as a boolean beside minimum / maximum.
-    if ex_min is True:
-        ex_min, minimum = minimum, None
-    if ex_max is True:
-        ex_max, maximum = maximum, None
-    ex_min, ex_max = _real(ex_min), _real(ex_max)
-    step = _real(schema.get("multipleOf"))
-    step = step if step is not None and step > 0 else None
+    bounds = _Bounds.of(schema, integer)
+    found: list[int | float] = []
+    bounds.add_fitting(found, _number_candidates(bounds))
+    if not found:
+        return 1 if integer else 1.5
+    # More distinct values for the later items of a uniqueItems array.
+    base = found[0]
+    bounds.add_fitting(found, (base + d for i in range(1, variant + 1) for d in bounds.steps(i)))
+    return found[variant % len(found)]
 
-    def fits(v: int | float) -> bool:
+
+@dataclass(frozen=True)
+class _Bounds:
+    """What a number schema allows: its bounds, inclusive or not, and its ``multipleOf``."""
+
+    integer: bool
+    minimum: int | float | None
+    maximum: int | float | None
+    ex_min: int | float | None
+    ex_max: int | float | None
+    step: int | float | None
+
+    @classmethod
+    def of(cls, schema: dict, integer: bool) -> _Bounds:
+        minimum, maximum = _real(schema.get("minimum")), _real(schema.get("maximum"))
+        ex_min, ex_max = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+        # Draft 4 spells exclusivity as a boolean beside minimum / maximum.
+        if ex_min is True:
+            ex_min, minimum = minimum, None
+        if ex_max is True:
+            ex_max, maximum = maximum, None
+        step = _real(schema.get("multipleOf"))
+        step = step if step is not None and step > 0 else None
+        return cls(integer, minimum, maximum, _real(ex_min), _real(ex_max), step)
+
+    @property
+    def low(self) -> int | float | None:
+        return max((b for b in (self.minimum, self.ex_min) if b is not None), default=None)
+
+    @property
+    def high(self) -> int | float | None:
+        return min((b for b in (self.maximum, self.ex_max) if b is not None), default=None)
+
+    def steps(self, i: int) -> tuple[int | float, int | float]:
+        """The offsets ``i`` steps either side of a value."""
+        return (i, -i) if self.step is None else (i * self.step, -i * self.step)
+
+    def fits(self, v: int | float) -> bool:
         try:
-            if not math.isfinite(v) or (integer and v != int(v)):
+            if not math.isfinite(v) or (self.integer and v != int(v)):
                 return False
-            if minimum is not None and v < minimum or maximum is not None and v > maximum:
+            if self.minimum is not None and v < self.minimum:
                 return False
-            if ex_min is not None and v <= ex_min or ex_max is not None and v >= ex_max:
+            if self.maximum is not None and v > self.maximum:
                 return False
-            return step is None or _multiple_of(v, step)
+            if self.ex_min is not None and v <= self.ex_min:
+                return False
+            if self.ex_max is not None and v >= self.ex_max:
+                return False
+            return self.step is None or _multiple_of(v, self.step)
         except (OverflowError, ValueError, ZeroDivisionError):
             return False
 
-    low = max((b for b in (minimum, ex_min) if b is not None), default=None)
-    high = min((b for b in (maximum, ex_max) if b is not None), default=None)
-    candidates: list[int | float] = [1, 0] if integer else [1.5, 1, 0]
+    def add_fitting(self, found: list[int | float], raws: Iterable[int | float]) -> None:
+        """Append to ``found`` each of ``raws``, as written, that fits and is not there yet."""
+        for raw in raws:
+            for value in _as_integral(raw, self.integer):
+                if self.fits(value) and value not in found:
+                    found.append(value)
+
+
+def _number_candidates(bounds: _Bounds) -> list[int | float]:
+    """Numbers worth trying, in order: small ones, each bound and its neighbours, the middle."""
+    low, high = bounds.low, bounds.high
+    candidates: list[int | float] = [1, 0] if bounds.integer else [1.5, 1, 0]
     for bound in (low, high):
         if bound is not None:
             candidates += [bound, bound + 1, bound - 1, bound + 0.5, bound - 0.5]
     if low is not None and high is not None:
         candidates.append((low + high) / 2)
-    if step is not None:
-        start = low if low is not None else (high if high is not None else 1)
-        for bound in (start, high):
-            if bound is None:
-                continue
-            try:
-                k = math.ceil(bound / step)
-            except (OverflowError, ValueError, ZeroDivisionError):
-                continue
-            candidates += [k * step, (k + 1) * step, (k - 1) * step, k]
-    found: list[int | float] = []
-    for raw in candidates:
-        for value in _as_integral(raw, integer):
-            if fits(value) and value not in found:
-                found.append(value)
-    if found:
-        # More distinct values for the later items of a uniqueItems array.
-        base = found[0]
-        for i in range(1, variant + 1):
-            for offset in (i, -i) if step is None else (i * step, -i * step):
-                for value in _as_integral(base + offset, integer):
-                    if fits(value) and value not in found:
-                        found.append(value)
-        return found[variant % len(found)]
-    return 1 if integer else 1.5
+    if bounds.step is not None:
+        candidates += _step_candidates(low, high, bounds.step)
+    return candidates
+
+
+def _step_candidates(
+    low: int | float | None, high: int | float | None, step: int | float
+) -> list[int | float]:
+    """Multiples of ``step`` next to the lower bound (or 1) and the upper one."""
+    start = low if low is not None else (high if high is not None else 1)
+    candidates: list[int | float] = []
+    for bound in (start, high):
+        if bound is None:
+            continue
+        try:
+            k = math.ceil(bound / step)
+        except (OverflowError, ValueError, ZeroDivisionError):
+            continue
+        candidates += [k * step, (k + 1) * step, (k - 1) * step, k]
+    return candidates
 
 
 def _as_integral(value: int | float, integer: bool) -> list[int | float]:

@@ -214,18 +214,41 @@ class OidcFake(FakeUpstream):
         if down is not None:
             return down
         form = dict(parse_qsl(request.text, keep_blank_values=True))
+        if not self._client_authenticated(request, form):
+            return self.error(401, "invalid_client")
+        if form.get("grant_type") != "authorization_code":
+            return self.error(400, "unsupported_grant_type")
+        grant = self._redeem(form)
+        if isinstance(grant, Response):
+            return grant
+        if self.failure == "garbage":
+            return Response(200, b"{not json", [("content-type", "application/json")])
+        access_token = secrets.token_urlsafe(24)
+        with self._state_lock:
+            self._access[access_token] = grant.user
+        return json_response(
+            {
+                "access_token": access_token,
+                "token_type": "Bearer",
+                "expires_in": 300,
+                "id_token": self.id_token(grant),
+            }
+        )
+
+    def _client_authenticated(self, request: RecordedRequest, form: dict[str, str]) -> bool:
+        """The client's id and secret, from the form or (winning) HTTP Basic, are ours."""
         client_id, secret = form.get("client_id"), form.get("client_secret")
         basic = request.headers.get("authorization", "")
         if basic.lower().startswith("basic "):
             try:
                 pair = base64.b64decode(basic[6:]).decode()
             except ValueError:
-                return self.error(401, "invalid_client")
+                return False
             client_id, _, secret = pair.partition(":")
-        if client_id != self.client_id or secret != self.client_secret:
-            return self.error(401, "invalid_client")
-        if form.get("grant_type") != "authorization_code":
-            return self.error(400, "unsupported_grant_type")
+        return client_id == self.client_id and secret == self.client_secret
+
+    def _redeem(self, form: dict[str, str]) -> _Code | Response:
+        """The grant of the form's code, used up whatever follows; or why it is refused."""
         code = form.get("code", "")
         with self._state_lock:
             grant = self._codes.pop(code, None)
@@ -241,19 +264,7 @@ class OidcFake(FakeUpstream):
         digest = hashlib.sha256(verifier.encode()).digest()
         if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != grant.challenge:
             return self.error(400, "invalid_grant", error_description="PKCE verifier")
-        if self.failure == "garbage":
-            return Response(200, b"{not json", [("content-type", "application/json")])
-        access_token = secrets.token_urlsafe(24)
-        with self._state_lock:
-            self._access[access_token] = grant.user
-        return json_response(
-            {
-                "access_token": access_token,
-                "token_type": "Bearer",
-                "expires_in": 300,
-                "id_token": self.id_token(grant),
-            }
-        )
+        return grant
 
     def id_token(self, grant: _Code) -> str:
         now = int(self.clock())

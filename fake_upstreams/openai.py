@@ -627,14 +627,7 @@ class OpenAIFake(FakeUpstream):
         native = EMBEDDING_MODELS[model]
         dims = body.get("dimensions")
         if dims is not None:
-            if not model.startswith("text-embedding-3"):
-                raise self.fail(400, "This model does not support specifying dimensions.")
-            if not isinstance(dims, int) or isinstance(dims, bool) or not 1 <= dims <= native:
-                raise self.fail(
-                    400,
-                    f"Invalid value for 'dimensions' = {dims}. Must be between 1 and {native}.",
-                    param="dimensions",
-                )
+            self._check_dimensions(model, dims, native)
         encoding = body.get("encoding_format") or "float"
         if encoding not in ("float", "base64"):
             raise self._invalid_value("encoding_format", encoding, ("float", "base64"))
@@ -654,6 +647,16 @@ class OpenAIFake(FakeUpstream):
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
             }
         )
+
+    def _check_dimensions(self, model: str, dims: Any, native: int) -> None:
+        if not model.startswith("text-embedding-3"):
+            raise self.fail(400, "This model does not support specifying dimensions.")
+        if not isinstance(dims, int) or isinstance(dims, bool) or not 1 <= dims <= native:
+            raise self.fail(
+                400,
+                f"Invalid value for 'dimensions' = {dims}. Must be between 1 and {native}.",
+                param="dimensions",
+            )
 
     # -- /v1/moderations ---------------------------------------------------------------
 
@@ -762,21 +765,7 @@ class OpenAIFake(FakeUpstream):
                 param="max_output_tokens",
                 code="integer_below_min_value",
             )
-        history = 0
-        earlier: list = []
-        previous_id = body.get("previous_response_id")
-        if previous_id:
-            previous = self._responses.get(previous_id)
-            if previous is None:
-                raise self.fail(
-                    404,
-                    f"Previous response with id '{previous_id}' not found.",
-                    param="previous_response_id",
-                    code="previous_response_not_found",
-                )
-            # The whole earlier conversation is input again, and billed as such.
-            history = previous["usage"]["input_tokens"] + previous["usage"]["output_tokens"]
-            earlier = previous["output"]
+        history, earlier = self._previous_conversation(body)
         try:
             turn = response_turn(
                 body if self.call_tools else {**body, "tools": []},
@@ -793,10 +782,7 @@ class OpenAIFake(FakeUpstream):
         if model.startswith(REASONING_PREFIXES):
             reasoning = reasoning_item(body, turn)
         response_id = synth.hex_id("resp_", 24)
-        output = response_output(turn, reasoning)
-        if offers_web_search(body):
-            searches = [web_search_item(_query(body)) for _ in range(self.web_searches)]
-            output[len(output) - 1 : len(output) - 1] = searches  # before the answer
+        output = self._response_output(body, turn, reasoning)
         final = _response_object(body, self._answer_model(model), response_id, output, turn)
         if body.get("store", True) is not False:
             self._responses[response_id] = final
@@ -805,6 +791,30 @@ class OpenAIFake(FakeUpstream):
         return _response_stream(
             final, turn, pieces=self.stream_pieces, usage_delay=self.usage_delay
         )
+
+    def _previous_conversation(self, body: dict) -> tuple[int, list]:
+        """The tokens and the output of the response ``previous_response_id`` names."""
+        previous_id = body.get("previous_response_id")
+        if not previous_id:
+            return 0, []
+        previous = self._responses.get(previous_id)
+        if previous is None:
+            raise self.fail(
+                404,
+                f"Previous response with id '{previous_id}' not found.",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        # The whole earlier conversation is input again, and billed as such.
+        history = previous["usage"]["input_tokens"] + previous["usage"]["output_tokens"]
+        return history, previous["output"]
+
+    def _response_output(self, body: dict, turn: Any, reasoning: Any) -> list:
+        output = response_output(turn, reasoning)
+        if offers_web_search(body):
+            searches = [web_search_item(_query(body)) for _ in range(self.web_searches)]
+            output[len(output) - 1 : len(output) - 1] = searches  # before the answer
+        return output
 
     def get_response(self, request: RecordedRequest, response_id: str) -> Response:
         stored = self._responses.get(response_id)
@@ -825,6 +835,23 @@ class OpenAIFake(FakeUpstream):
         if model not in IMAGE_SIZES:
             raise self._model_not_found(model)
         gpt_image = model.startswith("gpt-image")
+        n = self._image_count(body, model)
+        size, quality = self._image_options(body, model, gpt_image)
+        if synth.has_word(prompt, "forbidden"):
+            raise self._image_refusal(gpt_image)
+        resolved_size = "1024x1024" if size == "auto" else size
+        width, height = (int(x) for x in resolved_size.split("x"))
+        thumb = png.thumbnail_size(width, height)
+        images = [png.make_png(*thumb, seed=f"{model}|{prompt}|{i}") for i in range(n)]
+        created = synth.now()
+        if gpt_image:
+            return json_response(
+                self._gpt_image_answer(body, prompt, images, quality, resolved_size, created)
+            )
+        data = self._dall_e_data(body, model, prompt, images)
+        return json_response({"created": created, "data": data})
+
+    def _image_count(self, body: dict, model: str) -> int:
         n = body.get("n", 1)
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise self.fail(400, f"Invalid 'n': expected an integer >= 1, but got {n}.", param="n")
@@ -837,6 +864,10 @@ class OpenAIFake(FakeUpstream):
                 param="n",
                 code="integer_above_max_value",
             )
+        return n
+
+    def _image_options(self, body: dict, model: str, gpt_image: bool) -> tuple[str, str]:
+        """The size and quality asked for (or the model's defaults), refused as OpenAI does."""
         size = body.get("size") or ("auto" if gpt_image else "1024x1024")
         if size not in IMAGE_SIZES[model]:
             raise self._invalid_value("size", size, IMAGE_SIZES[model])
@@ -850,17 +881,10 @@ class OpenAIFake(FakeUpstream):
                 param="response_format",
                 code="unknown_parameter",
             )
-        if synth.has_word(prompt, "forbidden"):
-            raise self._image_refusal(gpt_image)
-        resolved_size = "1024x1024" if size == "auto" else size
-        width, height = (int(x) for x in resolved_size.split("x"))
-        thumb = png.thumbnail_size(width, height)
-        images = [png.make_png(*thumb, seed=f"{model}|{prompt}|{i}") for i in range(n)]
-        created = synth.now()
-        if gpt_image:
-            return json_response(
-                self._gpt_image_answer(body, prompt, images, quality, resolved_size, created)
-            )
+        return size, quality
+
+    def _dall_e_data(self, body: dict, model: str, prompt: str, images: list[bytes]) -> list:
+        """DALL-E's images, as base64 or as URLs of files this fake then serves."""
         response_format = body.get("response_format") or "url"
         if response_format not in ("url", "b64_json"):
             raise self._invalid_value("response_format", response_format, ("url", "b64_json"))
@@ -875,7 +899,7 @@ class OpenAIFake(FakeUpstream):
             if model == "dall-e-3":
                 item["revised_prompt"] = f"A detailed, high-quality image of {prompt}"
             data.append(item)
-        return json_response({"created": created, "data": data})
+        return data
 
     def _image_refusal(self, gpt_image: bool):
         if gpt_image:

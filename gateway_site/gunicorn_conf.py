@@ -92,7 +92,12 @@ def post_worker_init(worker) -> None:
     # application among them) reach the "uvicorn" logger, in the gateway's format.
     logging.getLogger("uvicorn.error").propagate = True
     # What a previous worker left in the ledger spool is written at start, not after the first
-    # charged request (docs/reliability.md). Imported here: the master loads no Django.
+    # charged request (docs/reliability.md). Imported here: the master loads no Django. The
+    # bench's floor servers share this config without the licensing app: nothing to replay.
+    from django.apps import apps
+
+    if not apps.is_installed("licensing"):
+        return
     from licensing.ledger.actions import spool_replay
     from licensing.ledger.spool import replay_at_start
 

@@ -265,7 +265,7 @@ ADMIN_MIDDLEWARE += ["axes.middleware.AxesMiddleware"]
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     # Django's ModelBackend, refusing local passwords of --sso-only institutions (docs/sso.md).
-    "licensing.access.backends.GatewayModelBackend",
+    "licensing.signin.backends.GatewayModelBackend",
 ]
 AXES_FAILURE_LIMIT = CONFIG.GATEWAY_ADMIN_LOGIN_FAILURES
 AXES_COOLOFF_TIME = CONFIG.GATEWAY_ADMIN_LOCKOUT_MINUTES / 60  # hours

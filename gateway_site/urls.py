@@ -3,7 +3,7 @@ from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
 from inference.api import api
-from licensing.console import lti_views, sso_views
+from licensing.signin import lti_views, sso_views
 
 from .middleware import api_not_found_view
 
@@ -23,7 +23,7 @@ urlpatterns = [
     path("sso/<int:provider_id>/callback/", sso_views.sso_callback, name="sso-callback"),
     path("lti/login/", lti_views.lti_login, name="lti-login"),
     path("lti/launch/", lti_views.lti_launch, name="lti-launch"),
-    path("manage/v1/", include("licensing.console.manage_urls")),
+    path("manage/v1/", include("licensing.manage_urls")),
     path("portal/", include("licensing.portal.urls")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

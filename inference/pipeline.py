@@ -43,14 +43,14 @@ from core.errors import (
     ServiceUnavailable,
 )
 from gateway_site.db import run_db
-from licensing.access.courses import course_rules_async
 from licensing.access.credentials import Principal
+from licensing.courses import rules as course_rules
+from licensing.courses.selectors import course_rules_async
 from licensing.ledger import record
 from licensing.ledger.actions import transaction_record
 from licensing.ledger.budget import BudgetState, budget_check_async
 from licensing.ledger.record import LedgerEntry
 from licensing.ledger.spool import spool_refuses
-from licensing.rules import courses as course_rules
 from licensing.rules import fairuse
 from licensing.rules.policy import Policy
 
@@ -291,7 +291,7 @@ async def _admit(call: Call, operation: Operation, pin):
 
 
 async def _course_gate(principal: Principal) -> Policy | None:
-    """A course member's course rules at this instant (licensing.rules.courses): 403 when the
+    """A course member's course rules at this instant (licensing.courses.rules): 403 when the
     course is closed, has paused them or is in exam mode without an exam policy; else the policy
     in force for them (the course's overlay or exam policy applied), or None (the license
     type's as is)."""

@@ -1,15 +1,15 @@
 """The licensing admin pages, for Django's admin autodiscovery: they live in
-`licensing.console.admin`, one module per subject, and importing them registers them."""
+`licensing.console.admin`, one module per subject, and in the subject wings (`licensing.courses
+.admin`, `licensing.signin.admin_sso` and `admin_lti`); importing them registers them."""
 
 from .console.admin import (  # noqa: F401
     audit,
     colleagues,
-    courses,
     keys,
     licenses,
-    lti,
-    sso,
     transactions,
     users,
     wallets,
 )
+from .courses import admin as courses  # noqa: F401
+from .signin import admin_lti, admin_sso  # noqa: F401

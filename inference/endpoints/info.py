@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from core.errors import NotFound
 from core.jsonio import json_response
 from gateway_site.db import run_db
-from licensing.access.courses import course_rules_async, course_summary
+from licensing.courses.selectors import course_rules_async, course_summary
 from licensing.ledger.budget import budget_usage
 from licensing.ledger.spool import note_database_down, note_database_up
 from licensing.ledger.spool import probe as spool_probe

@@ -42,7 +42,7 @@ class _Entry:
 class JwksCache:
     """Keys per JWKS URL; `clock` (seconds, monotonic) and `fetch` are injectable for tests;
     `parse` turns a fetched document into {kid: [keys]} (default: PyJWT's keys; the OpenID
-    Connect sign-in passes its own, licensing.access.oidc)."""
+    Connect sign-in passes its own, licensing.signin.oidc)."""
 
     def __init__(self, clock=time.monotonic, fetch=None, parse=None):
         self.clock = clock

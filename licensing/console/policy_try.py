@@ -1,20 +1,16 @@
 """The "try a request" panel of the license-type page and of a course's page: what the API
-would answer a body under a policy (for a course: its rules at this instant), and which rule
-decided, without calling any provider."""
+would answer a body under a policy (for a course: its rules at this instant, through
+licensing.courses.policy_try), and which rule decided, without calling any provider."""
 
 from __future__ import annotations
 
 import json
 import math
-from datetime import datetime
 from typing import Any
 
 from catalog.models import Provider
-from core.errors import PolicyDenied, ServiceUnavailable, validation_error_body
+from core.errors import PolicyDenied, validation_error_body
 
-from ..access.courses import course_rules
-from ..models import Course
-from ..rules.courses import course_document, course_gate, exam_document, in_exam, next_opening
 from ..rules.policy import ALIASES, PolicyDocumentError, _lookup, compile_policy
 from ..rules.policy_schema import BodyInvalid, parser_for
 
@@ -101,42 +97,3 @@ def _evaluate(policy_document: Any, service: str, body_text: str) -> dict:
 
 def _denied(exc: PolicyDenied, *, rule: str) -> dict:
     return {"outcome": "denied", "status": exc.status, "body": exc.body(), "rule": rule}
-
-
-def course_try_request(course: Course, service: str, body_text: str, *, now: datetime) -> dict:
-    """The panel's answer for a course at `now`, judged as the pipeline judges a request by a
-    course key without a student: the course's gate first (closed, exam mode with every service
-    off), then the policy in force (the exam policy, the overlay on the license type's policy,
-    or the license type's as is). `decided_by` names which of these decided."""
-    rules = course_rules(course.pk)
-    if rules is None:
-        return {"outcome": "error", "status": 404, "message": "The course no longer exists"}
-    try:
-        course_gate(rules, now=now, end_user_id=None)
-    except PolicyDenied as exc:
-        if not rules.active:
-            why = "the course is inactive"
-        elif rules.access_windows and not any(s <= now < e for s, e in rules.access_windows):
-            opening = next_opening(rules, now)
-            why = "outside every access window" + ("" if opening else " (and none is to come)")
-        else:
-            switch = "the exam switch is on" if rules.exam_mode else "an exam window is open"
-            why = f"exam mode ({switch}) with every service off"
-        return _finite(_denied(exc, rule=f"course '{rules.code}': {why}"))
-    except ServiceUnavailable as exc:
-        return {"outcome": "error", "status": 503, "message": str(exc.reason)}
-    base = course.license.license_type.policy
-    try:
-        document = course_document(base, course.policy)
-        source = "the course's overlay on the license type's policy"
-        if not course.policy:
-            source = "the license type's policy (the course narrows nothing)"
-        if in_exam(rules, now):
-            document = exam_document(document, course.exam_policy)
-            switch = "the exam switch is on" if rules.exam_mode else "an exam window is open"
-            source = f"the exam policy ({switch})"
-    except PolicyDocumentError as exc:
-        return {"outcome": "error", "status": 503, "message": f"Cannot be evaluated: {exc}"}
-    result = try_request(document, service, body_text)
-    result["decided_by"] = source
-    return result

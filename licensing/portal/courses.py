@@ -2,7 +2,7 @@
 and as what (a member: the learner view; a teacher of it or an admin of its institution: the
 instructor view; anyone else: nothing, a 404), a student's levels in it (their allowance, the
 course pool, the license) as the budget step reads them, the course's state at an instant (the
-same snapshot and decisions as /v1, licensing.access.courses and licensing.rules.courses) and
+same snapshot and decisions as /v1, licensing.courses.selectors and licensing.courses.rules) and
 its settings in words for its teachers. Times are shown in the institution's time zone."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core import clock
 
-from ..access.courses import course_rules
 from ..access.scoping import owns, scope_of
+from ..courses.rules import in_exam, is_open, next_opening
+from ..courses.selectors import course_rules
 from ..ledger.budget import course_levels_usage, course_window_start
 from ..models import Course, CourseMember, CourseTeacher, CourseWindow, EndUser
-from ..rules.courses import in_exam, is_open, next_opening
 from ..rules.money import Rate
 from ..rules.policy import Policy
 from .selectors import SpendFigures, WalletView, course_policy, institution_rate, wallet_view
@@ -195,7 +195,7 @@ class CourseState:
 def course_state(
     course: Course, *, end_user: EndUser | None = None, now: datetime | None = None
 ) -> CourseState:
-    """The course at `now` as the /v1 gate sees it (licensing.rules.courses.course_gate, on the
+    """The course at `now` as the /v1 gate sees it (licensing.courses.rules.course_gate, on the
     same cached snapshot)."""
     now = now or clock.utcnow()
     rules = course_rules(course.pk)

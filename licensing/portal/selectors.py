@@ -23,7 +23,7 @@ from catalog.routing import (
 from core import clock
 from core.errors import GatewayError
 
-from ..access.courses import course_rules
+from ..courses.selectors import course_rules
 from ..ledger.budget import BudgetConfig, budget_usage, window_start
 from ..models import (
     AdminProfile,

@@ -11,8 +11,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..access.audit import audit_event_record
-from ..access.course_services import course_key_create
 from ..access.credentials import api_key_create
+from ..courses.services import course_key_create
 from ..models import ApiKey, AuditEvent, Course, EndUser
 from .selectors import active_key_count, terms_pending
 
@@ -74,7 +74,7 @@ def portal_key_create(
     """The student's own key on their license (their wallet, their ledger rows); returns
     (row, full key), the key shown once. Refused before the terms are accepted and at the
     institution's limit of active keys per student (course keys count). With a `course` the
-    student is a member of: a course key (licensing.access.course_services.course_key_create,
+    student is a member of: a course key (licensing.courses.services.course_key_create,
     which audits it), paying at their allowance, the course pool and the license."""
     locked = _locked(end_user)
     if not locked.active:

@@ -17,12 +17,12 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from ..access.course_services import course_update
 from ..access.scoping import scope_of
-from ..access.sso import PROVIDERS_LISTED_ALONE, sign_in_providers
 from ..console import charts
-from ..console.course_usage import course_usage
+from ..courses.services import course_update
+from ..courses.usage import course_usage
 from ..models import EndUser
+from ..signin.sso import PROVIDERS_LISTED_ALONE, sign_in_providers
 from . import courses, selectors, services
 
 SESSION_NEW_KEY = "portal_new_key"  # the key just made, shown once on the next GET of the list

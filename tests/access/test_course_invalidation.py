@@ -11,8 +11,8 @@ import pytest
 from django.utils import timezone
 
 from licensing.access.credentials import api_key_create
+from licensing.courses.rules import closed_message
 from licensing.models import ApiKey, Course, CourseMember, CourseWindow, EndUser
-from licensing.rules.courses import closed_message
 from tests.access import test_cache_invalidation as shared
 
 # Two workers per invalidation mechanism (the generation file, Redis), as for keys and licenses.

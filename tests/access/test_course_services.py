@@ -1,4 +1,4 @@
-"""licensing.access.course_services: every course change validated, saved and audited once."""
+"""licensing.courses.services: every course change validated, saved and audited once."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 import pytest
 from django.core.exceptions import ValidationError
 
-from licensing.access.course_services import (
+from licensing.access.scoping import TEACHER, Scope
+from licensing.access.services import license_create
+from licensing.courses.services import (
     course_create,
     course_delete,
     course_key_create,
@@ -18,8 +20,6 @@ from licensing.access.course_services import (
     course_window_add,
     course_window_remove,
 )
-from licensing.access.scoping import TEACHER, Scope
-from licensing.access.services import license_create
 from licensing.models import ApiKey, AuditEvent, Course, CourseWindow, EndUser
 
 T0 = datetime(2026, 3, 10, 8, tzinfo=UTC)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from licensing.access.course_services import (
+from licensing.courses.services import (
     course_create,
     course_key_create,
     course_member_add,

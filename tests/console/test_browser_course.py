@@ -25,7 +25,7 @@ pytestmark = BROWSER_TEST
 SETUP = """
 import json
 from django.contrib.auth import get_user_model
-from licensing.access.course_services import course_create, course_key_create, course_member_add
+from licensing.courses.services import course_create, course_key_create, course_member_add
 from licensing.access.services import license_create
 from licensing.models import AdminProfile, CourseTeacher, EndUser, Institution
 

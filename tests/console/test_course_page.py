@@ -1,4 +1,4 @@
-"""The course page in the admin (licensing.console.admin.courses, docs/teachers.md), through
+"""The course page in the admin (licensing.courses.admin, docs/teachers.md), through
 the Django test client: the overlay edited through the policy form under the license type's
 policy (only what it allows is offered, a forged widening is refused with the reason, rules the
 form does not cover survive), exam mode and what it allows, windows in the institution's time
@@ -21,7 +21,7 @@ from django.test import Client
 from django.urls import reverse
 
 from core import clock
-from licensing.access.course_services import course_create
+from licensing.courses.services import course_create
 from licensing.ledger.budget import course_window_start
 from licensing.models import (
     AdminProfile,

@@ -1,4 +1,4 @@
-"""licensing.console.course_usage: the per-student usage teachers see (admin, API, portal)."""
+"""licensing.courses.usage: the per-student usage teachers see (admin, API, portal)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from licensing.access.services import license_create
-from licensing.console.course_usage import NO_STUDENT, course_usage
+from licensing.courses.usage import NO_STUDENT, course_usage
 from licensing.ledger.budget import course_window_start
 from licensing.models import Course, CourseMember, EndUser, Outcome, Transaction, Wallet
 

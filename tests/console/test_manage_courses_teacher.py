@@ -12,8 +12,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from licensing.access.course_services import course_key_create
 from licensing.access.tokens import management_token_rotate
+from licensing.courses.services import course_key_create
 from licensing.models import (
     AdminProfile,
     ApiKey,

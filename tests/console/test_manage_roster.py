@@ -14,8 +14,8 @@ from django.db import connection
 from django.test import RequestFactory
 
 from gateway_site.middleware import RequestContextMiddleware
-from licensing.access import course_services
 from licensing.access.credentials import api_key_create
+from licensing.courses import services as course_services
 from licensing.models import ApiKey, AuditEvent, Course, CourseMember, EndUser
 
 from .test_admin import make_licensing

@@ -13,9 +13,9 @@ import pytest
 
 from fake_upstreams.lti import LtiFake
 from fake_upstreams.server import FakeServer
-from licensing.access import lti
 from licensing.access.services import license_create
 from licensing.models import AuditEvent, Institution, License, LtiPlatform
+from licensing.signin import lti
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,9 @@ import threading
 import pytest
 from django.db import connection, connections
 
-from licensing.access import lti
 from licensing.access.services import license_create
 from licensing.models import Course, CourseTeacher
+from licensing.signin import lti
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

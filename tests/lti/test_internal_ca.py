@@ -15,9 +15,9 @@ import pytest
 
 from fake_upstreams.lti import INSTRUCTOR, LtiFake
 from fake_upstreams.server import FakeServer
-from licensing.access import lti
 from licensing.access.services import license_create
 from licensing.models import Course
+from licensing.signin import lti
 from tests.tls import make_ca_and_server
 
 from .conftest import _Form, initiate, signed_in

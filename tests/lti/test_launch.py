@@ -7,7 +7,6 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from fake_upstreams.lti import CLAIM, INSTRUCTOR, LEARNER, LIS
-from licensing.access import lti
 from licensing.models import (
     AdminProfile,
     AuditEvent,
@@ -18,6 +17,7 @@ from licensing.models import (
     LtiIdentity,
     LtiLaunchState,
 )
+from licensing.signin import lti
 
 from .conftest import at_platform, initiate, launch, login_params, query_of, refusals, signed_in
 
@@ -387,7 +387,7 @@ def test_a_student_synced_by_the_roster_is_the_same_end_user_at_their_first_laun
     `sub`) takes that end user, with its membership, rather than making a second one."""
     from django.test import Client
 
-    from licensing.access.course_services import course_roster_sync
+    from licensing.courses.services import course_roster_sync
 
     launch(Client(), world.fake, "teacher-1", roles=INSTRUCTOR)
     course = Course.objects.get()

@@ -1,7 +1,7 @@
 """Issue 35 item 10 for LTI launches: a signed id_token whose times are not finite numbers
 (`exp: 1e400` never expires, `NaN` passes every comparison), whose `exp` is years ahead, whose
 `nbf` is in the future or whose `email` is not one address is refused like every other bad
-launch token (the page, the audit row, no session); licensing/access/claims.py."""
+launch token (the page, the audit row, no session); licensing/signin/claims.py."""
 
 from __future__ import annotations
 

@@ -26,37 +26,51 @@ def _circles(graph, package: str) -> list[list[str]]:
     than one module (Tarjan), each sorted."""
     modules = {m for m in graph.modules if m == package or m.startswith(package + ".")}
     edges = {m: graph.find_modules_directly_imported_by(m) & modules for m in modules}
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
+    return _Tarjan(edges).circles()
 
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in edges[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
 
-    for module in sorted(modules):
-        if module not in index:
-            visit(module)
-    return found
+class _Tarjan:
+    """Tarjan's strongly connected components of a directed graph, found depth first."""
+
+    def __init__(self, edges: dict[str, set[str]]):
+        self.edges = edges
+        self.index: dict[str, int] = {}
+        self.low: dict[str, int] = {}
+        self.stack: list[str] = []
+        self.on_stack: set[str] = set()
+        self.found: list[list[str]] = []
+
+    def circles(self) -> list[list[str]]:
+        """The components of more than one node, each sorted."""
+        for node in sorted(self.edges):
+            if node not in self.index:
+                self.visit(node)
+        return self.found
+
+    def visit(self, v: str) -> None:
+        self.index[v] = self.low[v] = len(self.index)
+        self.stack.append(v)
+        self.on_stack.add(v)
+        for w in self.edges[v]:
+            if w not in self.index:
+                self.visit(w)
+                self.low[v] = min(self.low[v], self.low[w])
+            elif w in self.on_stack:
+                self.low[v] = min(self.low[v], self.index[w])
+        if self.low[v] == self.index[v]:
+            self.pop_component(v)
+
+    def pop_component(self, root: str) -> None:
+        """Take `root`'s component off the stack, and keep it when it is a circle."""
+        component = []
+        while True:
+            w = self.stack.pop()
+            self.on_stack.discard(w)
+            component.append(w)
+            if w == root:
+                break
+        if len(component) > 1:
+            self.found.append(sorted(component))
 
 
 @pytest.fixture(scope="module")

@@ -46,7 +46,7 @@ user = get_user_model().objects.create_user("ada", email="ada@demo-school.exampl
 EndUser.objects.create(license=lic, user=user, subject="ada-sub")
 session = SessionStore()
 session[SESSION_KEY] = str(user.pk)
-session[BACKEND_SESSION_KEY] = "licensing.access.backends.GatewayModelBackend"
+session[BACKEND_SESSION_KEY] = "licensing.signin.backends.GatewayModelBackend"
 session[HASH_SESSION_KEY] = user.get_session_auth_hash()
 session.create()
 print("SESSION", session.session_key)

@@ -15,7 +15,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
-from licensing.access.course_services import (
+from licensing.access.credentials import api_key_create
+from licensing.courses.services import (
     course_create,
     course_key_create,
     course_member_add,
@@ -24,7 +25,6 @@ from licensing.access.course_services import (
     course_update,
     course_window_add,
 )
-from licensing.access.credentials import api_key_create
 from licensing.ledger.budget import course_levels_usage
 from licensing.models import AdminProfile, ApiKey, AuditEvent, Course, Transaction
 from licensing.portal import courses as portal_courses
@@ -454,7 +454,7 @@ def test_revoking_keys_that_are_not_this_courses(world):
 
 
 def test_a_removed_member_cannot_make_a_course_key(world):
-    from licensing.access.course_services import course_member_remove
+    from licensing.courses.services import course_member_remove
 
     course, end_user = world["course"], world["end_user"]
     course_member_remove(member=course.members.get(end_user=end_user))

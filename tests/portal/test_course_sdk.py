@@ -12,7 +12,7 @@ import re
 import openai
 import pytest
 
-from licensing.access.course_services import course_member_add, course_teacher_add, course_update
+from licensing.courses.services import course_member_add, course_teacher_add, course_update
 from licensing.models import ApiKey, Transaction, Wallet
 from licensing.portal import courses as portal_courses
 from licensing.portal import selectors

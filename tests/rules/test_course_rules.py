@@ -1,4 +1,4 @@
-"""Course rules in time (licensing.rules.courses): windows, exam mode and paused members, on an
+"""Course rules in time (licensing.courses.rules): windows, exam mode and paused members, on an
 instant the test gives (no clock of their own)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from core.errors import PolicyDenied, ServiceUnavailable
-from licensing.rules.courses import CourseRules, compile_course_policies, course_gate, local_iso
+from licensing.courses.rules import CourseRules, compile_course_policies, course_gate, local_iso
 from licensing.rules.policy import open_policy_document
 
 OPEN = open_policy_document()

@@ -12,10 +12,10 @@ import pytest
 
 from fake_upstreams.oidc import OidcFake
 from fake_upstreams.server import FakeServer
-from licensing.access import oidc
 from licensing.access.services import license_create
-from licensing.access.sso import identity_provider_configure
 from licensing.models import IdentityProvider, Institution, License
+from licensing.signin import oidc
+from licensing.signin.sso import identity_provider_configure
 
 
 @pytest.fixture(scope="session")

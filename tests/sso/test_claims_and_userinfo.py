@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import SESSION_KEY, get_user_model
 
-from licensing.access import claims as claim_checks
 from licensing.models import AdminProfile, SsoIdentity
+from licensing.signin import claims as claim_checks
 
 from .conftest import sign_in
 from .test_sign_in import assert_refused, refusals
@@ -156,7 +156,7 @@ def test_a_list_email_at_userinfo_is_refused(browser, world):
 
 
 def test_no_userinfo_endpoint_leaves_the_claims_as_they_are(browser, world, monkeypatch):
-    from licensing.access import oidc
+    from licensing.signin import oidc
 
     alpha = world[0]
     alpha.idp.claims_at = "userinfo"

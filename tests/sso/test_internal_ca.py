@@ -20,10 +20,10 @@ from core import outbound
 from core.config import ConfigError, load
 from fake_upstreams.oidc import OidcFake
 from fake_upstreams.server import FakeServer
-from licensing.access import oidc
 from licensing.access.services import license_create
-from licensing.access.sso import identity_provider_configure
 from licensing.models import AuditEvent
+from licensing.signin import oidc
+from licensing.signin.sso import identity_provider_configure
 from tests.tls import make_ca_and_server
 
 from .conftest import query_of, start

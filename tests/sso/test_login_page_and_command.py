@@ -14,8 +14,8 @@ from django.urls import reverse
 
 from core.crypto import reveal
 from licensing.access.services import license_create
-from licensing.access.sso import identity_provider_configure, sign_in_providers
 from licensing.models import AdminProfile, AuditEvent, IdentityProvider, Institution
+from licensing.signin.sso import identity_provider_configure, sign_in_providers
 
 from .conftest import sign_in
 

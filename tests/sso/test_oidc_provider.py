@@ -24,10 +24,10 @@ import httpx
 import pytest
 from django.contrib.auth import SESSION_KEY, get_user_model
 
-from licensing.access import oidc
 from licensing.access.services import license_create
-from licensing.access.sso import identity_provider_configure, redirect_uri_of
 from licensing.models import AdminProfile, EndUser, SsoIdentity
+from licensing.signin import oidc
+from licensing.signin.sso import identity_provider_configure, redirect_uri_of
 from tests.npm import npm_installed
 
 from .conftest import start

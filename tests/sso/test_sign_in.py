@@ -10,10 +10,9 @@ import pytest
 from django.contrib.auth import SESSION_KEY, get_user_model
 from django.test import Client
 
-from licensing.access import oidc
 from licensing.access.credentials import api_key_create
-from licensing.console import sso_views
 from licensing.models import AdminProfile, ApiKey, AuditEvent, EndUser, SsoIdentity
+from licensing.signin import oidc, sso_views
 
 from .conftest import at_idp, query_of, sign_in, start
 

@@ -1,8 +1,8 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from licensing.access.lti import MAX_ALLOWANCE, lti_platform_configure, lti_urls
 from licensing.models import Course, Institution, License
+from licensing.signin.lti import MAX_ALLOWANCE, lti_platform_configure, lti_urls
 
 
 def _clean(value: str, name: str) -> str:

@@ -5,8 +5,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from licensing.access.sso import identity_provider_configure, redirect_uri_of
 from licensing.models import IdentityProvider, Institution, License
+from licensing.signin.sso import identity_provider_configure, redirect_uri_of
 
 
 class Command(BaseCommand):

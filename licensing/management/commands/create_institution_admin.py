@@ -6,8 +6,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from licensing.access.audit import audit_event_record
-from licensing.access.course_services import course_teacher_add
 from licensing.access.services import institution_admin_create
+from licensing.courses.services import course_teacher_add
 from licensing.models import AdminProfile, AuditEvent, Course
 
 ACTOR = "manage.py create_institution_admin"

@@ -1,7 +1,7 @@
 """LTI 1.3 resource link launches from an institution's LMS (docs/lti.md): the platform's
 registration, the OIDC third-party login initiation, the id_token check, and what a verified
 launch does (the course of the LMS context, the teacher or the student member, the user).
-The HTTP views are licensing.console.lti_views.
+The HTTP views are licensing.signin.lti_views.
 
 The id_token is verified with PyJWT and the platform's JWKS, fetched through the SSRF guard by
 a JwksCache (licensing/access/jwks.py: at most one fetch a minute per URL whatever launches
@@ -36,6 +36,8 @@ from django.utils import timezone
 
 from core.config import get_config
 
+from ..access.audit import audit_event_record
+from ..access.jwks import JwksCache
 from ..models import (
     AdminProfile,
     AuditEvent,
@@ -49,9 +51,7 @@ from ..models import (
     LtiLaunchState,
     LtiPlatform,
 )
-from .audit import audit_event_record
 from .claims import email_claim_problem, time_claims_problem
-from .jwks import JwksCache
 
 logger = logging.getLogger("gateway")
 

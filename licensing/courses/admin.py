@@ -5,7 +5,7 @@ they teach (docs/teachers.md).
 The page edits the overlay through the policy form with the license type's rules beside it,
 exam mode with what it allows, windows with date pickers in the institution's time zone; it
 has the "try a request" panel judged by the course's rules now, and the per-student usage (with
-a CSV download). Every save goes through licensing.access.course_services, so each change is
+a CSV download). Every save goes through licensing.courses.services, so each change is
 validated, audited once and cleared from every worker's course cache.
 """
 
@@ -29,7 +29,15 @@ from catalog.forms import FORMFIELD_OVERRIDES
 from catalog.registry import POLICY_SERVICES
 from core import clock
 
-from ...access.course_services import (
+from ..access.scoping import TEACHER, owns, scope_of
+from ..console.admin.base import KeepLedgerIntactMixin, ScopedAdminMixin
+from ..console.money import institution_rate
+from ..models import Course, CourseMember, CourseTeacher, CourseWindow
+from ..rules.policy import SERVICES, PolicyDocumentError
+from .form import CourseForm
+from .policy_try import course_try_request
+from .rules import course_document, exam_document, local_iso
+from .services import (
     COURSE_FIELDS,
     MEMBER_FIELDS,
     course_create,
@@ -45,15 +53,7 @@ from ...access.course_services import (
     member_problem,
     teacher_problem,
 )
-from ...access.scoping import TEACHER, owns, scope_of
-from ...models import Course, CourseMember, CourseTeacher, CourseWindow
-from ...rules.courses import course_document, exam_document, local_iso
-from ...rules.policy import SERVICES, PolicyDocumentError
-from ..course_form import CourseForm
-from ..course_usage import course_usage
-from ..money import institution_rate
-from ..policy_try import course_try_request
-from .base import KeepLedgerIntactMixin, ScopedAdminMixin
+from .usage import course_usage
 
 
 def _zone(course: Course | None) -> str:
@@ -170,7 +170,7 @@ def _teacher(request) -> bool:
     """A teacher may add and remove members (scoping's ROLE_PERMISSIONS) but not in the admin:
     it cannot show them the license's end users to pick from, and its delete would not revoke
     the student's course keys. Their roster goes by launches and the management API
-    (licensing.access.course_services.course_roster_sync), which does both."""
+    (licensing.courses.services.course_roster_sync), which does both."""
     return scope_of(request.user).role == TEACHER
 
 

@@ -19,7 +19,7 @@ from gateway_site.localcache import TTLCache
 
 from ..ledger.budget import course_levels_usage
 from ..models import Course, CourseMember, CourseWindow
-from ..rules.courses import CourseRules, compile_course_policies, in_exam, is_open
+from .rules import CourseRules, compile_course_policies, in_exam, is_open
 
 _course_cache = TTLCache("course-rules", max_entries=5000)
 

@@ -1,5 +1,5 @@
 """Single sign-on in the admin (docs/sso.md): identity providers (superusers only; the client
-secret write-only, encrypted at rest; saved through licensing.access.sso, like the
+secret write-only, encrypted at rest; saved through licensing.signin.sso, like the
 configure_sso command) and SSO identities (read-only: made at sign-in)."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from django.core.exceptions import ValidationError
 from catalog.forms import FORMFIELD_OVERRIDES, AdminModelFormMixin
 from core.crypto import Sealed
 
-from ...access.sso import (
+from ..models import IdentityProvider, SsoIdentity
+from .sso import (
     identity_provider_configure,
     redirect_uri_of,
     validate_domains,
     validate_groups,
     validate_issuer,
 )
-from ...models import IdentityProvider, SsoIdentity
 
 GROUP_FIELDS = ("admin_groups", "reviewer_groups", "teacher_groups", "student_groups")
 

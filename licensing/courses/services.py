@@ -8,7 +8,7 @@ dict names the field; callers show it as a form error or a 400.
 Who may change which field is decided here too (`editable_fields`): a teacher runs their course
 (name, allowance, pool, windows, exam mode, the overlay, members' pauses and top-ups) but never
 moves it to another license or renames its code; its overlay may only narrow the license type's
-policy (licensing.rules.courses.overlay_problems, run by `Course.clean`).
+policy (licensing.courses.rules.overlay_problems, run by `Course.clean`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from django.utils import timezone
 from core import clock
 from gateway_site.localcache import clear_all
 
+from ..access.audit import audit_event_record
+from ..access.changes import audit_api_key
+from ..access.credentials import api_key_create
+from ..access.scoping import TEACHER, Scope
 from ..models import ApiKey, AuditEvent, Course, CourseMember, CourseTeacher, CourseWindow, EndUser
-from .audit import audit_event_record
-from .changes import audit_api_key
-from .credentials import api_key_create
-from .scoping import TEACHER, Scope
 
 # The fields of a course a change may name, and those a teacher may change.
 COURSE_FIELDS = (

@@ -3,12 +3,12 @@ switch, its windows, its members (an LMS's roster sync), its keys (shown once) a
 per-student usage. For institution admins (every course of their institution) and teachers
 (the courses they teach: licensing.access.scoping), with a session or a management token.
 
-Every change goes through licensing.access.course_services (validated, saved through the model
+Every change goes through licensing.courses.services (validated, saved through the model
 so every worker's course caches clear, audited); a refusal there (a ValidationError naming the
 field) is a 400 naming the same field. The views only parse and call.
 
 A student is named by a JSON number (an end user's id) or a JSON string (a subject, the LMS's
-user id): licensing.access.course_services.student_find."""
+user id): licensing.courses.services.student_find."""
 
 from __future__ import annotations
 
@@ -29,7 +29,18 @@ from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 
-from ..access.course_services import (
+from ..access.scoping import scope_of, scoped
+from ..console.manage_api import (
+    CsvErrorsAsJson,
+    CsvRenderer,
+    NewestFirst,
+    ScopedViewSet,
+    _scoped_choices,
+)
+from ..console.manage_parsers import Instant, InstantModelSerializer
+from ..console.review import safe_cell
+from ..models import ApiKey, Course, CourseMember, CourseWindow, License
+from .services import (
     COURSE_FIELDS,
     MEMBER_FIELDS,
     ROSTER_MAX,
@@ -48,12 +59,7 @@ from ..access.course_services import (
     student_find,
     student_get_or_create,
 )
-from ..access.scoping import scope_of, scoped
-from ..models import ApiKey, Course, CourseMember, CourseWindow, License
-from .course_usage import course_usage
-from .manage_api import CsvErrorsAsJson, CsvRenderer, NewestFirst, ScopedViewSet, _scoped_choices
-from .manage_parsers import Instant, InstantModelSerializer
-from .review import safe_cell
+from .usage import course_usage
 
 # What each view action needs of the role, per model (licensing.access.scoping). A course's
 # keys and usage are the course's own: whoever may view the course lists them; whoever may

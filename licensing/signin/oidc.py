@@ -38,8 +38,8 @@ from joserfc.jwk import ECKey, RSAKey
 
 from core.outbound import Refused, fetch_outbound_json, post_outbound_form
 
+from ..access.jwks import MAX_KEYS, JwksCache
 from .claims import email_claim_problem, time_claims_problem
-from .jwks import MAX_KEYS, JwksCache
 
 logger = logging.getLogger("gateway")
 

@@ -4,8 +4,8 @@ off, or an exam policy edited through the same form under the course's own polic
 
 Both policy forms write onto the JSON views (`policy`, `exam_policy`), as on the license type's
 page, so rules the forms do not cover are kept. Whatever the forms write is checked again by
-`Course.clean` (licensing.rules.courses.overlay_problems) when the form validates and by
-licensing.access.course_services when the admin saves: a widening is refused with its reasons
+`Course.clean` (licensing.courses.rules.overlay_problems) when the form validates and by
+licensing.courses.services when the admin saves: a widening is refused with its reasons
 whichever way it arrives (a forged post, the JSON view, a script).
 """
 
@@ -19,11 +19,11 @@ from django import forms
 from catalog.forms import AdminModelFormMixin
 from catalog.selectors import policy_choices, service_providers
 
+from ..console.money import institution_rate
+from ..console.policy_form import PolicyForm
 from ..models import Course
-from ..rules.courses import course_document
 from ..rules.policy import PolicyDocumentError
-from .money import institution_rate
-from .policy_form import PolicyForm
+from .rules import course_document
 
 EXAM_OFF, EXAM_ONLY = "off", "only"
 # PostgreSQL's jsonb refuses NUL (\u0000) and lone surrogates (\ud800): refused as form errors.

@@ -2,7 +2,7 @@
 initiation: a redirect to the platform's authentication request URL) and `POST /lti/launch/`
 (the platform's auto-posted form: id_token and state). Both are CSRF-exempt: the LMS posts
 them cross-site, and what protects them is the platform's signature, the single-use state and
-the nonce (licensing.access.lti). Every refusal is a page (400/403, styled like the admin),
+the nonce (licensing.signin.lti). Every refusal is a page (400/403, styled like the admin),
 an audit row `sign_in_refused` and a log line; never a session.
 """
 
@@ -19,10 +19,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
-from ..access import lti
-from ..access.backends import BACKEND
-from ..access.sso import admin_contacts
 from ..models import LtiPlatform
+from . import lti
+from .backends import BACKEND
+from .sso import admin_contacts
 
 logger = logging.getLogger("gateway")
 

@@ -1,6 +1,6 @@
 """A course's rules in time: is it open, in exam mode, has it paused this member (issue 26).
 
-Pure decisions on a snapshot (`CourseRules`, built and cached by licensing.access.courses) and
+Pure decisions on a snapshot (`CourseRules`, built and cached by licensing.courses.selectors) and
 an instant given by the caller (the pipeline passes `core.clock.utcnow()`, tests a fixed one):
 no ORM, no clock of its own. A window is half-open, [starts_at, ends_at): a window ending at
 08:00 and one starting at 08:00 leave no gap. Times shown to callers are in the institution's
@@ -22,8 +22,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core.errors import PolicyDenied, ServiceUnavailable
 
-from .overlay import effective_policy, overlay_widenings
-from .policy import Policy, PolicyDocumentError, compile_policy
+from ..rules.overlay import effective_policy, overlay_widenings
+from ..rules.policy import Policy, PolicyDocumentError, compile_policy
 
 Window = tuple[datetime, datetime]
 

@@ -6,7 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 from rest_framework.routers import DefaultRouter
 
-from .manage_api import (
+from .console.manage_api import (
     ApiKeyViewSet,
     AuditEventViewSet,
     ConnectionViewSet,
@@ -14,7 +14,7 @@ from .manage_api import (
     LicenseViewSet,
     TransactionViewSet,
 )
-from .manage_courses import CourseViewSet
+from .courses.manage import CourseViewSet
 
 router = DefaultRouter(trailing_slash=False)
 router.register("licenses", LicenseViewSet, basename="manage-license")

@@ -31,9 +31,10 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from ..access import oidc
-from ..access.backends import BACKEND
-from ..access.sso import (
+from ..models import IdentityProvider
+from . import oidc
+from .backends import BACKEND
+from .sso import (
     PROVIDERS_LISTED_ALONE,
     SignInRefused,
     admin_contacts,
@@ -45,7 +46,6 @@ from ..access.sso import (
     sign_in_record,
     sign_in_refusal_record,
 )
-from ..models import IdentityProvider
 
 logger = logging.getLogger("gateway")
 

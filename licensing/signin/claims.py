@@ -1,6 +1,6 @@
 """Type checks of the claims of a stranger's signed token that the JWT libraries leave open
 (docs/decisions/sso.md, "Claims of odd types"): shared by the OpenID Connect sign-in
-(licensing.access.oidc) and the LTI launch (licensing.access.lti).
+(licensing.signin.oidc) and the LTI launch (licensing.signin.lti).
 
 A signature proves who sent a token, not that its claims are sane. JSON numbers such as
 `1e400` parse to infinity (and `NaN` to not-a-number, which no comparison refuses), so an

@@ -13,7 +13,7 @@ from .sso import sign_in_refusal_record, sso_only_provider_of
 
 logger = logging.getLogger("gateway")
 
-BACKEND = "licensing.access.backends.GatewayModelBackend"
+BACKEND = "licensing.signin.backends.GatewayModelBackend"
 
 
 class GatewayModelBackend(ModelBackend):

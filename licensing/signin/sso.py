@@ -1,6 +1,6 @@
 """Single sign-on with an institution's OpenID Connect provider: its configuration, and what a
-verified sign-in does to users and roles (docs/sso.md). The protocol is licensing.access.oidc;
-the HTTP views are licensing.console.sso_views.
+verified sign-in does to users and roles (docs/sso.md). The protocol is licensing.signin.oidc;
+the HTTP views are licensing.signin.sso_views.
 
 A person is found by `SsoIdentity(provider, sub)`, never by e-mail: an e-mail address is only
 a user name when it is free, and only when the IdP says it is verified. Roles come from the
@@ -27,6 +27,7 @@ from core.config import get_config
 from core.crypto import reveal
 from core.outbound import Refused, validate_outbound_url
 
+from ..access.audit import audit_event_record
 from ..models import (
     AdminProfile,
     ApiKey,
@@ -37,7 +38,6 @@ from ..models import (
     License,
     SsoIdentity,
 )
-from .audit import audit_event_record
 
 logger = logging.getLogger("gateway")
 

@@ -4,10 +4,10 @@ launch rows a launch leaves behind, view only. Scoped to the institution like ev
 
 from django.contrib import admin
 
-from ...access.audit import audit_event_record
-from ...access.lti import lti_urls
-from ...models import AuditEvent, LtiIdentity, LtiLaunchState, LtiPlatform
-from .base import ReadOnlyAdminMixin, ScopedAdminMixin
+from ..access.audit import audit_event_record
+from ..console.admin.base import ReadOnlyAdminMixin, ScopedAdminMixin
+from ..models import AuditEvent, LtiIdentity, LtiLaunchState, LtiPlatform
+from .lti import lti_urls
 
 
 @admin.register(LtiPlatform)

@@ -1,0 +1,61 @@
+"""The audit log's rows (licensing.access.audit writes them)."""
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from .institutions import Institution
+
+
+class AuditEvent(models.Model):
+    """Who did what, when and from where: sign-ins (and refusals), roles, keys, policies,
+    budgets, tokens (licensing.access.audit). Written once, never changed."""
+
+    class Action(models.TextChoices):
+        SIGN_IN = "sign_in", "Signed in"
+        SIGN_IN_REFUSED = "sign_in_refused", "Sign-in refused"
+        SIGN_OUT = "sign_out", "Signed out"
+        ROLE_CHANGED = "role_changed", "Role changed"
+        USER_CREATED = "user_created", "User created"
+        USER_DEACTIVATED = "user_deactivated", "User deactivated"
+        API_KEY_CREATED = "api_key_created", "API key created"
+        API_KEY_REVOKED = "api_key_revoked", "API key revoked"
+        POLICY_CHANGED = "policy_changed", "Policy changed"
+        BUDGET_CHANGED = "budget_changed", "Budget changed"
+        TOKEN_CREATED = "token_created", "Management token created"
+        SSO_CONFIGURED = "sso_configured", "Identity provider configured"
+        TERMS_ACCEPTED = "terms_accepted", "Terms of use accepted"
+        COURSE_CREATED = "course_created", "Course created"
+        COURSE_CHANGED = "course_changed", "Course changed"
+        COURSE_DELETED = "course_deleted", "Course deleted"
+        EXAM_MODE_CHANGED = "exam_mode_changed", "Exam mode switched"
+        COURSE_WINDOW_CHANGED = "course_window_changed", "Course window added or removed"
+        COURSE_MEMBER_CHANGED = "course_member_changed", "Course member added, changed or removed"
+
+    created_at = models.DateTimeField(default=timezone.now)
+    institution = models.ForeignKey(
+        Institution, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    actor_name = models.CharField(max_length=254, blank=True, help_text="Kept if the user goes")
+    action = models.CharField(max_length=32, choices=Action.choices)
+    target = models.CharField(max_length=200, blank=True, help_text="e.g. license:3, user:7")
+    detail = models.JSONField(default=dict, blank=True)
+    ip = models.GenericIPAddressField(null=True, blank=True, verbose_name="from")
+    user_agent = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["institution", "created_at"], name="audit_institution_time"),
+            models.Index(fields=["created_at"], name="audit_time"),
+        ]
+
+    def __str__(self):
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action}"

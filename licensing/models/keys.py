@@ -1,0 +1,150 @@
+"""Who calls the API: API keys, JWT issuers (the algorithms and claims they may use) and end
+users."""
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils import timezone
+
+from core.fields import EncryptedTextField
+from core.outbound import Refused, validate_outbound_url
+
+from .institutions import Institution, License
+
+
+class ApiKey(models.Model):
+    license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="api_keys")
+    # A student's own key (the portal): the wallet and the ledger rows are the end user's.
+    end_user = models.ForeignKey(
+        "EndUser", on_delete=models.CASCADE, null=True, blank=True, related_name="api_keys"
+    )
+    # A course member's key: charged to the course's levels too (a key pays for one course).
+    course = models.ForeignKey(
+        "Course", on_delete=models.CASCADE, null=True, blank=True, related_name="api_keys"
+    )
+    name = models.CharField(max_length=200, blank=True)
+    prefix = models.CharField(max_length=32, db_index=True, editable=False)
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    active = models.BooleanField(default=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="Last request that reached a provider (updated at most once a minute)",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API key"
+
+    def __str__(self):
+        return f"{self.prefix}… ({self.name or self.license.name})"
+
+
+# What an issuer may sign with: checked when an issuer is saved and when a token is verified.
+ALLOWED_JWT_ALGORITHMS = (
+    "HS256", "HS384", "HS512",
+    "RS256", "RS384", "RS512",
+    "PS256", "PS384", "PS512",
+    "ES256", "ES384", "ES512",
+    "EdDSA",
+)  # fmt: skip
+
+
+# The claims every token carries for its own purpose: none of them can name a course.
+REGISTERED_JWT_CLAIMS = frozenset({"iss", "sub", "aud", "exp", "nbf", "iat", "jti"})
+
+
+class JwtIssuer(models.Model):
+    """An identity provider whose tokens are accepted; its users land on `license`."""
+
+    institution = models.ForeignKey(
+        Institution, on_delete=models.CASCADE, related_name="jwt_issuers"
+    )
+    license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="jwt_issuers")
+    issuer = models.CharField(max_length=500, unique=True, help_text="The `iss` claim")
+    audience = models.CharField(max_length=500, help_text="The required `aud` claim")
+    algorithms = models.JSONField(default=list, help_text='e.g. ["RS256"] or ["HS256"]')
+    jwks_url = models.CharField(max_length=500, blank=True)
+    public_keys = models.TextField(blank=True, help_text="PEM public keys, one or more")
+    hs256_secret = EncryptedTextField(max_length=500, blank=True)  # encrypted at rest
+    course_claim = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text=(
+            "The claim that names a course code of the license (e.g. course); blank = tokens "
+            "name no course. An unknown code is refused like an unknown token."
+        ),
+    )
+    active = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["issuer"]
+        verbose_name = "JWT issuer"
+
+    def __str__(self):
+        return self.issuer
+
+    def clean(self):
+        algs = self.algorithms
+        if not isinstance(algs, list) or not algs or not all(isinstance(a, str) for a in algs):
+            raise ValidationError({"algorithms": "A non-empty list of algorithm names."})
+        unknown = [a for a in algs if a not in ALLOWED_JWT_ALGORITHMS]
+        if unknown:
+            raise ValidationError({"algorithms": f"Unsupported algorithms: {unknown}"})
+        if not (self.jwks_url or self.public_keys or self.hs256_secret):
+            raise ValidationError("Give a JWKS URL, public keys or an HS256 secret.")
+        if self.course_claim in REGISTERED_JWT_CLAIMS:
+            raise ValidationError(
+                {"course_claim": "A registered claim (iss, sub, aud, ...) names no course."}
+            )
+        if self.jwks_url:
+            # The SSRF guard's rules for every URL an admin sets (checked again at each fetch).
+            try:
+                validate_outbound_url(self.jwks_url)
+            except Refused as exc:
+                raise ValidationError({"jwks_url": exc.message}) from exc
+
+
+class EndUser(models.Model):
+    """A person on a license with a wallet of their own under a per-user strategy: known from
+    a JWT `sub` (created on their first valid token) or a student who signed in to the portal
+    (`user`; their portal keys carry `ApiKey.end_user`)."""
+
+    license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="end_users")
+    issuer = models.ForeignKey(
+        JwtIssuer, on_delete=models.CASCADE, related_name="end_users", null=True, blank=True
+    )
+    subject = models.CharField(max_length=500)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="end_users",
+        help_text="The portal student (signed in with the institution's identity provider)",
+    )
+    active = models.BooleanField(
+        default=True, db_default=True, help_text="Off: the student lost the role; keys refused"
+    )
+    terms_accepted_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="uniq_end_user_subject"),
+            models.UniqueConstraint(
+                fields=["license", "user"],
+                condition=models.Q(user__isnull=False),
+                name="uniq_end_user_portal_user",
+            ),
+        ]
+
+    def __str__(self):
+        return self.subject

@@ -1,0 +1,213 @@
+"""Sign-in: an institution's OpenID Connect provider and its users' identities, LTI
+platforms, launches and identities (licensing.signin)."""
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+from core.fields import EncryptedTextField
+from core.outbound import Refused, validate_outbound_url
+
+from .courses import Course
+from .institutions import Institution, License
+
+
+class IdentityProvider(models.Model):
+    """An institution's OpenID Connect provider: its staff and students sign in with it
+    (licensing.signin.sso), and its groups claim decides their role at every sign-in."""
+
+    institution = models.OneToOneField(
+        Institution, on_delete=models.CASCADE, related_name="identity_provider"
+    )
+    issuer = models.CharField(
+        max_length=500, unique=True, help_text="The issuer URL (discovery at /.well-known/...)"
+    )
+    client_id = models.CharField(max_length=255)
+    client_secret = EncryptedTextField(max_length=1000, blank=True)  # encrypted at rest
+    client_secret_env = models.CharField(
+        max_length=100, blank=True, help_text="Or: the environment variable holding the secret"
+    )
+    groups_claim = models.CharField(max_length=100, default="groups")
+    admin_groups = models.JSONField(default=list, blank=True)
+    reviewer_groups = models.JSONField(default=list, blank=True)
+    teacher_groups = models.JSONField(default=list, blank=True)
+    student_groups = models.JSONField(default=list, blank=True)
+    student_license = models.ForeignKey(
+        License,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The license students land on (per-user budgets apply)",
+    )
+    email_domains = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Comma-separated e-mail domains: the login page finds the institution by them",
+    )
+    sso_only = models.BooleanField(
+        default=False, help_text="Refuse local passwords for this institution's users"
+    )
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["institution__name"]
+        verbose_name = "identity provider (SSO)"
+
+    def __str__(self):
+        return f"{self.institution} ({self.issuer})"
+
+
+class SsoIdentity(models.Model):
+    """Which Django user a subject of an identity provider is (the `sub` claim, stable)."""
+
+    provider = models.ForeignKey(
+        IdentityProvider, on_delete=models.CASCADE, related_name="identities"
+    )
+    subject = models.CharField(max_length=255)
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identity"
+    )
+    email = models.CharField(max_length=254, blank=True)
+    groups = models.JSONField(default=list, blank=True, help_text="At the last sign-in")
+    last_sign_in = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "subject"], name="uniq_sso_subject")
+        ]
+
+    def __str__(self):
+        return f"{self.subject} ({self.provider.institution})"
+
+
+def _outbound_url_errors(**urls: str) -> dict[str, str]:
+    """The SSRF guard's verdict on each admin-set URL (checked again at each fetch)."""
+    errors = {}
+    for name, value in urls.items():
+        try:
+            validate_outbound_url(value)
+        except Refused as exc:
+            errors[name] = exc.message
+    return errors
+
+
+class LtiPlatform(models.Model):
+    """An institution's LMS (Moodle, Canvas...) registered for LTI 1.3 launches (docs/lti.md):
+    its id_tokens are verified with its JWKS; courses created by an instructor's launch go on
+    `license` with the default allowance and period."""
+
+    institution = models.ForeignKey(
+        Institution, on_delete=models.CASCADE, related_name="lti_platforms"
+    )
+    issuer = models.CharField(max_length=500, help_text="The platform's `iss` (its base URL)")
+    client_id = models.CharField(max_length=255, help_text="The client id the LMS gave the tool")
+    deployment_ids = models.JSONField(
+        default=list, blank=True, help_text='The deployment ids accepted, e.g. ["1"]'
+    )
+    jwks_url = models.CharField(max_length=500, help_text="The platform's public keyset URL")
+    auth_login_url = models.CharField(
+        max_length=500, help_text="The platform's OIDC authentication request URL"
+    )
+    license = models.ForeignKey(
+        License,
+        on_delete=models.PROTECT,
+        related_name="lti_platforms",
+        help_text="Courses created by a launch go on this license (same institution)",
+    )
+    allowance = models.BigIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0), MaxValueValidator(2**63 - 1)],
+        help_text="Default allowance of the courses a launch creates (micro-credits); empty = none",
+    )
+    allowance_period = models.CharField(
+        max_length=8, choices=Course.Period.choices, default=Course.Period.WEEK
+    )
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["institution__name", "issuer"]
+        verbose_name = "LTI platform"
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "client_id"], name="uniq_lti_platform")
+        ]
+
+    def __str__(self):
+        return f"{self.issuer} ({self.client_id})"
+
+    def save(self, *args, **kwargs):
+        # The URLs are checked on every save, not only through forms (the SSRF guard's rules).
+        errors = _outbound_url_errors(jwks_url=self.jwks_url, auth_login_url=self.auth_login_url)
+        if errors:
+            raise ValidationError(errors)
+        super().save(*args, **kwargs)
+
+    def clean(self):
+        errors: dict[str, str] = _outbound_url_errors(
+            jwks_url=self.jwks_url, auth_login_url=self.auth_login_url
+        )
+        ids = self.deployment_ids
+        if not isinstance(ids, list) or not all(
+            isinstance(i, str) and 0 < len(i) <= 255 for i in ids
+        ):
+            errors["deployment_ids"] = "A list of deployment ids (strings)."
+        if (
+            self.license_id
+            and self.institution_id
+            and self.license.institution_id != self.institution_id
+        ):
+            errors["license"] = "The license must belong to the platform's institution."
+        if errors:
+            raise ValidationError(errors)
+
+
+class LtiLaunchState(models.Model):
+    """One LTI login initiation: the `state` and `nonce` sent to the platform, used once by the
+    launch within 10 minutes. Kept in the database (every worker sees it; the LMS's cross-site
+    POST carries no session cookie); a used row keeps its nonce: a replayed id_token is known."""
+
+    platform = models.ForeignKey(LtiPlatform, on_delete=models.CASCADE, related_name="launches")
+    state = models.CharField(max_length=64, unique=True)
+    nonce = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "LTI launch"
+        indexes = [models.Index(fields=["created_at"], name="lti_launch_time")]
+
+    def __str__(self):
+        return f"{self.platform} {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
+class LtiIdentity(models.Model):
+    """Which Django user a person of an LMS is (the id_token's `sub`, stable per platform)."""
+
+    platform = models.ForeignKey(LtiPlatform, on_delete=models.CASCADE, related_name="identities")
+    subject = models.CharField(max_length=255)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="lti_identities"
+    )
+    name = models.CharField(max_length=200, blank=True)
+    email = models.CharField(max_length=254, blank=True)
+    last_launch = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "LTI identity"
+        verbose_name_plural = "LTI identities"
+        constraints = [
+            models.UniqueConstraint(fields=["platform", "subject"], name="uniq_lti_subject")
+        ]
+
+    def __str__(self):
+        return f"{self.subject} ({self.platform})"
