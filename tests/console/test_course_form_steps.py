@@ -1,4 +1,4 @@
-"""The steps of CourseForm.clean (licensing/console/course_form.py) with stand-ins for the
+"""The steps of CourseForm.clean (licensing/courses/form.py) with stand-ins for the
 form and its two policy forms: what the overlay form and exam mode's switch write into the
 cleaned data, and which errors they raise. The page end to end is
 tests/console/test_course_page.py."""
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from django import forms
 
-from licensing.console.course_form import EXAM_OFF, EXAM_ONLY, CourseForm
+from licensing.courses.form import EXAM_OFF, EXAM_ONLY, CourseForm
 
 BASE = {"version": 1, "services": {"chat": {}, "embeddings": {}}}
 

@@ -1,4 +1,4 @@
-"""The steps of licensing.console.course_usage without a database: one student's row from
+"""The steps of licensing.courses.usage without a database: one student's row from
 what the four queries read (UsageTables), the allowance with a member's top-up, and the order
 of the rows. The whole reader against the ledger is tests/console/test_course_usage.py."""
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from licensing.console.course_usage import StudentUsage, UsageTables, _by_name
+from licensing.courses.usage import StudentUsage, UsageTables, _by_name
 from licensing.ledger.budget import course_window_start
 
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)  # a Tuesday

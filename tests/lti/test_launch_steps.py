@@ -1,5 +1,5 @@
 """The steps of the LTI id_token check and of the platform's registration
-(licensing/access/lti.py), one by one without a server: each check refuses with its own
+(licensing/signin/lti.py), one by one without a server: each check refuses with its own
 reason, message and status, in the order verify_launch_token runs them. The whole launch, with
 a platform that signs, is tests/lti/test_launch.py."""
 
@@ -14,8 +14,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from django.core.exceptions import ValidationError
 
-from licensing.access import lti
-from licensing.access.lti import LtiError
+from licensing.signin import lti
+from licensing.signin.lti import LtiError
 
 NOW = 1_800_000_000.0
 PLATFORM = SimpleNamespace(

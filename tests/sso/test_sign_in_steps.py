@@ -1,6 +1,6 @@
 """The steps of an SSO sign-in, one by one without an IdP: the callback's checks
-(licensing/console/sso_views.py), the id_token's (licensing/access/oidc.py), what a verified
-token's holder may do (licensing/access/sso.py), and the provider's configuration (the service,
+(licensing/signin/sso_views.py), the id_token's (licensing/signin/oidc.py), what a verified
+token's holder may do (licensing/signin/sso.py), and the provider's configuration (the service,
 the admin form, configure_sso). Each refusal has its own reason and message, in the order the
 whole flow meets them; the flow end to end is tests/sso/test_sign_in.py."""
 
@@ -15,13 +15,12 @@ from django.core.management import CommandError
 from joserfc import jwt
 from joserfc.jwk import ECKey, RSAKey
 
-from licensing.access import oidc, sso
-from licensing.access.oidc import OidcError
-from licensing.console import sso_views
-from licensing.console.admin.sso import IdentityProviderForm
-from licensing.console.sso_views import CallbackProblem, callback_problem, landing_of
 from licensing.management.commands import configure_sso
 from licensing.models import IdentityProvider
+from licensing.signin import oidc, sso, sso_views
+from licensing.signin.admin_sso import IdentityProviderForm
+from licensing.signin.oidc import OidcError
+from licensing.signin.sso_views import CallbackProblem, callback_problem, landing_of
 
 NOW = 1_800_000_000.0
 
