@@ -168,42 +168,53 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
     def clean(self):
         cleaned = super().clean()
         course = self.instance
-        license, code = cleaned.get("license"), cleaned.get("code")
+        license = cleaned.get("license")
         if course.pk is None and license is not None:
             course.institution_id = license.institution_id  # as course_create will set it
         institution_id = license.institution_id if license is not None else course.institution_id
+        self._check_code(cleaned.get("code"), institution_id)
+        overlay_form, exam_form = self.overlay_form, self.exam_form
+        if overlay_form is not None and "policy" in self.fields and overlay_form.submitted:
+            self._clean_overlay(cleaned, overlay_form)
+        if exam_form is not None and "exam_policy" in self.fields and exam_form.submitted:
+            self._clean_exam(cleaned, exam_form)
+        return cleaned
+
+    def _check_code(self, code: str | None, institution_id: int | None) -> None:
         # The code is unique in the institution, which the form does not edit (so Django leaves
         # the constraint out): asked here rather than refused later by the course services.
         if code and institution_id is not None:
             taken = Course.objects.filter(institution_id=institution_id, code=code)
-            if taken.exclude(pk=course.pk).exists():
+            if taken.exclude(pk=self.instance.pk).exists():
                 self.add_error("code", "The institution has a course with this code already.")
-        overlay_form, exam_form = self.overlay_form, self.exam_form
-        if overlay_form is not None and "policy" in self.fields and overlay_form.submitted:
-            if not overlay_form.is_valid():
-                self.add_error(None, "The overlay form has errors: see the marked fields below.")
-            elif "policy" in cleaned and overlay_form.changed_data:
-                base = course.license.license_type.policy
-                start = overlay_as_document(base, cleaned["policy"])
+
+    def _clean_overlay(self, cleaned: dict[str, Any], overlay_form: PolicyForm) -> None:
+        """The overlay form's changes written onto the JSON view's overlay."""
+        if not overlay_form.is_valid():
+            self.add_error(None, "The overlay form has errors: see the marked fields below.")
+        elif "policy" in cleaned and overlay_form.changed_data:
+            base = self.instance.license.license_type.policy
+            start = overlay_as_document(base, cleaned["policy"])
+            try:
+                cleaned["policy"] = overlay_form.document_for(start)
+            except forms.ValidationError as exc:
+                self.add_error("policy", exc)
+
+    def _clean_exam(self, cleaned: dict[str, Any], exam_form: PolicyForm) -> None:
+        """Exam mode's switch, and the exam form's changes written onto the exam policy."""
+        does = cleaned.get("exam_does") or EXAM_OFF
+        if does == EXAM_OFF:
+            # The switch decides; left untouched, an exam policy typed in the JSON view
+            # is kept (the JSON view is for rules the form does not cover).
+            if "exam_does" in self.changed_data or not cleaned.get("exam_policy"):
+                cleaned["exam_policy"] = None
+        elif not exam_form.is_valid():
+            self.add_error(None, "The exam form has errors: see the marked fields below.")
+        elif "exam_policy" in cleaned:
+            start = exam_as_document(cleaned["exam_policy"])
+            if exam_form.changed_data:
                 try:
-                    cleaned["policy"] = overlay_form.document_for(start)
+                    start = exam_form.document_for(start)
                 except forms.ValidationError as exc:
-                    self.add_error("policy", exc)
-        if exam_form is not None and "exam_policy" in self.fields and exam_form.submitted:
-            does = cleaned.get("exam_does") or EXAM_OFF
-            if does == EXAM_OFF:
-                # The switch decides; left untouched, an exam policy typed in the JSON view
-                # is kept (the JSON view is for rules the form does not cover).
-                if "exam_does" in self.changed_data or not cleaned.get("exam_policy"):
-                    cleaned["exam_policy"] = None
-            elif not exam_form.is_valid():
-                self.add_error(None, "The exam form has errors: see the marked fields below.")
-            elif "exam_policy" in cleaned:
-                start = exam_as_document(cleaned["exam_policy"])
-                if exam_form.changed_data:
-                    try:
-                        start = exam_form.document_for(start)
-                    except forms.ValidationError as exc:
-                        self.add_error("exam_policy", exc)
-                cleaned["exam_policy"] = start
-        return cleaned
+                    self.add_error("exam_policy", exc)
+            cleaned["exam_policy"] = start

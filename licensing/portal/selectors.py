@@ -10,8 +10,16 @@ from datetime import UTC, date, datetime, timedelta
 from django.db.models import Count, Sum
 from django.db.models.functions import TruncDate
 
-from catalog.registry import SERVICES
-from catalog.routing import Catalog, ProviderPin, load_catalog_snapshot, select_routes
+from catalog.registry import SERVICES, Service
+from catalog.routing import (
+    Catalog,
+    ModelEntry,
+    ProviderPin,
+    Route,
+    Routes,
+    load_catalog_snapshot,
+    select_routes,
+)
 from core import clock
 from core.errors import GatewayError
 
@@ -27,7 +35,7 @@ from ..models import (
     Transaction,
 )
 from ..rules.money import Rate, rate_of
-from ..rules.policy import Policy, PolicyDocumentError, compile_policy
+from ..rules.policy import Policy, PolicyDocumentError, ServicePolicy, compile_policy
 
 USAGE_DAYS = 30
 # More providers than this: the login page also finds the institution by e-mail domain.
@@ -332,51 +340,90 @@ def usable_models(
     for model_id, entry in catalog.models.items():
         if not entry.listed:
             continue
-        access = ModelAccess(model_id=model_id)
-        seen: set[Destination] = set()
-        for service in SERVICES:
-            if service.feature not in entry.supported_features:
-                continue
-            try:
-                service_policy = policy.check_request(service.service, {"model": model_id})
-            except GatewayError:
-                continue
-            pins: list[ProviderPin | None] = [None]
-            pins += [
-                ProviderPin(slug, None) for slug in dict.fromkeys(r.provider for r in entry.rows)
-            ]
-            usable = False
-            for pin in pins:
-                try:
-                    routes = select_routes(
-                        catalog,
-                        endpoint=service.endpoint,
-                        model=model_id,
-                        pin=pin,
-                        allowed=service_policy.providers,
-                        output_modality=service.output_modality,
-                        tags=policy.connection_tags,
-                        pick=False,
-                    )
-                except GatewayError:
-                    continue
-                if pin is None:
-                    usable = True
-                for route in routes:
-                    destination = Destination(
-                        provider=route.provider.slug,
-                        connection=route.connection.name,
-                        tags=tuple(sorted(route.connection.tags)),
-                        region=route.connection.region,
-                    )
-                    if destination not in seen:
-                        seen.add(destination)
-                        access.destinations.append(destination)
-            if usable and service.service not in access.services:
-                access.services.append(service.service)
+        access = _model_access(catalog, policy, model_id, entry)
         if access.services:
             found.append(access)
     return found
+
+
+def _model_access(
+    catalog: Catalog, policy: Policy, model_id: str, entry: ModelEntry
+) -> ModelAccess:
+    """The services the policy admits the model on and finds a route for, and every place
+    their requests may go."""
+    search = _ModelSearch(catalog, policy, ModelAccess(model_id=model_id), _pins_of(entry))
+    for service in SERVICES:
+        if service.feature not in entry.supported_features:
+            continue
+        try:
+            service_policy = policy.check_request(service.service, {"model": model_id})
+        except GatewayError:
+            continue
+        usable = search.service_usable(service, service_policy)
+        if usable and service.service not in search.access.services:
+            search.access.services.append(service.service)
+    return search.access
+
+
+def _pins_of(entry: ModelEntry) -> list[ProviderPin | None]:
+    """The unpinned request (None), then one pinned to each of the model's providers."""
+    pins: list[ProviderPin | None] = [None]
+    pins += [ProviderPin(slug, None) for slug in dict.fromkeys(r.provider for r in entry.rows)]
+    return pins
+
+
+@dataclass
+class _ModelSearch:
+    """Where one model's requests may go, searched service by service: the destinations found
+    so far go into `access`, each once, in the order found."""
+
+    catalog: Catalog
+    policy: Policy
+    access: ModelAccess
+    pins: list[ProviderPin | None]
+    seen: set[Destination] = field(default_factory=set)
+
+    def service_usable(self, service: Service, service_policy: ServicePolicy) -> bool:
+        """Whether the unpinned request finds a route; the routes of every request, pinned
+        or not, are destinations."""
+        usable = False
+        for pin in self.pins:
+            routes = self._routes(service, service_policy, pin)
+            if routes is None:
+                continue
+            if pin is None:
+                usable = True
+            for route in routes:
+                self._add(route)
+        return usable
+
+    def _routes(
+        self, service: Service, service_policy: ServicePolicy, pin: ProviderPin | None
+    ) -> Routes | None:
+        try:
+            return select_routes(
+                self.catalog,
+                endpoint=service.endpoint,
+                model=self.access.model_id,
+                pin=pin,
+                allowed=service_policy.providers,
+                output_modality=service.output_modality,
+                tags=self.policy.connection_tags,
+                pick=False,
+            )
+        except GatewayError:
+            return None  # no route for this request: others may have one
+
+    def _add(self, route: Route) -> None:
+        destination = Destination(
+            provider=route.provider.slug,
+            connection=route.connection.name,
+            tags=tuple(sorted(route.connection.tags)),
+            region=route.connection.region,
+        )
+        if destination not in self.seen:
+            self.seen.add(destination)
+            self.access.destinations.append(destination)
 
 
 def destinations_of(models: list[ModelAccess]) -> list[Destination]:

@@ -49,6 +49,15 @@ class IdentityProviderForm(AdminModelFormMixin, forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        self._clean_lists(cleaned)
+        self._clean_license(cleaned)
+        if not cleaned.get("client_secret") and not cleaned.get("client_secret_env"):
+            self.add_error("client_secret", "Enter the client secret or its environment variable.")
+        return cleaned
+
+    def _clean_lists(self, cleaned: dict) -> None:
+        """The issuer, the group lists and the e-mail domains as the services store them;
+        each refusal on its own field."""
         try:
             if cleaned.get("issuer"):
                 cleaned["issuer"] = validate_issuer(cleaned["issuer"])
@@ -63,6 +72,9 @@ class IdentityProviderForm(AdminModelFormMixin, forms.ModelForm):
             cleaned["email_domains"] = validate_domains(cleaned.get("email_domains") or "")
         except ValidationError as exc:
             self.add_error("email_domains", exc)
+
+    def _clean_license(self, cleaned: dict) -> None:
+        """The student license is the institution's, and student groups need one."""
         institution = cleaned.get("institution")
         if institution is None and self.instance.pk:
             institution = self.instance.institution  # read-only once saved
@@ -72,9 +84,6 @@ class IdentityProviderForm(AdminModelFormMixin, forms.ModelForm):
                 self.add_error("student_license", "This license belongs to another institution.")
         if cleaned.get("student_groups") and license is None:
             self.add_error("student_license", "Student groups need a student license.")
-        if not cleaned.get("client_secret") and not cleaned.get("client_secret_env"):
-            self.add_error("client_secret", "Enter the client secret or its environment variable.")
-        return cleaned
 
 
 @admin.register(IdentityProvider)

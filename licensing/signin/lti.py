@@ -133,6 +133,41 @@ def _text(value: Any, name: str, limit: int) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class PlatformSettings:
+    """What a platform's registration sets, checked (lti_platform_configure's input)."""
+
+    issuer: str
+    client_id: str
+    deployment_ids: list[str]
+    jwks_url: str
+    auth_login_url: str
+    license: License
+    allowance: int | None
+    allowance_period: str
+    active: bool
+
+
+def _deployment_ids(deployment_ids: list[str]) -> list[str]:
+    if not deployment_ids:
+        raise ValidationError("Give at least one deployment id")
+    ids = [_text(d, "A deployment id", 255) for d in deployment_ids]
+    if len(ids) > 100:
+        raise ValidationError("At most 100 deployment ids")
+    return ids
+
+
+def _check_allowance(allowance: int | None, allowance_period: str) -> None:
+    if allowance is not None and (
+        isinstance(allowance, bool) or not isinstance(allowance, int) or not 0 <= allowance
+    ):
+        raise ValidationError("The allowance is a whole number of micro-credits, 0 or more")
+    if allowance is not None and allowance > MAX_ALLOWANCE:
+        raise ValidationError(f"The allowance is at most {MAX_ALLOWANCE}")
+    if allowance_period not in Course.Period.values:
+        raise ValidationError(f"The allowance period is one of {', '.join(Course.Period.values)}")
+
+
 def lti_platform_configure(
     *,
     institution: Institution,
@@ -152,63 +187,84 @@ def lti_platform_configure(
     ValidationError on bad input; the URLs go through the SSRF guard's rules."""
     issuer = _text(issuer, "The issuer", 500)
     client_id = _text(client_id, "The client id", 255)
-    if not deployment_ids:
-        raise ValidationError("Give at least one deployment id")
-    ids = [_text(d, "A deployment id", 255) for d in deployment_ids]
-    if len(ids) > 100:
-        raise ValidationError("At most 100 deployment ids")
+    ids = _deployment_ids(deployment_ids)
     jwks_url = _text(jwks_url, "The JWKS URL", 500)
     auth_login_url = _text(auth_login_url, "The auth login URL", 500)
     if license.institution_id != institution.pk:
         raise ValidationError("The license must belong to the same institution")
-    if allowance is not None and (
-        isinstance(allowance, bool) or not isinstance(allowance, int) or not 0 <= allowance
-    ):
-        raise ValidationError("The allowance is a whole number of micro-credits, 0 or more")
-    if allowance is not None and allowance > MAX_ALLOWANCE:
-        raise ValidationError(f"The allowance is at most {MAX_ALLOWANCE}")
-    if allowance_period not in Course.Period.values:
-        raise ValidationError(f"The allowance period is one of {', '.join(Course.Period.values)}")
+    _check_allowance(allowance, allowance_period)
+    settings = PlatformSettings(
+        issuer=issuer,
+        client_id=client_id,
+        deployment_ids=ids,
+        jwks_url=jwks_url,
+        auth_login_url=auth_login_url,
+        license=license,
+        allowance=allowance,
+        allowance_period=allowance_period,
+        active=active,
+    )
     with transaction.atomic():
-        platform = (
-            LtiPlatform.objects.select_for_update()
-            .filter(issuer=issuer, client_id=client_id)
-            .first()
-        )
-        created = platform is None
-        if platform is None:
-            platform = LtiPlatform(issuer=issuer, client_id=client_id, institution=institution)
-        elif platform.institution_id != institution.pk:
-            raise ValidationError("Another institution already registered this platform")
-        platform.deployment_ids = list(dict.fromkeys(ids))
-        platform.jwks_url = jwks_url
-        platform.auth_login_url = auth_login_url
-        platform.license = license
-        platform.allowance = allowance
-        platform.allowance_period = allowance_period
-        platform.active = active
-        platform.full_clean()
-        platform.save()
-        audit_event_record(
-            action=AuditEvent.Action.SSO_CONFIGURED,
-            request=request,
-            actor=actor,
-            actor_name="" if actor or request else "manage.py configure_lti",
-            institution=institution,
-            target=f"lti_platform:{platform.pk}",
-            detail={
-                "method": "lti",
-                "created": created,
-                "issuer": issuer,
-                "client_id": client_id,
-                "deployment_ids": platform.deployment_ids,
-                "license": license.pk,
-            },
+        platform, created = _platform_saved(institution, settings)
+        _platform_configured_record(
+            institution, platform, created, settings, actor=actor, request=request
         )
     logger.info(
         "LTI platform %s for %s: %s", "created" if created else "updated", institution, issuer
     )
     return platform, created
+
+
+def _platform_saved(
+    institution: Institution, settings: PlatformSettings
+) -> tuple[LtiPlatform, bool]:
+    """The platform of (issuer, client id), locked, made or updated with `settings`."""
+    issuer, client_id = settings.issuer, settings.client_id
+    platform = (
+        LtiPlatform.objects.select_for_update().filter(issuer=issuer, client_id=client_id).first()
+    )
+    created = platform is None
+    if platform is None:
+        platform = LtiPlatform(issuer=issuer, client_id=client_id, institution=institution)
+    elif platform.institution_id != institution.pk:
+        raise ValidationError("Another institution already registered this platform")
+    platform.deployment_ids = list(dict.fromkeys(settings.deployment_ids))
+    platform.jwks_url = settings.jwks_url
+    platform.auth_login_url = settings.auth_login_url
+    platform.license = settings.license
+    platform.allowance = settings.allowance
+    platform.allowance_period = settings.allowance_period
+    platform.active = settings.active
+    platform.full_clean()
+    platform.save()
+    return platform, created
+
+
+def _platform_configured_record(
+    institution: Institution,
+    platform: LtiPlatform,
+    created: bool,
+    settings: PlatformSettings,
+    *,
+    actor,
+    request,
+) -> None:
+    audit_event_record(
+        action=AuditEvent.Action.SSO_CONFIGURED,
+        request=request,
+        actor=actor,
+        actor_name="" if actor or request else "manage.py configure_lti",
+        institution=institution,
+        target=f"lti_platform:{platform.pk}",
+        detail={
+            "method": "lti",
+            "created": created,
+            "issuer": settings.issuer,
+            "client_id": settings.client_id,
+            "deployment_ids": platform.deployment_ids,
+            "license": settings.license.pk,
+        },
+    )
 
 
 def lti_urls(base_url: str | None = None) -> tuple[str, str]:
@@ -325,6 +381,18 @@ def verify_launch_token(token: Any, *, launch: LtiLaunchState) -> dict[str, Any]
     ES256; iss, aud, azp, exp, iat, the nonce of this launch and never seen before, the
     deployment, the message type and version), or LtiError."""
     platform = launch.platform
+    header = _launch_token_header(token)
+    claims = _launch_token_decoded(token, header, platform)
+    now = clock()
+    _check_launch_times(claims, now)
+    _check_launch_azp(claims, platform)
+    _check_launch_nonce(claims, launch)
+    _check_launch_message(claims, platform)
+    return claims
+
+
+def _launch_token_header(token: Any) -> dict[str, Any]:
+    """The header of what looks like a signed JWT with an algorithm we take, or LtiError."""
     if not token or not isinstance(token, str):
         raise LtiError("no_id_token", "The launch holds no id_token.", status=400)
     if len(token) > MAX_TOKEN_LENGTH or token.count(".") != 2 or not token.isascii():
@@ -335,39 +403,49 @@ def verify_launch_token(token: Any, *, launch: LtiLaunchState) -> dict[str, Any]
         raise LtiError("invalid_token", "The id_token is not a signed JWT.", status=400) from None
     if header.get("alg") not in ALGORITHMS:
         raise LtiError("invalid_token", "The id_token's algorithm is not RS256 or ES256.")
+    return header
+
+
+def _launch_token_decoded(
+    token: str, header: dict[str, Any], platform: LtiPlatform
+) -> dict[str, Any]:
+    """The claims once a key of the platform's JWKS verifies the signature, with iss and aud
+    this platform's and the required claims present; or LtiError (_decode_error)."""
     keys = jwks_cache.keys_for(platform.jwks_url, header.get("kid"))
     if not keys:
         raise LtiError("bad_signature", "No key of the platform's JWKS matches the id_token.")
-    claims: dict[str, Any] | None = None
     error: Exception | None = None
     for key in keys:
         try:
-            claims = jwt.decode(
-                token,
-                key=key,
-                algorithms=[header["alg"]],
-                audience=platform.client_id,
-                issuer=platform.issuer,
-                options={
-                    "verify_exp": False,  # checked below with the injectable clock
-                    "verify_iat": False,
-                    "verify_nbf": False,
-                    "require": ["iss", "aud", "sub", "exp", "iat", "nonce"],
-                },
-            )
-            break
+            return _decoded_with(token, key, header["alg"], platform)
         except jwt.InvalidSignatureError as exc:
-            error = exc
-            continue
+            error = exc  # another key of the set may be the one
         except jwt.PyJWTError as exc:
-            error = exc
+            error = exc  # the signature verified: the claims are wrong whatever the key
             break
         except Exception as exc:  # noqa: BLE001 (a key of the wrong type, a hostile token)
             error = exc
-            continue
-    if claims is None:
-        raise _decode_error(error)
-    now = clock()
+    raise _decode_error(error)
+
+
+def _decoded_with(token: str, key: Any, alg: str, platform: LtiPlatform) -> dict[str, Any]:
+    return jwt.decode(
+        token,
+        key=key,
+        algorithms=[alg],
+        audience=platform.client_id,
+        issuer=platform.issuer,
+        options={
+            "verify_exp": False,  # checked by _check_launch_times with the injectable clock
+            "verify_iat": False,
+            "verify_nbf": False,
+            "require": ["iss", "aud", "sub", "exp", "iat", "nonce"],
+        },
+    )
+
+
+def _check_launch_times(claims: dict[str, Any], now: float) -> None:
+    """exp, iat and nbf are sane numbers and hold at `now` (LEEWAY aside); email is one."""
     problem = time_claims_problem(claims, now=now) or email_claim_problem(claims)
     if problem is not None:
         raise LtiError(*problem)
@@ -377,24 +455,37 @@ def verify_launch_token(token: Any, *, launch: LtiLaunchState) -> dict[str, Any]
         raise LtiError("invalid_iat", "The id_token was issued in the future.")
     if claims.get("nbf", now) - LEEWAY > now:
         raise LtiError("invalid_nbf", "The id_token is not valid yet.")
+
+
+def _check_launch_azp(claims: dict[str, Any], platform: LtiPlatform) -> None:
+    """Several audiences need an azp, and an azp must be this tool (OIDC Core 3.1.3.7)."""
     aud = claims["aud"]
     azp = claims.get("azp")
     if (isinstance(aud, list) and len(aud) > 1 and azp is None) or (
         azp is not None and azp != platform.client_id
     ):
         raise LtiError("wrong_audience", "The id_token's azp is not this tool.")
+
+
+def _check_launch_nonce(claims: dict[str, Any], launch: LtiLaunchState) -> None:
+    """The nonce is this launch's; another used launch's is told apart as a replay."""
     nonce = claims["nonce"]
-    if not isinstance(nonce, str) or not hmac.compare_digest(
+    if isinstance(nonce, str) and hmac.compare_digest(
         nonce.encode("utf-8", "surrogatepass"), launch.nonce.encode()
     ):
-        seen = isinstance(nonce, str) and (
-            LtiLaunchState.objects.filter(nonce=nonce[:64], used_at__isnull=False)
-            .exclude(pk=launch.pk)
-            .exists()
-        )
-        if seen:
-            raise LtiError("nonce_replayed", "This id_token was used already (replayed).")
-        raise LtiError("wrong_nonce", "The id_token's nonce is not this launch's.")
+        return
+    seen = isinstance(nonce, str) and (
+        LtiLaunchState.objects.filter(nonce=nonce[:64], used_at__isnull=False)
+        .exclude(pk=launch.pk)
+        .exists()
+    )
+    if seen:
+        raise LtiError("nonce_replayed", "This id_token was used already (replayed).")
+    raise LtiError("wrong_nonce", "The id_token's nonce is not this launch's.")
+
+
+def _check_launch_message(claims: dict[str, Any], platform: LtiPlatform) -> None:
+    """A resource link launch of LTI 1.3.0 through a registered deployment."""
     deployment = claims.get(CLAIM + "deployment_id")
     if not isinstance(deployment, str) or deployment not in platform.deployment_ids:
         raise LtiError(
@@ -406,7 +497,6 @@ def verify_launch_token(token: Any, *, launch: LtiLaunchState) -> dict[str, Any]
         )
     if claims.get(CLAIM + "version") != VERSION:
         raise LtiError("unsupported_version", "Only LTI 1.3.0 launches are supported.", 400)
-    return claims
 
 
 def _decode_error(error: Exception | None) -> LtiError:

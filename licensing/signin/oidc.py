@@ -300,6 +300,26 @@ def verify_id_token(
 ) -> dict[str, Any]:
     """The id_token's claims after every check (signature with the issuer's JWKS, RS256 or
     ES256; iss, aud, azp, exp, iat, nonce), or OidcError with the reason."""
+    header = _id_token_header(id_token)
+    token = _id_token_signed(id_token, header, metadata)
+    checked_at = now if now is not None else time.time()
+    problem = time_claims_problem(token.claims, now=checked_at) or email_claim_problem(token.claims)
+    if problem is not None:
+        raise OidcError(*problem)
+    claims = _validated_claims(
+        token,
+        metadata=metadata,
+        client_id=client_id,
+        nonce=nonce,
+        access_token=access_token,
+        now=checked_at,
+    )
+    _check_iat_and_sub(claims)
+    return dict(claims)
+
+
+def _id_token_header(id_token: str) -> dict[str, Any]:
+    """The header of what looks like a signed JWT with an algorithm we take, or OidcError."""
     if len(id_token) > MAX_TOKEN_LENGTH or id_token.count(".") != 2:
         raise OidcError("invalid_token", "The id_token is not a signed JWT")
     try:
@@ -308,26 +328,36 @@ def verify_id_token(
         raise OidcError("invalid_token", "The id_token is not a signed JWT") from None
     if header.get("alg") not in ALGORITHMS:
         raise OidcError("invalid_token", "The id_token's algorithm is not RS256 or ES256")
-    kid = header.get("kid")
-    keys = jwks_cache.keys_for(metadata.jwks_uri, kid)
+    return header
+
+
+def _id_token_signed(id_token: str, header: dict[str, Any], metadata: Metadata) -> jwt.Token:
+    """The token once a key of the issuer's JWKS verifies its signature, or OidcError."""
+    keys = jwks_cache.keys_for(metadata.jwks_uri, header.get("kid"))
     if not keys:
         raise OidcError("bad_signature", "No key of the IdP's JWKS matches the id_token")
-    token = None
     for key in keys:
         try:
-            token = jwt.decode(id_token, key, algorithms=ALGORITHMS)
-            break
+            return jwt.decode(id_token, key, algorithms=ALGORITHMS)
         except JoseError:
             continue
         except Exception:  # noqa: BLE001 (a bug of ours or theirs on a stranger's token)
             logger.exception("OIDC id_token of %s: unexpected error", metadata.issuer)
             continue
-    if token is None:
-        raise OidcError("bad_signature", "The id_token's signature does not verify")
-    checked_at = now if now is not None else time.time()
-    problem = time_claims_problem(token.claims, now=checked_at) or email_claim_problem(token.claims)
-    if problem is not None:
-        raise OidcError(*problem)
+    raise OidcError("bad_signature", "The id_token's signature does not verify")
+
+
+def _validated_claims(
+    token: jwt.Token,
+    *,
+    metadata: Metadata,
+    client_id: str,
+    nonce: str,
+    access_token: str | None,
+    now: float,
+) -> CodeIDToken:
+    """The claims after authlib's rules of OpenID Connect Core 3.1.3.7 (iss, aud, azp, exp,
+    iat, nonce, at_hash), each refusal an OidcError whose reason names the claim."""
     claims = CodeIDToken(
         token.claims,
         token.header,
@@ -340,7 +370,7 @@ def verify_id_token(
         {"nonce": nonce, "client_id": client_id, "access_token": access_token},
     )
     try:
-        claims.validate(now=int(checked_at), leeway=LEEWAY)
+        claims.validate(now=int(now), leeway=LEEWAY)
     except ExpiredTokenError:
         raise OidcError("expired", "The id_token has expired") from None
     except (InvalidClaimError, MissingClaimError) as exc:
@@ -353,13 +383,17 @@ def verify_id_token(
         raise OidcError("invalid_token", f"The id_token is not acceptable ({exc.error})") from None
     except Exception:  # noqa: BLE001 (claims of a wrong type)
         raise OidcError("invalid_token", "The id_token's claims are not acceptable") from None
+    return claims
+
+
+def _check_iat_and_sub(claims: CodeIDToken) -> None:
+    """What authlib lets through: an iat that is no number, a sub that is no short text."""
     iat = claims.get("iat")
     if not isinstance(iat, int | float) or isinstance(iat, bool):
         raise OidcError("invalid_iat", "The id_token's 'iat' claim is not acceptable")
     sub = claims.get("sub")
     if not isinstance(sub, str) or not 0 < len(sub) <= 255 or not _printable(sub):
         raise OidcError("invalid_sub", "The id_token's 'sub' claim is not acceptable")
-    return dict(claims)
 
 
 def userinfo_request(metadata: Metadata, *, access_token: str) -> dict[str, Any]:

@@ -151,6 +151,38 @@ def identity_provider_configure(
     groups_claim = _text(groups_claim, "The groups claim", 100, required=True)
     if student_license is not None and student_license.institution_id != institution.pk:
         raise ValidationError("The student license must belong to the same institution")
+    mapped = _mapped_groups(
+        student_license, admin_groups, reviewer_groups, teacher_groups, student_groups
+    )
+    provider, created = _provider_for_update(institution, issuer)
+    _client_secret_set(provider, client_secret, client_secret_env, created=created)
+    provider.issuer = issuer
+    provider.client_id = client_id
+    provider.groups_claim = groups_claim
+    for name, groups in mapped.items():
+        setattr(provider, name, groups)
+    provider.student_license = student_license
+    provider.sso_only = sso_only
+    provider.email_domains = validate_domains(email_domains)
+    provider.active = active
+    provider.save()
+    _provider_configured_record(
+        institution, provider, created, mapped, actor=actor, request=request
+    )
+    logger.info(
+        "SSO %s for %s: issuer %s", "configured" if created else "updated", institution, issuer
+    )
+    return provider
+
+
+def _mapped_groups(
+    student_license: License | None,
+    admin_groups: Any,
+    reviewer_groups: Any,
+    teacher_groups: Any,
+    student_groups: Any,
+) -> dict[str, list[str]]:
+    """The four role mappings checked, by field name; student groups need a license."""
     mapped = {
         "admin_groups": validate_groups(admin_groups, "admin groups"),
         "reviewer_groups": validate_groups(reviewer_groups, "reviewer groups"),
@@ -159,13 +191,29 @@ def identity_provider_configure(
     }
     if mapped["student_groups"] and student_license is None:
         raise ValidationError("Student groups need a student license")
+    return mapped
+
+
+def _provider_for_update(institution: Institution, issuer: str) -> tuple[IdentityProvider, bool]:
+    """The institution's provider, locked, or a new one (unsaved); an issuer is one
+    institution's."""
     other = IdentityProvider.objects.filter(issuer=issuer).exclude(institution=institution)
     if other.exists():
         raise ValidationError("Another institution already uses this issuer")
     provider = IdentityProvider.objects.select_for_update().filter(institution=institution).first()
-    created = provider is None
     if provider is None:
-        provider = IdentityProvider(institution=institution)
+        return IdentityProvider(institution=institution), True
+    return provider, False
+
+
+def _client_secret_set(
+    provider: IdentityProvider,
+    client_secret: str | None,
+    client_secret_env: str | None,
+    *,
+    created: bool,
+) -> None:
+    """The secret or the name of its variable, never both; None keeps the stored one."""
     if client_secret is not None and client_secret_env is not None:
         raise ValidationError("Give the client secret or its environment variable, not both")
     if client_secret is not None:
@@ -178,16 +226,17 @@ def identity_provider_configure(
         provider.client_secret_env, provider.client_secret = name, ""
     elif created:
         raise ValidationError("A new provider needs a client secret or its environment variable")
-    provider.issuer = issuer
-    provider.client_id = client_id
-    provider.groups_claim = groups_claim
-    for name, groups in mapped.items():
-        setattr(provider, name, groups)
-    provider.student_license = student_license
-    provider.sso_only = sso_only
-    provider.email_domains = validate_domains(email_domains)
-    provider.active = active
-    provider.save()
+
+
+def _provider_configured_record(
+    institution: Institution,
+    provider: IdentityProvider,
+    created: bool,
+    mapped: dict[str, list[str]],
+    *,
+    actor,
+    request,
+) -> None:
     audit_event_record(
         action=AuditEvent.Action.SSO_CONFIGURED,
         request=request,
@@ -197,16 +246,12 @@ def identity_provider_configure(
         target=f"identity_provider:{provider.pk}",
         detail={
             "created": created,
-            "issuer": issuer,
-            "client_id": client_id,
-            "sso_only": sso_only,
+            "issuer": provider.issuer,
+            "client_id": provider.client_id,
+            "sso_only": provider.sso_only,
             **mapped,
         },
     )
-    logger.info(
-        "SSO %s for %s: issuer %s", "configured" if created else "updated", institution, issuer
-    )
-    return provider
 
 
 def client_secret_of(provider: IdentityProvider) -> str:
@@ -352,15 +397,10 @@ def _sign_in(
     *, provider: IdentityProvider, claims: dict[str, Any], request
 ) -> SignedIn | SignInRefused:
     sub: str = claims["sub"]
-    raw_email = claims.get("email")
     email = _verified_email(claims)
-    if raw_email not in (None, "") and not _verified(claims):
-        # An unverified address is never a user name nor stored: refuse rather than guess.
-        return SignInRefused(
-            "email_not_verified",
-            "Your identity provider says your e-mail address is not verified.",
-            contacts=admin_contacts(provider.institution_id),
-        )
+    refused = _email_refusal(provider, claims)
+    if refused is not None:
+        return refused
     groups = groups_of(claims, provider.groups_claim)
     staff_role, student = _mapped_roles(provider, groups)
     identity = (
@@ -370,38 +410,20 @@ def _sign_in(
         .first()
     )
     user = identity.user if identity is not None else None
-    if user is not None:
-        foreign = AdminProfile.objects.filter(user=user).exclude(
-            institution_id=provider.institution_id
-        )
-        if foreign.exists() or user.is_superuser:
-            # A superuser signs in with their password (break-glass), never through an IdP.
-            return SignInRefused(
-                "role_in_other_institution",
-                "This account holds a role in another institution.",
-                contacts=admin_contacts(provider.institution_id),
-            )
-        if not user.is_active:
-            return SignInRefused(
-                "user_inactive",
-                "This account has been deactivated.",
-                contacts=admin_contacts(provider.institution_id),
-            )
+    refused = _user_refusal(provider, user) if user is not None else None
+    if refused is not None:
+        return refused
     if staff_role is None and not student:
         if user is not None:
             _apply_roles(provider, user, None, False, request, sub)  # groups gone: roles gone
-        return SignInRefused(
+        return _refusal(
+            provider,
             "no_mapped_group",
             "None of your groups at your identity provider is one this gateway gives a role to.",
-            contacts=admin_contacts(provider.institution_id),
         )
-    if user is None:
-        User = get_user_model()
-        user = User.objects.create_user(
-            _username_for(provider, sub, email), email=email or "", password=None
-        )
-        identity = SsoIdentity.objects.create(provider=provider, subject=sub, user=user)
-    assert identity is not None
+    if identity is None:
+        identity = _identity_created(provider, sub, email)
+    user = identity.user
     if email and user.email != email:
         user.email = email
         user.save(update_fields=["email"])
@@ -411,6 +433,46 @@ def _sign_in(
     identity.last_sign_in = timezone.now()
     identity.save(update_fields=["email", "groups", "last_sign_in"])
     return SignedIn(user=user, staff_role=staff_role, student=student, changes=changes)
+
+
+def _refusal(provider: IdentityProvider, reason: str, message: str) -> SignInRefused:
+    return SignInRefused(reason, message, contacts=admin_contacts(provider.institution_id))
+
+
+def _email_refusal(provider: IdentityProvider, claims: dict[str, Any]) -> SignInRefused | None:
+    """An e-mail address the IdP does not say is verified is never a user name nor stored:
+    refused rather than guessed."""
+    if claims.get("email") in (None, "") or _verified(claims):
+        return None
+    return _refusal(
+        provider,
+        "email_not_verified",
+        "Your identity provider says your e-mail address is not verified.",
+    )
+
+
+def _user_refusal(provider: IdentityProvider, user) -> SignInRefused | None:
+    """Why the known user of this identity may not sign in through it, if they may not."""
+    foreign = AdminProfile.objects.filter(user=user).exclude(institution_id=provider.institution_id)
+    if foreign.exists() or user.is_superuser:
+        # A superuser signs in with their password (break-glass), never through an IdP.
+        return _refusal(
+            provider,
+            "role_in_other_institution",
+            "This account holds a role in another institution.",
+        )
+    if not user.is_active:
+        return _refusal(provider, "user_inactive", "This account has been deactivated.")
+    return None
+
+
+def _identity_created(provider: IdentityProvider, sub: str, email: str | None) -> SsoIdentity:
+    """A first sign-in: a user without a password, named by the verified e-mail when free."""
+    User = get_user_model()
+    user = User.objects.create_user(
+        _username_for(provider, sub, email), email=email or "", password=None
+    )
+    return SsoIdentity.objects.create(provider=provider, subject=sub, user=user)
 
 
 def _apply_roles(

@@ -14,6 +14,9 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin
@@ -151,80 +154,12 @@ def sso_callback(request: HttpRequest, provider_id: int) -> HttpResponse:
             status=404,
             record=False,
         )
-    state, code = request.GET.get("state", ""), request.GET.get("code", "")
-    if not isinstance(pending, dict) or pending.get("provider") != provider.pk:
-        return _refused(
-            request,
-            reason="no_pending_login",
-            message="This sign-in was not started here, or was finished already. "
-            "Start again from the sign-in page.",
-            status=400,
-            provider=provider,
-        )
-    if not 0 <= clock() - float(pending.get("created", 0)) <= PENDING_LIFETIME:
-        return _refused(
-            request,
-            reason="login_expired",
-            message="This sign-in took longer than 10 minutes. Start again.",
-            status=400,
-            provider=provider,
-        )
-    if (
-        not state
-        or len(state) > MAX_PARAM
-        or not hmac.compare_digest(
-            state.encode("utf-8", "surrogatepass"), str(pending["state"]).encode()
-        )
-    ):
-        return _refused(
-            request,
-            reason="state_mismatch",
-            message="The answer of the identity provider does not belong to this sign-in.",
-            status=400,
-            provider=provider,
-        )
-    if "error" in request.GET:
-        error = request.GET.get("error", "")[:100]
-        return _refused(
-            request,
-            reason="idp_error",
-            message=f"The identity provider refused the sign-in ({_printable(error)}).",
-            status=403,
-            provider=provider,
-        )
-    if not code or len(code) > MAX_PARAM or not _printable(code) == code:
-        return _refused(
-            request,
-            reason="no_code",
-            message="The identity provider's answer holds no authorization code.",
-            status=400,
-            provider=provider,
-        )
+    problem = callback_problem(pending, provider.pk, request.GET, now=clock())
+    if problem is not None:
+        return _refused(request, **problem.as_kwargs(), provider=provider)
+    assert isinstance(pending, dict)  # callback_problem refuses anything else
     try:
-        metadata = oidc.discovery_cache.metadata_for(provider.issuer)
-        answer = oidc.token_request(
-            metadata,
-            code=code,
-            redirect_uri=redirect_uri_of(provider.pk),
-            verifier=pending["verifier"],
-            client_id=provider.client_id,
-            client_secret=client_secret_of(provider),
-        )
-        access_token = answer.get("access_token")
-        claims = oidc.verify_id_token(
-            answer["id_token"],
-            metadata=metadata,
-            client_id=provider.client_id,
-            nonce=pending["nonce"],
-            access_token=access_token if isinstance(access_token, str) else None,
-            now=clock(),
-        )
-        claims = oidc.claims_with_userinfo(
-            claims,
-            metadata=metadata,
-            access_token=access_token if isinstance(access_token, str) else None,
-            wanted=("email", provider.groups_claim),
-        )
+        claims = _verified_claims(provider, pending, code=request.GET["code"])
     except oidc.OidcError as exc:
         status = 502 if exc.reason in ("idp_unavailable", "discovery_invalid") else 403
         return _refused(
@@ -247,10 +182,113 @@ def sso_callback(request: HttpRequest, provider_id: int) -> HttpResponse:
     # login() rotates the session key (a fixed session cannot be planted) and its CSRF token.
     login(request, signed_in.user, backend=BACKEND)
     sign_in_record(provider=provider, signed_in=signed_in, request=request)
-    target = pending.get("next") or ("/admin/" if signed_in.staff_role else "/portal/")
-    if not signed_in.staff_role and target.startswith("/admin"):
+    return HttpResponseRedirect(landing_of(pending, staff=bool(signed_in.staff_role)))
+
+
+@dataclass(frozen=True)
+class CallbackProblem:
+    """Why the IdP's answer at the callback finishes no sign-in: the refusal page's values."""
+
+    reason: str
+    message: str
+    status: int = 400
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {"reason": self.reason, "message": self.message, "status": self.status}
+
+
+def callback_problem(
+    pending: Any, provider_pk: int, params: Mapping[str, str], *, now: float
+) -> CallbackProblem | None:
+    """The first thing wrong with the callback, in the order a stranger's answer is checked:
+    the pending login (this provider's, not stale), the state, the IdP's error, the code."""
+    return _pending_problem(pending, provider_pk, now=now) or _answer_problem(params, pending)
+
+
+def _pending_problem(pending: Any, provider_pk: int, *, now: float) -> CallbackProblem | None:
+    if not isinstance(pending, dict) or pending.get("provider") != provider_pk:
+        return CallbackProblem(
+            "no_pending_login",
+            "This sign-in was not started here, or was finished already. "
+            "Start again from the sign-in page.",
+        )
+    if not 0 <= now - float(pending.get("created", 0)) <= PENDING_LIFETIME:
+        return CallbackProblem(
+            "login_expired", "This sign-in took longer than 10 minutes. Start again."
+        )
+    return None
+
+
+def _answer_problem(params: Mapping[str, str], pending: dict) -> CallbackProblem | None:
+    state, code = params.get("state", ""), params.get("code", "")
+    if not _state_matches(state, pending):
+        return CallbackProblem(
+            "state_mismatch",
+            "The answer of the identity provider does not belong to this sign-in.",
+        )
+    if "error" in params:
+        error = params.get("error", "")[:100]
+        return CallbackProblem(
+            "idp_error",
+            f"The identity provider refused the sign-in ({_printable(error)}).",
+            status=403,
+        )
+    if not code or len(code) > MAX_PARAM or not _printable(code) == code:
+        return CallbackProblem(
+            "no_code", "The identity provider's answer holds no authorization code."
+        )
+    return None
+
+
+def _state_matches(state: str, pending: dict) -> bool:
+    # Compared in constant time: the state is the login's secret until the callback.
+    return (
+        bool(state)
+        and len(state) <= MAX_PARAM
+        and hmac.compare_digest(
+            state.encode("utf-8", "surrogatepass"), str(pending["state"]).encode()
+        )
+    )
+
+
+def _verified_claims(provider: IdentityProvider, pending: dict, *, code: str) -> dict[str, Any]:
+    """The code exchanged, the id_token verified, userinfo asked for what it lacks; or
+    OidcError."""
+    metadata = oidc.discovery_cache.metadata_for(provider.issuer)
+    answer = oidc.token_request(
+        metadata,
+        code=code,
+        redirect_uri=redirect_uri_of(provider.pk),
+        verifier=pending["verifier"],
+        client_id=provider.client_id,
+        client_secret=client_secret_of(provider),
+    )
+    access_token = answer.get("access_token")
+    if not isinstance(access_token, str):
+        access_token = None
+    claims = oidc.verify_id_token(
+        answer["id_token"],
+        metadata=metadata,
+        client_id=provider.client_id,
+        nonce=pending["nonce"],
+        access_token=access_token,
+        now=clock(),
+    )
+    return oidc.claims_with_userinfo(
+        claims,
+        metadata=metadata,
+        access_token=access_token,
+        wanted=("email", provider.groups_claim),
+    )
+
+
+def landing_of(pending: dict, *, staff: bool) -> str:
+    """Where a signed-in person goes: the page they asked for, but never the admin for a
+    person without a staff role."""
+    target = pending.get("next") or ("/admin/" if staff else "/portal/")
+    if not staff and target.startswith("/admin"):
         target = "/portal/"
-    return HttpResponseRedirect(target)
+    return target
 
 
 def _printable(text: str) -> str:

@@ -1,5 +1,6 @@
 import argparse
 import sys
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
@@ -57,23 +58,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
-        institution = Institution.objects.filter(name=options["institution"]).first()
-        if institution is None:
-            known = list(Institution.objects.values_list("name", flat=True)[:20])
-            raise CommandError(f"No institution named {options['institution']!r}; known: {known}")
+        institution = _institution(options["institution"])
         existing = IdentityProvider.objects.filter(institution=institution).first()
-        secret = None
-        if options["client_secret"] is not None:
-            if options["client_secret"] != "-":
-                raise CommandError(
-                    "--client-secret takes '-' (the secret on stdin), never the secret itself "
-                    "(it would stay in the shell history and the process list)"
-                )
-            secret = sys.stdin.readline().rstrip("\r\n")
-            if not secret:
-                raise CommandError("No client secret on stdin")
-        elif options["client_secret_env"] is None and existing is None:
-            raise CommandError("A new provider needs --client-secret - or --client-secret-env")
+        secret = _client_secret(options, existing)
 
         def kept(name):
             value = options[name]
@@ -81,17 +68,7 @@ class Command(BaseCommand):
                 return getattr(existing, name)
             return value
 
-        license = None
-        if options["student_license"]:
-            license = License.objects.filter(
-                name=options["student_license"], institution=institution
-            ).first()
-            if license is None:
-                raise CommandError(
-                    f"No license named {options['student_license']!r} in {institution.name!r}"
-                )
-        elif existing is not None:
-            license = existing.student_license
+        license = _student_license(options["student_license"], institution, existing)
         try:
             provider = identity_provider_configure(
                 institution=institution,
@@ -116,3 +93,41 @@ class Command(BaseCommand):
             "Register this redirect URI at the IdP: "
             f"{redirect_uri_of(provider.pk, options['base_url'])}"
         )
+
+
+def _institution(name: str) -> Institution:
+    institution = Institution.objects.filter(name=name).first()
+    if institution is None:
+        known = list(Institution.objects.values_list("name", flat=True)[:20])
+        raise CommandError(f"No institution named {name!r}; known: {known}")
+    return institution
+
+
+def _client_secret(options: dict[str, Any], existing: IdentityProvider | None) -> str | None:
+    """The secret read from stdin ('-'), or None: a variable names it, or the stored one
+    stays."""
+    if options["client_secret"] is not None:
+        if options["client_secret"] != "-":
+            raise CommandError(
+                "--client-secret takes '-' (the secret on stdin), never the secret itself "
+                "(it would stay in the shell history and the process list)"
+            )
+        secret = sys.stdin.readline().rstrip("\r\n")
+        if not secret:
+            raise CommandError("No client secret on stdin")
+        return secret
+    if options["client_secret_env"] is None and existing is None:
+        raise CommandError("A new provider needs --client-secret - or --client-secret-env")
+    return None
+
+
+def _student_license(
+    name: str | None, institution: Institution, existing: IdentityProvider | None
+) -> License | None:
+    """The license named (of the institution), else the stored one."""
+    if name:
+        license = License.objects.filter(name=name, institution=institution).first()
+        if license is None:
+            raise CommandError(f"No license named {name!r} in {institution.name!r}")
+        return license
+    return existing.student_license if existing is not None else None
