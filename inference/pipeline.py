@@ -317,6 +317,7 @@ async def _answer(
         if guardrails.moderates("output"):
             await moderation.check(catalog, output_texts, _residency(call))
     except ServiceUnavailable as exc:
+        # The moderation call failed: closed, and the answer is not charged.
         error: tuple[str, Exception] = (record.OUTPUT_MODERATION_UNAVAILABLE, exc)
         await _conclude(call, operation, status=503, result=replace(result, credits=0), error=error)
         raise

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from catalog import routing
 from catalog.routing import ConnectionMisconfigured
 from core import metrics
 from core.errors import BadRequest, ServiceUnavailable
@@ -33,6 +34,15 @@ from licensing.ledger.budget import BudgetConfig
 from licensing.rules.guardrails import Guardrails
 
 from ..providers.test_routing import CATALOG, choose
+
+
+@pytest.fixture(autouse=True)
+def fresh_round_robin():
+    """Step 7 picks a connection by weighted round-robin, whose scores are per process: each
+    test here starts, and leaves the other tests, at its first pick."""
+    routing._scores.clear()
+    yield
+    routing._scores.clear()
 
 
 def principal(policy=None, guardrails=None, course_id=None) -> Principal:
