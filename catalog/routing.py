@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 from core.crypto import UndecryptableSecret, reveal
 from core.db import UNREACHABLE
@@ -261,6 +262,63 @@ def select_routes(
     a pinned connection has no failovers; a row that is reached only by its header
     (`Service.header_only`) is no failover for an unpinned request. `pick=False` (a question
     of whether the request could be served, GET /v1/models) leaves the weighted choice as is."""
+    candidates = _candidates(catalog, endpoint, pin, allowed)
+    entry = catalog.models.get(model)
+    rows: list[tuple[str, str]]
+    if entry is None:
+        default = DEFAULT_PROVIDER.get(endpoint)
+        rows = [(default if default in candidates else sorted(candidates)[0], model)]
+    else:
+        rows = _model_rows(entry, endpoint, model, candidates, pin is not None, output_modality)
+    if pin is not None and pin.connection:
+        return Routes(_pinned_route(catalog, endpoint, model, entry, rows[0], pin.connection, tags))
+    header_only = _HEADER_ONLY.get(endpoint, frozenset()) if pin is None else frozenset()
+    routes = _routes_by_rows(catalog, endpoint, model, entry, rows, tags, pick, header_only)
+    if routes is None:
+        raise _no_provider(endpoint, pinned=pin is not None)
+    return routes
+
+
+def _routes_by_rows(
+    catalog: Catalog,
+    endpoint: str,
+    model: str,
+    entry: ModelEntry | None,
+    rows: list[tuple[str, str]],
+    tags: frozenset[str],
+    pick: bool,
+    header_only: frozenset[str],
+) -> Routes | None:
+    """The routes from the first row with a usable connection (a header-only row only as the
+    first), its failovers bound but built only if asked for; None when no row has one."""
+    for index, (slug, upstream) in enumerate(rows):
+        if index and slug in header_only:
+            continue
+        provider = catalog.providers[slug]
+        connections = _first_row(provider, _connections(provider, tags), model, pick)
+        if connections:
+            first = _route(endpoint, model, upstream, provider, connections[0], entry)
+            more = partial(
+                _failovers,
+                catalog,
+                endpoint,
+                model,
+                entry,
+                rows,
+                index,
+                connections,
+                tags,
+                header_only,
+            )
+            return Routes(first, more)
+    return None
+
+
+def _candidates(
+    catalog: Catalog, endpoint: str, pin: ProviderPin | None, allowed: frozenset[str] | None
+) -> set[str]:
+    """The providers that serve the endpoint and that the license allows, or only the pinned
+    one (which must be among them); the spec's 400 when there is none."""
     candidates = {
         slug
         for slug, provider in catalog.providers.items()
@@ -269,62 +327,82 @@ def select_routes(
     if pin is not None:
         if pin.slug not in candidates:
             raise _no_provider(endpoint, pinned=True)
-        candidates = {pin.slug}
+        return {pin.slug}
     if not candidates:
         raise _no_provider(endpoint, pinned=False)
+    return candidates
 
-    entry = catalog.models.get(model)
-    rows: list[tuple[str, str]]
-    if entry is None:
-        default = DEFAULT_PROVIDER.get(endpoint)
-        rows = [(default if default in candidates else sorted(candidates)[0], model)]
-    else:
-        if output_modality and not entry.output_modality.get(output_modality):
-            raise BadRequest(
-                f"No available provider for model '{model}' supports {output_modality} output"
-            )
-        eligible = [row for row in entry.rows if row.provider in candidates]
-        if not eligible:
-            raise _no_provider(endpoint, pinned=pin is not None)
-        active = [row for row in eligible if row.active]
-        if not active:
-            raise BadRequest(f"No active provider for model '{model}'")
-        # The owner first (a model owned by another provider is routed there), then priority.
-        active.sort(key=lambda row: (row.provider != entry.owned_by, row.priority))
-        rows = [(row.provider, row.upstream_model_id) for row in active]
 
-    if pin is not None and pin.connection:
-        slug, upstream = rows[0]
-        provider = catalog.providers[slug]
-        connection = provider.connections.get(pin.connection)
-        if connection is None or not tags <= connection.tags:
-            raise _no_provider(endpoint, pinned=True)
-        _check_usable(provider, connection, model)
-        return Routes(_route(endpoint, model, upstream, provider, connection, entry, pinned=True))
+def _model_rows(
+    entry: ModelEntry,
+    endpoint: str,
+    model: str,
+    candidates: set[str],
+    pinned: bool,
+    output_modality: str | None,
+) -> list[tuple[str, str]]:
+    """A catalog model's (provider, upstream model id) among the candidates, in the order they
+    are tried: its owner first, then its other active rows by priority."""
+    if output_modality and not entry.output_modality.get(output_modality):
+        raise BadRequest(
+            f"No available provider for model '{model}' supports {output_modality} output"
+        )
+    eligible = [row for row in entry.rows if row.provider in candidates]
+    if not eligible:
+        raise _no_provider(endpoint, pinned=pinned)
+    active = [row for row in eligible if row.active]
+    if not active:
+        raise BadRequest(f"No active provider for model '{model}'")
+    # The owner first (a model owned by another provider is routed there), then priority.
+    active.sort(key=lambda row: (row.provider != entry.owned_by, row.priority))
+    return [(row.provider, row.upstream_model_id) for row in active]
 
-    header_only = _HEADER_ONLY.get(endpoint, frozenset()) if pin is None else frozenset()
-    for index, (slug, upstream) in enumerate(rows):
-        if index and slug in header_only:
+
+def _pinned_route(
+    catalog: Catalog,
+    endpoint: str,
+    model: str,
+    entry: ModelEntry | None,
+    row: tuple[str, str],
+    name: str,
+    tags: frozenset[str],
+) -> Route:
+    """The route of a pinned connection (`X-Service-Provider: <provider>/<connection>`): it
+    must exist, carry the tags and have its credentials; it has no failovers."""
+    slug, upstream = row
+    provider = catalog.providers[slug]
+    connection = provider.connections.get(name)
+    if connection is None or not tags <= connection.tags:
+        raise _no_provider(endpoint, pinned=True)
+    _check_usable(provider, connection, model)
+    return _route(endpoint, model, upstream, provider, connection, entry, pinned=True)
+
+
+def _failovers(
+    catalog: Catalog,
+    endpoint: str,
+    model: str,
+    entry: ModelEntry | None,
+    rows: list[tuple[str, str]],
+    index: int,
+    connections: list[ConnectionInfo],
+    tags: frozenset[str],
+    header_only: frozenset[str],
+) -> Iterator[Route]:
+    """The failovers of the route made of `rows[index]` and `connections[0]`, built only when
+    that first attempt failed: the row's other connections, then the later rows' usable
+    connections but those reached only by their header."""
+    slug, upstream = rows[index]
+    provider = catalog.providers[slug]
+    for connection in connections[1:]:
+        yield _route(endpoint, model, upstream, provider, connection, entry)
+    for other, other_upstream in rows[index + 1 :]:
+        if other in header_only:
             continue
-        provider = catalog.providers[slug]
-        connections = _first_row(provider, _connections(provider, tags), model, pick)
-        if not connections:
-            continue
-
-        def more(after=index, rest=connections[1:], provider=provider, upstream=upstream):
-            """The failovers, built only when the first attempt failed."""
-            for connection in rest:
-                yield _route(endpoint, model, upstream, provider, connection, entry)
-            for other, other_upstream in rows[after + 1 :]:
-                if other in header_only:
-                    continue
-                fallback = catalog.providers[other]
-                for connection in _connections(fallback, tags):
-                    if _usable(fallback, connection):
-                        yield _route(endpoint, model, other_upstream, fallback, connection, entry)
-
-        return Routes(_route(endpoint, model, upstream, provider, connections[0], entry), more)
-    raise _no_provider(endpoint, pinned=pin is not None)
+        fallback = catalog.providers[other]
+        for connection in _connections(fallback, tags):
+            if _usable(fallback, connection):
+                yield _route(endpoint, model, other_upstream, fallback, connection, entry)
 
 
 class Routes:

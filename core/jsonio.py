@@ -91,23 +91,34 @@ def _problem(text: str) -> json.JSONDecodeError | None:
     depth = 0
     for match in _TOKEN.finditer(text):
         token = match.group()
-        start = match.start()
         if token in "[{":
             depth += 1
             if depth > MAX_DEPTH:
-                return json.JSONDecodeError(f"Nesting deeper than {MAX_DEPTH} levels", text, start)
+                message = f"Nesting deeper than {MAX_DEPTH} levels"
+                return json.JSONDecodeError(message, text, match.start())
         elif token in "]}":
             depth -= 1
-        elif token.startswith('"'):
-            if "\\u" in token:
-                offset = _surrogate_offset(token)
-                if offset is not None:
-                    return json.JSONDecodeError("Lone surrogate in string", text, start + offset)
-        elif re.fullmatch(r"-?\d+", token):
-            if len(token.lstrip("-")) > MAX_INT_DIGITS:
-                return json.JSONDecodeError("Number too large", text, start)
-        elif math.isinf(float(token)):
-            return json.JSONDecodeError("Number out of range", text, start)
+        else:
+            problem = _scalar_problem(token, text, match.start())
+            if problem is not None:
+                return problem
+    return None
+
+
+def _scalar_problem(token: str, text: str, start: int) -> json.JSONDecodeError | None:
+    """What is wrong with a string or number token at `start`: a lone surrogate, an integer
+    of too many digits, a number out of range; None when it is fine."""
+    if token.startswith('"'):
+        offset = _surrogate_offset(token) if "\\u" in token else None
+        if offset is None:
+            return None
+        return json.JSONDecodeError("Lone surrogate in string", text, start + offset)
+    if re.fullmatch(r"-?\d+", token):
+        if len(token.lstrip("-")) > MAX_INT_DIGITS:
+            return json.JSONDecodeError("Number too large", text, start)
+        return None
+    if math.isinf(float(token)):
+        return json.JSONDecodeError("Number out of range", text, start)
     return None
 
 

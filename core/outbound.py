@@ -342,7 +342,14 @@ def _url_parts(url) -> tuple[str, str, int]:
         raise Refused("invalid_url", "Only absolute https URLs are allowed")
     if "@" in parts.netloc:
         raise Refused("invalid_url", "URLs with credentials (user@...) are not allowed")
-    host = (parts.hostname or "").rstrip(".")
+    host = _checked_host(parts.hostname)
+    return scheme, host, port if port is not None else (443 if scheme == "https" else 80)
+
+
+def _checked_host(hostname: str | None) -> str:
+    """The URL's host without its trailing dot: a host name of valid labels, or an IP address
+    in its usual form; raises Refused."""
+    host = (hostname or "").rstrip(".")
     if not host:
         raise Refused("invalid_url", "The URL has no host")
     if _literal(host) is None:
@@ -355,7 +362,7 @@ def _url_parts(url) -> tuple[str, str, int]:
             raise Refused("invalid_url", "Write an IP address in its usual dotted form")
     elif "%" in host:
         raise Refused("invalid_url", "IPv6 zone identifiers are not allowed")
-    return scheme, host, port if port is not None else (443 if scheme == "https" else 80)
+    return host
 
 
 def _inet_aton(host: str) -> bool:
@@ -502,7 +509,6 @@ def _outbound_json(
 ) -> Any:
     scheme, host, port = _url_parts(url)
     deadline = time.monotonic() + timeout
-    body = bytearray()
     try:
         with httpx.Client(
             transport=_SyncGuardedTransport(_SyncGuardedBackend(scheme, deadline)),
@@ -513,34 +519,45 @@ def _outbound_json(
         ) as client:
             sent = {"Accept": "application/json", "Accept-Encoding": "identity", **(headers or {})}
             with client.stream(method, url, headers=sent, data=data) as response:
-                if response.is_redirect:
-                    raise Refused("redirect_not_allowed", "The URL redirected (not followed)")
-                if response.status_code != 200:
-                    raise Refused("http_error", f"The URL answered {response.status_code}")
-                if response.headers.get("content-encoding", "identity").lower() != "identity":
-                    raise Refused("unreadable_content", "The answer is compressed")
-                for chunk in response.iter_raw():
-                    body += chunk
-                    if len(body) > max_bytes:
-                        raise Refused("too_large", f"The answer is larger than {max_bytes} bytes")
-    except httpx.TimeoutException as exc:
-        raise Refused("timeout", f"No complete answer within {timeout:g} s") from exc
-    except httpx.ConnectError as exc:
-        if _untrusted_certificate(exc):
-            raise Refused(
-                "certificate_untrusted",
-                f"The server's TLS certificate is not trusted ({_cause_text(exc)}); a server "
-                "with a certificate of the institution's own CA needs GATEWAY_EXTRA_CA_CERTS",
-            ) from exc
-        detail = f"{type(exc).__name__}: {exc}"[:300]
-        raise Refused("connection_failed", f"Connection failed ({detail})") from exc
+                body = _answer_body(response, max_bytes)
     except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, OSError) as exc:
-        detail = f"{type(exc).__name__}: {exc}"[:300]  # for the operator's log line
-        raise Refused("connection_failed", f"Connection failed ({detail})") from exc
+        raise _transport_refusal(exc, timeout) from exc
     try:
         return json.loads(body)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise Refused("invalid_json", "The answer is not JSON") from exc
+
+
+def _answer_body(response: httpx.Response, max_bytes: int) -> bytearray:
+    """The body of a plain 200 answer, read as it comes and never past `max_bytes`; anything
+    else (a redirect, another status, a compressed body) raises Refused."""
+    if response.is_redirect:
+        raise Refused("redirect_not_allowed", "The URL redirected (not followed)")
+    if response.status_code != 200:
+        raise Refused("http_error", f"The URL answered {response.status_code}")
+    if response.headers.get("content-encoding", "identity").lower() != "identity":
+        raise Refused("unreadable_content", "The answer is compressed")
+    body = bytearray()
+    for chunk in response.iter_raw():
+        body += chunk
+        if len(body) > max_bytes:
+            raise Refused("too_large", f"The answer is larger than {max_bytes} bytes")
+    return body
+
+
+def _transport_refusal(exc: Exception, timeout: float) -> Refused:
+    """The Refused of a fetch that failed on the way: no answer in time, a certificate not
+    trusted, or any other failure to connect or read (its detail for the operator's log)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return Refused("timeout", f"No complete answer within {timeout:g} s")
+    if isinstance(exc, httpx.ConnectError) and _untrusted_certificate(exc):
+        return Refused(
+            "certificate_untrusted",
+            f"The server's TLS certificate is not trusted ({_cause_text(exc)}); a server "
+            "with a certificate of the institution's own CA needs GATEWAY_EXTRA_CA_CERTS",
+        )
+    detail = f"{type(exc).__name__}: {exc}"[:300]  # for the operator's log line
+    return Refused("connection_failed", f"Connection failed ({detail})")
 
 
 def _untrusted_certificate(exc: BaseException) -> bool:

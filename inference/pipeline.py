@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -27,7 +27,9 @@ from django.http import HttpResponse, StreamingHttpResponse
 
 from catalog.registry import SERVICE_BY_ENDPOINT
 from catalog.routing import (
+    Catalog,
     ConnectionMisconfigured,
+    ProviderPin,
     Route,
     Routes,
     cached_catalog,
@@ -52,6 +54,7 @@ from licensing.ledger.budget import BudgetState, budget_check_async
 from licensing.ledger.record import LedgerEntry
 from licensing.ledger.spool import spool_refuses
 from licensing.rules import fairuse
+from licensing.rules.guardrails import Guardrails
 from licensing.rules.policy import Policy
 
 from . import moderation
@@ -75,6 +78,9 @@ class ProviderResult:
     credits: int = 0
     output_texts: Iterable[str] = ()
     upstream_id: str = ""  # the provider's id of its answer, for the ledger
+
+
+Answer = ProviderResult | ProviderStream  # what one provider call gives
 
 
 @dataclass
@@ -166,7 +172,7 @@ def require_principal(request) -> Principal:
     return principal
 
 
-async def current_catalog():
+async def current_catalog() -> Catalog:
     """The cached catalog snapshot; the database is read (on a worker thread) only on a miss."""
     cached = cached_catalog()
     return cached if cached is not None else await run_db(load_catalog_snapshot)
@@ -189,44 +195,28 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         # The caller is known: the refusal is a ledger row (0 credits, no wallet), so that a
         # reviewer can answer "why was I refused" (docs/decisions/README.md, "Refusals are
         # ledger rows too").
-        await _record(call, operation, status=exc.status, error=(call.stage, exc))
+        await _conclude(call, operation, status=exc.status, error=(call.stage, exc))
         raise
     # 9
     try:
         result = await _timed_call(call, operation)
     except GatewayError as exc:
         _upstream_failed(call, exc)
-        await _record(call, operation, status=exc.status, error=(_call_code(exc), exc))
+        await _conclude(call, operation, status=exc.status, error=(_call_code(exc), exc))
         raise
     except asyncio.CancelledError:
         # The client went away mid-call.
-        await _record(call, operation, status=499, error=(record.CLIENT_DISCONNECTED, None))
+        await _conclude(call, operation, status=499, error=(record.CLIENT_DISCONNECTED, None))
         raise
     except Exception as exc:
-        await _record(call, operation, status=500, error=(record.INTERNAL_ERROR, exc))
+        await _conclude(call, operation, status=500, error=(record.INTERNAL_ERROR, exc))
         raise
     if isinstance(result, ProviderStream):
         return _stream_response(call, operation, result)  # output guardrails never block a stream
-    # 10: a blocked answer is still charged.
-    try:
-        output_texts = list(result.output_texts)
-        guardrails.check("output", output_texts)
-        if guardrails.moderates("output"):
-            await moderation.check(catalog, output_texts, _residency(call))
-    except ServiceUnavailable as exc:
-        # The moderation call failed: closed, and the answer is not charged.
-        error: tuple[str, Exception] = (record.OUTPUT_MODERATION_UNAVAILABLE, exc)
-        await _record(call, operation, status=503, result=replace(result, credits=0), error=error)
-        raise
-    except GatewayError as exc:
-        error = (record.OUTPUT_BLOCKED, exc)
-        await _record(call, operation, status=exc.status, result=result, error=error)
-        raise
-    remaining = await _record(call, operation, status=200, result=result)
-    return operation.render(result, remaining)
+    return await _answer(call, operation, catalog, guardrails, result)  # 10
 
 
-async def _admit(call: Call, operation: Operation, pin):
+async def _admit(call: Call, operation: Operation, pin) -> tuple[Catalog, Guardrails]:
     """Steps 5 to 8; `call.stage` names the step that refused (its ledger error code)."""
     principal, body = call.principal, call.body
     license = principal.license
@@ -236,49 +226,30 @@ async def _admit(call: Call, operation: Operation, pin):
         call.stage = _FAIR_USE
         call.fair_use = fairuse.window_of(limits, license.id, principal.holder)
         await fairuse.admit(call.fair_use)
-    # 5: an unlimited budget needs no read before the call.
+    # 5: an unlimited budget needs no read before the call; a course member's reads the
+    # student's allowance and the course pool too, which must have some left.
     call.stage = _BUDGET
-    if principal.course_id is None:
-        call.budget = await budget_check_async(
-            license_id=license.id, config=license.budget, holder=principal.holder
-        )
-    else:  # a course member: the student's allowance and the course pool must have some left
-        call.budget = await budget_check_async(
-            license_id=license.id,
-            config=license.budget,
-            holder=principal.holder,
-            course_id=principal.course_id,
-            end_user_id=principal.end_user_id,
-        )
-    # 6
+    call.budget = await budget_check_async(
+        license_id=license.id,
+        config=license.budget,
+        holder=principal.holder,
+        course_id=principal.course_id,
+        end_user_id=principal.end_user_id,
+    )
+    # 6: a course member's course rules at this instant, then the policy in force.
     call.stage = _POLICY
-    # A course member: the course's rules at this instant, and the policy that judges them
-    # instead of the license type's (its overlay, or its exam policy in exam mode).
     course_policy = await _course_gate(principal) if principal.course_id is not None else None
-    policy = course_policy if course_policy is not None else license.policy
-    if policy is None:
-        raise ServiceUnavailable(reason="the license type's policy document cannot be evaluated")
+    policy = _policy_in_force(principal, course_policy)
     service_policy = policy.check_request(operation.service, call.body_fields)
     # 7
     call.stage = _SELECTION
     operation.check_policy(policy, body)  # 400: what else of the policy the request needs
     catalog = await current_catalog()
-    try:
-        routes = operation.select(
-            catalog, pin, service_policy.providers, body, policy.connection_tags
-        )
-    except ConnectionMisconfigured as exc:
-        _log_misconfigured(call, exc)
-        raise
-    call.route = routes.first = operation.prepare(routes.first, body) or routes.first
-    call.routes = routes
+    call.routes = _routes(call, operation, catalog, pin, service_policy.providers, policy)
+    call.route = call.routes.first
     # 8
     call.stage = _GUARDRAIL
-    guardrails = license.guardrails
-    if guardrails is None:
-        raise ServiceUnavailable(reason="the license type's guardrails cannot be evaluated")
-    input_texts = list(operation.input_texts(body))
-    guardrails.check("input", input_texts)
+    guardrails, input_texts = _guarded_input(principal, operation, body)
     if guardrails.moderates("input"):
         await moderation.check(catalog, input_texts, _residency(call))  # 400 flagged, 503 failed
     # Before 9: no provider call that could not be recorded (the database is down and the
@@ -288,6 +259,74 @@ async def _admit(call: Call, operation: Operation, pin):
         raise ServiceUnavailable(reason="the database is down and the ledger spool is unwritable")
     call.stage = None
     return catalog, guardrails
+
+
+def _policy_in_force(principal: Principal, course_policy: Policy | None) -> Policy:
+    """Step 6's judge: a course member's course policy (its overlay, or its exam policy in exam
+    mode) instead of the license type's; 503 when the document cannot be evaluated."""
+    policy = course_policy if course_policy is not None else principal.license.policy
+    if policy is None:
+        raise ServiceUnavailable(reason="the license type's policy document cannot be evaluated")
+    return policy
+
+
+def _routes(
+    call: Call,
+    operation: Operation,
+    catalog: Catalog,
+    pin: ProviderPin | None,
+    providers: frozenset[str] | None,
+    policy: Policy,
+) -> Routes:
+    """Step 7: the routes the policy allows, the first refined by the operation for its
+    provider; a misconfigured connection's 400 is logged for the operator too."""
+    try:
+        routes = operation.select(catalog, pin, providers, call.body, policy.connection_tags)
+    except ConnectionMisconfigured as exc:
+        _log_misconfigured(call, exc)
+        raise
+    routes.first = operation.prepare(routes.first, call.body) or routes.first
+    return routes
+
+
+def _guarded_input(
+    principal: Principal, operation: Operation, body
+) -> tuple[Guardrails, list[str]]:
+    """Step 8's own checks (the license type's regexes, 400) and the texts moderation sees;
+    503 when the guardrail settings cannot be evaluated."""
+    guardrails = principal.license.guardrails
+    if guardrails is None:
+        raise ServiceUnavailable(reason="the license type's guardrails cannot be evaluated")
+    input_texts = list(operation.input_texts(body))
+    guardrails.check("input", input_texts)
+    return guardrails, input_texts
+
+
+async def _answer(
+    call: Call,
+    operation: Operation,
+    catalog: Catalog,
+    guardrails: Guardrails,
+    result: ProviderResult,
+) -> HttpResponse:
+    """Step 10 and the answer: a blocked answer is still charged (400); a failed moderation
+    call is closed (503) and the answer not charged; else the row, then the answer."""
+    try:
+        output_texts = list(result.output_texts)
+        guardrails.check("output", output_texts)
+        if guardrails.moderates("output"):
+            await moderation.check(catalog, output_texts, _residency(call))
+    except ServiceUnavailable as exc:
+        # The moderation call failed: closed, and the answer is not charged.
+        error: tuple[str, Exception] = (record.OUTPUT_MODERATION_UNAVAILABLE, exc)
+        await _conclude(call, operation, status=503, result=replace(result, credits=0), error=error)
+        raise
+    except GatewayError as exc:
+        error = (record.OUTPUT_BLOCKED, exc)
+        await _conclude(call, operation, status=exc.status, result=result, error=error)
+        raise
+    remaining = await _conclude(call, operation, status=200, result=result)
+    return operation.render(result, remaining)
 
 
 async def _course_gate(principal: Principal) -> Policy | None:
@@ -343,7 +382,7 @@ def _call_code(exc: GatewayError) -> str:
     return _CALL.get(exc.status, record.PROVIDER_ERROR)
 
 
-async def _timed_call(call: Call, operation: Operation):
+async def _timed_call(call: Call, operation: Operation) -> Answer:
     started = call.provider_started = time.perf_counter()
     assert call.route is not None  # selected in step 7, before every call
     try:
@@ -352,11 +391,11 @@ async def _timed_call(call: Call, operation: Operation):
         call.provider_seconds = time.perf_counter() - started
 
 
-def _attempt(call: Call, operation: Operation):
+def _attempt(call: Call, operation: Operation) -> Callable[[Route], Awaitable[Answer]]:
     """One attempt on `route` (in its span when tracing); a stream is handed on only once its
     first bytes are in, so that one failing before them can still fail over."""
 
-    async def invoke(route: Route):
+    async def invoke(route: Route) -> Answer:
         if tracing.ENABLED:
             result = await _traced_call(call, operation)
         else:
@@ -375,7 +414,7 @@ def _attempt(call: Call, operation: Operation):
     return invoke
 
 
-def _refined(call: Call, operation: Operation):
+def _refined(call: Call, operation: Operation) -> Iterator[Route]:
     """The routes, each failover refined by the operation as the first was in step 7; one that
     it refuses (a provider-side constraint) is left out."""
     assert call.routes is not None
@@ -387,7 +426,7 @@ def _refined(call: Call, operation: Operation):
             continue
 
 
-async def _traced_call(call: Call, operation: Operation):
+async def _traced_call(call: Call, operation: Operation) -> Answer:
     """The call inside its span (docs/tracing.md); a stream's span ends with the stream."""
     assert call.route is not None
     try:
@@ -444,7 +483,7 @@ def _stream_response(call: Call, operation: Operation, stream: ProviderStream):
         # Runs from the generator's cleanup, possibly while its task is being cancelled: the
         # ledger write gets a task of its own.
         task = asyncio.get_running_loop().create_task(
-            _record(
+            _conclude(
                 call,
                 operation,
                 status=outcome.status,
@@ -488,7 +527,7 @@ def _stream_timings(call: Call, operation: Operation, outcome: StreamOutcome) ->
         logger.exception("stream metrics of request %s not recorded", call.request_id)
 
 
-async def _record(
+async def _conclude(
     call: Call,
     operation: Operation,
     *,
@@ -497,15 +536,57 @@ async def _record(
     error: tuple[dict[int, str] | str | None, Exception | None] | None = None,
     upstream_id: str = "",
 ) -> int | None:
-    """One ledger row. `error` is (the error code, or the refusing step's table of codes by
-    status; the exception); a refusal (no route yet, or a step's table) charges no wallet."""
-    route = call.route
-    usage = result.usage if result else Usage()
-    license = call.principal.license
+    """The request's last step, whatever its outcome: its one ledger row (`_record`), then what
+    follows from it: the access log's error code, the metrics, fair use's token count. `error`
+    is (the error code, or the refusing step's table of codes by status; the exception); a
+    refusal (no route yet, or a step's table) charges no wallet and counts no tokens."""
     code, message = _error_of(status, error)
     refusal = isinstance(error and error[0], dict)
     call.request.error_code = code or None  # for the access log
-    entry = LedgerEntry(
+    entry, remaining = await _record(
+        call, operation, status, result, (code, message), upstream_id, charge=not refusal
+    )
+    if metrics.ENABLED:
+        try:
+            _observe(call, entry, remaining)
+        except Exception:  # a metric is never worth a failed, already charged request
+            logger.exception("metrics of request %s not recorded", call.request_id)
+    if call.fair_use is not None and not refusal:
+        await fairuse.add_tokens(call.fair_use, entry.total_tokens)
+    return remaining
+
+
+async def _record(
+    call: Call,
+    operation: Operation,
+    status: int,
+    result: ProviderResult | None,
+    error: tuple[str, str],
+    upstream_id: str,
+    *,
+    charge: bool,
+) -> tuple[LedgerEntry, int | None]:
+    """Writes the request's one ledger row through the ledger's door, its wallets charged
+    unless `charge` is False (a refusal); the row, and the credits remaining after it."""
+    entry = _ledger_entry(call, operation, status, result, error, upstream_id)
+    remaining = await transaction_record(entry=entry, budget=call.budget if charge else None)
+    return entry, remaining
+
+
+def _ledger_entry(
+    call: Call,
+    operation: Operation,
+    status: int,
+    result: ProviderResult | None,
+    error: tuple[str, str],
+    upstream_id: str,
+) -> LedgerEntry:
+    """The row: who called, what for, where it went, what it cost, how it ended."""
+    route = call.route
+    usage = result.usage if result else Usage()
+    license = call.principal.license
+    code, message = error
+    return LedgerEntry(
         request_id=call.request_id,
         license_id=license.id,
         api_key_id=call.principal.api_key_id,
@@ -535,15 +616,6 @@ async def _record(
         institution_id=license.institution_id,
         license_name=license.name,
     )
-    remaining = await transaction_record(entry=entry, budget=None if refusal else call.budget)
-    if metrics.ENABLED:
-        try:
-            _observe(call, entry, remaining)
-        except Exception:  # a metric is never worth a failed, already charged request
-            logger.exception("metrics of request %s not recorded", call.request_id)
-    if call.fair_use is not None and not refusal:
-        await fairuse.add_tokens(call.fair_use, usage.total_tokens)
-    return remaining
 
 
 def _observe(call: Call, entry: LedgerEntry, remaining: int | None) -> None:

@@ -234,32 +234,44 @@ class ResponsesSSE(SSEProtocol):
         if name == b"response.created" and not outcome.upstream_id:
             outcome.upstream_id, outcome.response_model = _response_ids(data)
         if name == b"error":
-            try:
-                error = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                error = {}
-            outcome.failure = _failure_message(error)
-            if isinstance(error, dict):
-                self.error_code = _identifier(error.get("code")) or self.error_code
-                self.error_param = _identifier(error.get("param"))
+            self._note_error(data, outcome)
             return None
         self.last = data
         if name in self.FINAL:
-            outcome.completed = True
-            try:
-                response = orjson.loads(data).get("response") or {}
-            except (orjson.JSONDecodeError, AttributeError):
-                response = {}
-            if isinstance(response, dict) and not outcome.upstream_id:
-                outcome.upstream_id = answer_id(response.get("id"))
-                outcome.response_model = answer_id(response.get("model"))
-            if isinstance(response, dict) and isinstance(response.get("usage"), dict):
-                outcome.usage = _usage_or_none(
-                    usage_formats.openai_responses, response["usage"], response.get("output")
-                )
-                if outcome.usage is not None and len(self.searches) > (outcome.usage.units or 0):
-                    outcome.usage.units = len(self.searches)
+            self._note_final(data, outcome)
         return block
+
+    def _note_error(self, data: bytes, outcome: StreamOutcome) -> None:
+        """The provider's error event: its message is the stream's failure, its code and param
+        those of the error event the client gets."""
+        try:
+            error = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            error = {}
+        outcome.failure = _failure_message(error)
+        if isinstance(error, dict):
+            self.error_code = _identifier(error.get("code")) or self.error_code
+            self.error_param = _identifier(error.get("param"))
+
+    def _note_final(self, data: bytes, outcome: StreamOutcome) -> None:
+        """A final event (completed, incomplete, failed): the answer's ids when not yet known,
+        and its usage, with at least as many searches as were seen."""
+        outcome.completed = True
+        try:
+            response = orjson.loads(data).get("response") or {}
+        except (orjson.JSONDecodeError, AttributeError):
+            response = {}
+        if not isinstance(response, dict):
+            return
+        if not outcome.upstream_id:
+            outcome.upstream_id = answer_id(response.get("id"))
+            outcome.response_model = answer_id(response.get("model"))
+        if isinstance(response.get("usage"), dict):
+            outcome.usage = _usage_or_none(
+                usage_formats.openai_responses, response["usage"], response.get("output")
+            )
+            if outcome.usage is not None and len(self.searches) > (outcome.usage.units or 0):
+                outcome.usage.units = len(self.searches)
 
     def _note_search(self, data: bytes) -> None:
         try:

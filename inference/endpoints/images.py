@@ -61,60 +61,18 @@ class ImageGeneration(pipeline.Operation, endpoint="image_generation"):
 
     def result(self, route: Route, body, generated: GeneratedImages) -> pipeline.ProviderResult:
         watermark = watermark_for(route)
-        token_priced = route.model is not None and route.model.cost.get("type") == "per_token"
         data: list[dict[str, Any]]
-        body_usage: dict[str, Any]
+        mp: float | None = None
         if generated.flagged or not generated.images:
-            data = [
-                {
-                    "b64_json": "",
-                    "revised_prompt": None,
-                    "seed": None,
-                    "watermark": watermark,
-                    "flagged": True,
-                }
-            ]
-            usage = Usage(images=0)
-            body_usage = {
-                "images": 0,
-                "input_tokens": None,
-                "output_tokens": None,
-                "total_tokens": None,
-                "megapixels": None,
-            }
-            credits = 0
+            # One flagged entry in place of the images; nothing made, nothing charged.
+            data = [_entry("", None, None, watermark, flagged=True)]
+            usage, credits = Usage(images=0), 0
         else:
             data = [
-                {
-                    "b64_json": image.b64_json,
-                    "revised_prompt": image.revised_prompt,
-                    "seed": image.seed,
-                    "watermark": watermark,
-                    "flagged": False,
-                }
+                _entry(image.b64_json, image.revised_prompt, image.seed, watermark, flagged=False)
                 for image in generated.images
             ]
-            count = len(data)
-            has_tokens = token_priced and generated.output_tokens is not None
-            mp = None if has_tokens else megapixels(generated.size or body.size, count)
-            input_tokens = generated.input_tokens if has_tokens else None
-            output_tokens = generated.output_tokens if has_tokens else None
-            usage = Usage(
-                prompt_tokens=input_tokens,
-                completion_tokens=output_tokens,
-                total_tokens=(input_tokens or 0) + (output_tokens or 0) if has_tokens else None,
-                images=count,
-                megapixels=Decimal(str(mp)) if mp is not None else None,
-                size=generated.size or body.size,
-                quality=generated.quality or body.quality,
-            )
-            body_usage = {
-                "images": count,
-                "input_tokens": usage.prompt_tokens,
-                "output_tokens": usage.completion_tokens,
-                "total_tokens": usage.total_tokens,
-                "megapixels": mp,
-            }
+            usage, mp = _billed_usage(route, body, generated, len(data))
             cost = route.model.cost if route.model is not None else None
             credits = credits_for(cost, usage) if cost else 0
         return pipeline.ProviderResult(
@@ -122,7 +80,13 @@ class ImageGeneration(pipeline.Operation, endpoint="image_generation"):
                 "created": generated.created or 0,
                 "model": body.model,
                 "data": data,
-                "usage": body_usage,
+                "usage": {
+                    "images": usage.images,
+                    "input_tokens": usage.prompt_tokens,
+                    "output_tokens": usage.completion_tokens,
+                    "total_tokens": usage.total_tokens,
+                    "megapixels": mp,
+                },
             },
             billed_model=route.model.model_id if route.model is not None else body.model,
             usage=usage,
@@ -134,6 +98,42 @@ class ImageGeneration(pipeline.Operation, endpoint="image_generation"):
         body["usage"]["credits_used"] = result.credits
         body["usage"]["credits_remaining"] = remaining
         return json_response(body)
+
+
+def _entry(
+    b64_json: str, revised_prompt: str | None, seed: int | None, watermark: str, *, flagged: bool
+) -> dict[str, Any]:
+    """One image of the answer's `data`."""
+    return {
+        "b64_json": b64_json,
+        "revised_prompt": revised_prompt,
+        "seed": seed,
+        "watermark": watermark,
+        "flagged": flagged,
+    }
+
+
+def _billed_usage(
+    route: Route, body, generated: GeneratedImages, count: int
+) -> tuple[Usage, float | None]:
+    """What `count` images are billed on, and their megapixels as the answer shows them: the
+    tokens when the model is priced per token and the provider counted them, else the
+    megapixels (None with tokens)."""
+    token_priced = route.model is not None and route.model.cost.get("type") == "per_token"
+    has_tokens = token_priced and generated.output_tokens is not None
+    mp = None if has_tokens else megapixels(generated.size or body.size, count)
+    input_tokens = generated.input_tokens if has_tokens else None
+    output_tokens = generated.output_tokens if has_tokens else None
+    usage = Usage(
+        prompt_tokens=input_tokens,
+        completion_tokens=output_tokens,
+        total_tokens=(input_tokens or 0) + (output_tokens or 0) if has_tokens else None,
+        images=count,
+        megapixels=Decimal(str(mp)) if mp is not None else None,
+        size=generated.size or body.size,
+        quality=generated.quality or body.quality,
+    )
+    return usage, mp
 
 
 _operation = ImageGeneration()

@@ -99,22 +99,12 @@ class Responses(TextGeneration, endpoint="responses"):
 
     def prepare(self, route: Route, body: ResponseRequest) -> None:
         adapter = adapter_for(route.provider.kind, ResponsesProvider)
-        if body.previous_response_id and not adapter.stateful_responses:
-            raise BadRequest(STATELESS_MESSAGE)
-        if body.conversation is not None and not adapter.stateful_responses:
-            raise BadRequest(CONVERSATION_MESSAGE)
+        _check_state(adapter, body)
         if body.include and adapter.responses_include is not None:
             for value in body.include:
                 if value not in adapter.responses_include:
                     raise BadRequest(INCLUDE_MESSAGE.format(value=value))
-        modalities = set()
-        if not isinstance(body.input, str):
-            for item in body.input:
-                if isinstance(item, ItemReference) and not adapter.stateful_responses:
-                    raise BadRequest(ITEM_REFERENCE_MESSAGE)
-                parts = _content(item)
-                if isinstance(parts, list):
-                    modalities |= {PART_MODALITY[p.type] for p in parts if p.type in PART_MODALITY}
+        modalities = _input_modalities(adapter, body)
         check_model_support(route, modalities=modalities, effort=body.effort)
         if adapter.checks_requests:
             adapter.check_responses(route, self.payload(route, body))
@@ -159,6 +149,30 @@ class Responses(TextGeneration, endpoint="responses"):
         except (AttributeError, TypeError) as exc:
             raise malformed("responses output") from exc
         return self.answer_result(route, body, answer, usage, texts)
+
+
+def _check_state(adapter: ResponsesProvider, body: ResponseRequest) -> None:
+    """A provider without stored responses (the Responses API over chat, stateless) cannot
+    continue a response or a conversation: a 400 before any call."""
+    if body.previous_response_id and not adapter.stateful_responses:
+        raise BadRequest(STATELESS_MESSAGE)
+    if body.conversation is not None and not adapter.stateful_responses:
+        raise BadRequest(CONVERSATION_MESSAGE)
+
+
+def _input_modalities(adapter: ResponsesProvider, body: ResponseRequest) -> set[str]:
+    """The modalities of the input's parts (images, files, audio) the model must take; an item
+    reference needs stored responses (400 on a stateless provider)."""
+    modalities: set[str] = set()
+    if isinstance(body.input, str):
+        return modalities
+    for item in body.input:
+        if isinstance(item, ItemReference) and not adapter.stateful_responses:
+            raise BadRequest(ITEM_REFERENCE_MESSAGE)
+        parts = _content(item)
+        if isinstance(parts, list):
+            modalities |= {PART_MODALITY[p.type] for p in parts if p.type in PART_MODALITY}
+    return modalities
 
 
 def _check_search_priced(route: Route, body: ResponseRequest) -> None:

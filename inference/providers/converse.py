@@ -444,10 +444,32 @@ def chat_answer(answer: dict, plan: Plan, *, model: str, answer_id: str) -> dict
     message = output.get("message") if isinstance(output, dict) else None
     if not isinstance(message, dict) or not isinstance(message.get("content"), list):
         raise ValueError("no output message")
+    texts, reasoning, calls = _answer_parts(message["content"], plan)
+    reason = finish_reason(answer.get("stopReason"), called_tools=bool(calls))
+    content: dict = {"content": "".join(texts) if texts or not calls else None}
+    if calls:
+        content["tool_calls"] = calls
+    if reasoning and plan.show_reasoning:
+        content["reasoning_content"] = "".join(reasoning)
+    if reason == "content_filter" and content["content"]:
+        content["refusal"], content["content"] = content["content"], None
+    return chat_completion(
+        answer_id=answer_id,
+        model=model,
+        created=now(),
+        message=content,
+        finish_reason=reason,
+        usage=converse_usage(answer.get("usage")),
+    )
+
+
+def _answer_parts(blocks: list, plan: Plan) -> tuple[list[str], list[str], list[dict]]:
+    """An answer's content blocks as (texts, reasoning, the contract's tool calls); the JSON
+    tool's input is text (structured output). ValueError: a block is not an object."""
     texts: list[str] = []
     reasoning: list[str] = []
     calls: list[dict] = []
-    for block in message["content"]:
+    for block in blocks:
         if not isinstance(block, dict):
             raise ValueError("a content block is not an object")
         if isinstance(block.get("text"), str):
@@ -469,22 +491,7 @@ def chat_answer(answer: dict, plan: Plan, *, model: str, answer_id: str) -> dict
             text = (block["reasoningContent"].get("reasoningText") or {}).get("text")
             if isinstance(text, str):
                 reasoning.append(text)
-    reason = finish_reason(answer.get("stopReason"), called_tools=bool(calls))
-    content: dict = {"content": "".join(texts) if texts or not calls else None}
-    if calls:
-        content["tool_calls"] = calls
-    if reasoning and plan.show_reasoning:
-        content["reasoning_content"] = "".join(reasoning)
-    if reason == "content_filter" and content["content"]:
-        content["refusal"], content["content"] = content["content"], None
-    return chat_completion(
-        answer_id=answer_id,
-        model=model,
-        created=now(),
-        message=content,
-        finish_reason=reason,
-        usage=converse_usage(answer.get("usage")),
-    )
+    return texts, reasoning, calls
 
 
 # --- the stream -------------------------------------------------------------------------------

@@ -214,66 +214,14 @@ class GeminiTransport(ResponsesOverChat, Transport):
         )
 
     async def _flash_image(self, route: Route, body):
-
         aspect = nearest_aspect_ratio(body.size, FLASH_IMAGE_ASPECT_RATIOS)
-        config: dict = {
-            "responseModalities": ["TEXT", "IMAGE"],
-            "imageConfig": {"aspectRatio": aspect},
-        }
-        if body.n > 1:
-            # The model makes one image per call and refuses more candidates itself (400):
-            # per-model maximums are the provider's to enforce.
-            config["candidateCount"] = body.n
-        payload = {
-            "contents": [{"role": "user", "parts": [{"text": body.prompt}]}],
-            "generationConfig": config,
-        }
         answer = await self.post_json(
             route,
             self._path(route.upstream_model, "generateContent"),
-            payload,
+            flash_image_payload(body, aspect),
             max_bytes=self.answer_cap("images", body.n),
         )
-        if not isinstance(answer, dict):
-            raise malformed("flash-image answer is not an object")
-        feedback = answer.get("promptFeedback") or {}
-        candidates = answer.get("candidates") or []
-        if not isinstance(feedback, dict) or not isinstance(candidates, list):
-            raise malformed("flash-image promptFeedback or candidates")
-        if feedback.get("blockReason"):
-            return GeneratedImages(flagged=True)
-        texts: list[str] = []
-        images: list[str] = []
-        for candidate in candidates:
-            if not isinstance(candidate, dict):
-                continue
-            if candidate.get("finishReason") in BLOCKED_FINISH_REASONS:
-                return GeneratedImages(flagged=True)
-            content = candidate.get("content")
-            parts = content.get("parts") if isinstance(content, dict) else None
-            for part in parts if isinstance(parts, list) else ():
-                if not isinstance(part, dict) or part.get("thought"):
-                    continue
-                if isinstance(part.get("text"), str):
-                    texts.append(part["text"])
-                inline = part.get("inlineData")
-                if isinstance(inline, dict) and isinstance(inline.get("data"), str):
-                    images.append(inline["data"])
-        metadata = answer.get("usageMetadata")
-        input_tokens = output_tokens = None  # no counts: billed per megapixel
-        if isinstance(metadata, dict) and metadata.get("candidatesTokenCount") is not None:
-            usage = usage_formats.gemini(metadata)
-            input_tokens, output_tokens = usage.prompt_tokens, usage.completion_tokens
-        revised = "".join(texts).strip() or None
-        width, height = FLASH_IMAGE_PIXELS[aspect]
-        return GeneratedImages(
-            images=[GeneratedImage(b64_json=data, revised_prompt=revised) for data in images],
-            # An answer without an image (a text-only refusal) is treated as blocked: no charge.
-            flagged=not images,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            size=f"{width}x{height}",
-        )
+        return flash_images(answer, aspect)
 
     # --- embeddings --------------------------------------------------------------------------
 
@@ -344,3 +292,74 @@ class GeminiTransport(ResponsesOverChat, Transport):
                 route.upstream_model,
             )
             return sum(estimate_tokens(t) for parts in counted for t in parts)
+
+
+# --- flash-image: images from generateContent ---------------------------------------------------
+
+
+def flash_image_payload(body, aspect: str) -> dict:
+    """The generateContent request of an image generation at the given aspect ratio."""
+    config: dict = {
+        "responseModalities": ["TEXT", "IMAGE"],
+        "imageConfig": {"aspectRatio": aspect},
+    }
+    if body.n > 1:
+        # The model makes one image per call and refuses more candidates itself (400):
+        # per-model maximums are the provider's to enforce.
+        config["candidateCount"] = body.n
+    return {
+        "contents": [{"role": "user", "parts": [{"text": body.prompt}]}],
+        "generationConfig": config,
+    }
+
+
+def flash_images(answer, aspect: str) -> GeneratedImages:
+    """The images of a generateContent answer; a blocked prompt or candidate, or an answer
+    without an image (a text-only refusal), is flagged: no charge."""
+    if not isinstance(answer, dict):
+        raise malformed("flash-image answer is not an object")
+    feedback = answer.get("promptFeedback") or {}
+    candidates = answer.get("candidates") or []
+    if not isinstance(feedback, dict) or not isinstance(candidates, list):
+        raise malformed("flash-image promptFeedback or candidates")
+    parts = None if feedback.get("blockReason") else _flash_image_parts(candidates)
+    if parts is None:
+        return GeneratedImages(flagged=True)
+    texts, images = parts
+    metadata = answer.get("usageMetadata")
+    input_tokens = output_tokens = None  # no counts: billed per megapixel
+    if isinstance(metadata, dict) and metadata.get("candidatesTokenCount") is not None:
+        usage = usage_formats.gemini(metadata)
+        input_tokens, output_tokens = usage.prompt_tokens, usage.completion_tokens
+    revised = "".join(texts).strip() or None
+    width, height = FLASH_IMAGE_PIXELS[aspect]
+    return GeneratedImages(
+        images=[GeneratedImage(b64_json=data, revised_prompt=revised) for data in images],
+        flagged=not images,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        size=f"{width}x{height}",
+    )
+
+
+def _flash_image_parts(candidates: list) -> tuple[list[str], list[str]] | None:
+    """The candidates' texts and images (base64), thoughts left out; None when a candidate was
+    blocked."""
+    texts: list[str] = []
+    images: list[str] = []
+    for candidate in candidates:
+        if not isinstance(candidate, dict):
+            continue
+        if candidate.get("finishReason") in BLOCKED_FINISH_REASONS:
+            return None
+        content = candidate.get("content")
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for part in parts if isinstance(parts, list) else ():
+            if not isinstance(part, dict) or part.get("thought"):
+                continue
+            if isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            inline = part.get("inlineData")
+            if isinstance(inline, dict) and isinstance(inline.get("data"), str):
+                images.append(inline["data"])
+    return texts, images

@@ -316,6 +316,31 @@ def _verification_keys(issuer: _IssuerInfo, header: dict, alg: str) -> list:
 
 
 def _resolve_jwt(token: str) -> Principal | None:
+    found = _token_issuer(token)
+    if found is None:
+        return None
+    issuer, header, alg = found
+    payload = _verified_claims(token, issuer, header, alg)
+    if payload is None:
+        return None
+    subject = payload.get("sub")
+    if not subject or not _storable(subject, EndUser.subject.field.max_length):
+        return None
+    known, course_id = _claimed_course(issuer, payload)
+    if not known:
+        return None
+    license_info = _license_info(issuer.license_id)
+    if license_info is None or not license_info.usable:
+        return None
+    end_user_id = _end_user_id(issuer, subject)
+    if course_id is not None:
+        _ensure_member(course_id, end_user_id)
+    return Principal(license=license_info, end_user_id=end_user_id, course_id=course_id)
+
+
+def _token_issuer(token: str) -> tuple[_IssuerInfo, dict, str] | None:
+    """The active issuer the token names, its header and its algorithm (one the issuer
+    accepts), read before any signature is checked; None for a token no issuer of ours takes."""
     try:
         header = jwt.get_unverified_header(token)
         claims = jwt.decode(token, options={"verify_signature": False})
@@ -327,10 +352,15 @@ def _resolve_jwt(token: str) -> Principal | None:
     issuer = _issuer_info(iss)
     if issuer is None or not issuer.active or alg not in issuer.algorithms:
         return None
-    payload = None
+    return issuer, header, alg
+
+
+def _verified_claims(token: str, issuer: _IssuerInfo, header: dict, alg: str) -> dict | None:
+    """The token's claims once one of the issuer's keys verifies it (with its expiry, issuer,
+    audience and subject), else None."""
     for key in _verification_keys(issuer, header, alg):
         try:
-            payload = jwt.decode(
+            return jwt.decode(
                 token,
                 key,
                 algorithms=[alg],
@@ -338,31 +368,23 @@ def _resolve_jwt(token: str) -> Principal | None:
                 issuer=issuer.issuer,
                 options={"require": ["exp", "iss", "aud", "sub"]},
             )
-            break
         except (jwt.PyJWTError, ValueError, TypeError):
             continue
-    if payload is None:
-        return None
-    subject = payload.get("sub")
-    if not subject or not _storable(subject, EndUser.subject.field.max_length):
-        return None
-    course_id = None
-    if issuer.course_claim and issuer.course_claim in payload:
-        # The claim is signed but still the IdP's free text: anything but a known course code
-        # of the issuer's license is an unknown credential (401), never a query it breaks.
-        code = payload[issuer.course_claim]
-        if not code or not _storable(code, Course.code.field.max_length):
-            return None
-        course_id = _course_id(issuer, code)
-        if course_id is None:
-            return None
-    license_info = _license_info(issuer.license_id)
-    if license_info is None or not license_info.usable:
-        return None
-    end_user_id = _end_user_id(issuer, subject)
-    if course_id is not None:
-        _ensure_member(course_id, end_user_id)
-    return Principal(license=license_info, end_user_id=end_user_id, course_id=course_id)
+    return None
+
+
+def _claimed_course(issuer: _IssuerInfo, payload: dict) -> tuple[bool, int | None]:
+    """(whether the credential is known, the course it is for): a token without the issuer's
+    course claim is for no course; with it, for a course of the issuer's license or unknown."""
+    if not issuer.course_claim or issuer.course_claim not in payload:
+        return True, None
+    # The claim is signed but still the IdP's free text: anything but a known course code of
+    # the issuer's license is an unknown credential (401), never a query it breaks.
+    code = payload[issuer.course_claim]
+    if not code or not _storable(code, Course.code.field.max_length):
+        return False, None
+    course_id = _course_id(issuer, code)
+    return course_id is not None, course_id
 
 
 def _storable(value: object, max_length: int | None) -> TypeGuard[str]:

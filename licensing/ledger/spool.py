@@ -312,27 +312,36 @@ def _replay_file(path: Path, record: Record) -> tuple[int, int]:
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
-            try:
-                entry, budget = _decode(line)
-            except (ValueError, KeyError, TypeError):
-                # Only a write cut short by a crash can leave a broken line (the last one).
-                logger.error("ledger spool %s line %d is unreadable; skipped", path.name, number)
-                _keep_rejected(path, line)
-                continue
-            try:
-                if record(entry=entry, budget=budget):
-                    written += 1
-                else:
-                    skipped += 1
-            except UNAVAILABLE:
-                raise
-            except Exception:  # refused for good (not an outage): kept for an operator
-                logger.exception("ledger spool entry %s refused", entry.request_id)
-                _keep_rejected(path, line)
+            replayed = _replay_line(path, number, line, record)
+            if replayed is True:
+                written += 1
+            elif replayed is False:
+                skipped += 1
         os.unlink(path)
         return written, skipped
     finally:
         os.close(fd)
+
+
+def _replay_line(path: Path, number: int, line: bytes, record: Record) -> bool | None:
+    """One spooled entry through `record`: True written, False already there, None kept in
+    the rejected file (unreadable, or refused for good). An outage propagates: the file stays
+    for the next round."""
+    try:
+        entry, budget = _decode(line)
+    except (ValueError, KeyError, TypeError):
+        # Only a write cut short by a crash can leave a broken line (the last one).
+        logger.error("ledger spool %s line %d is unreadable; skipped", path.name, number)
+        _keep_rejected(path, line)
+        return None
+    try:
+        return bool(record(entry=entry, budget=budget))
+    except UNAVAILABLE:
+        raise
+    except Exception:  # refused for good (not an outage): kept for an operator
+        logger.exception("ledger spool entry %s refused", entry.request_id)
+        _keep_rejected(path, line)
+        return None
 
 
 def _still_named(path: Path, fd: int) -> bool:
