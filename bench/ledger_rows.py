@@ -28,11 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PG = "postgres://postgres@127.0.0.1:5432"
 
 
-def measure(seconds: float, concurrency: int) -> dict:
-    """Runs inside the measured tree (its modules first on sys.path)."""
-    import asyncio
-    import time
-
+def bench_license():
+    """Django set up on the (throwaway) database, migrated, and a license with a limited
+    daily budget: (the license, its BudgetConfig). Also bench/prepare_cost.py's start; kept in
+    this file, which is copied alone into the trees it measures."""
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
@@ -40,13 +39,8 @@ def measure(seconds: float, concurrency: int) -> dict:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from django.db import connection
-
     from licensing.access.services import license_create
-    from licensing.ledger.actions import transaction_record
-    from licensing.ledger.budget import BudgetConfig, budget_check
-    from licensing.ledger.record import LedgerEntry
-    from licensing.models import Transaction, Wallet
+    from licensing.ledger.budget import BudgetConfig
 
     license = license_create(name="bench", limit=10**15, period="daily")
     config = BudgetConfig(
@@ -55,6 +49,22 @@ def measure(seconds: float, concurrency: int) -> dict:
         period=license.budget_period,
         limit=license.budget_limit,
     )
+    return license, config
+
+
+def measure(seconds: float, concurrency: int) -> dict:
+    """Runs inside the measured tree (its modules first on sys.path)."""
+    import asyncio
+    import time
+
+    license, config = bench_license()
+    from django.db import connection
+
+    from licensing.ledger.actions import transaction_record
+    from licensing.ledger.budget import budget_check
+    from licensing.ledger.record import LedgerEntry
+    from licensing.models import Transaction, Wallet
+
     fields = LedgerEntry.__dataclass_fields__
     extra = {}
     if "upstream_id" in fields:  # the review columns, as the pipeline fills them for a 200

@@ -37,26 +37,14 @@ def measure(requests: int) -> dict:
     import asyncio
     import time
 
-    import django
+    from bench.ledger_rows import bench_license
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_site.settings")
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    license, config = bench_license()
     from core import pgpool
-    from licensing.access.services import license_create
-    from licensing.ledger.budget import BudgetConfig, budget_check, budget_check_async
+    from licensing.ledger.budget import budget_check, budget_check_async
     from licensing.ledger.record import LedgerEntry
     from licensing.ledger.store import Pending, commit_batch_async
 
-    license = license_create(name="bench", limit=10**15, period="daily")
-    config = BudgetConfig(
-        unit=license.budget_unit,
-        strategy=license.budget_strategy,
-        period=license.budget_period,
-        limit=license.budget_limit,
-    )
     budget = budget_check(license_id=license.id, config=config, holder="key:1")
 
     def entry(n: int) -> LedgerEntry:

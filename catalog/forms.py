@@ -10,17 +10,16 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
+from core.text import SURROGATE
+
 from .connection_options import OPTION_KEYS, RESPONSES_API, STREAM_USAGE, option_errors
 from .models import Connection, Model
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class PrettyJSONField(forms.JSONField):
@@ -30,7 +29,7 @@ class PrettyJSONField(forms.JSONField):
         if isinstance(value, forms.fields.InvalidJSONInput):
             return value
         text = json.dumps(value, ensure_ascii=False, indent=2, cls=self.encoder)
-        if _SURROGATE.search(text):
+        if SURROGATE.search(text):
             # A refused document holding a lone surrogate ("\ud800" typed in the JSON): shown
             # escaped as typed, since the page itself must be UTF-8.
             text = json.dumps(value, ensure_ascii=True, indent=2, cls=self.encoder)

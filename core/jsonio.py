@@ -20,10 +20,11 @@ from itertools import chain
 import orjson
 from django.http import HttpResponse
 
+from .text import SURROGATE, json_holds
+
 MAX_DEPTH = 64  # arrays/objects inside each other; a body deeper than this is json_invalid
 MAX_INT_DIGITS = 4300  # Python's int/str conversion limit (sys.get_int_max_str_digits())
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 # Strings (unrolled: runs of plain characters match at C speed), brackets and numbers.
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]|[\]}]|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?')
 
@@ -50,7 +51,7 @@ def parse_json(text: str):
     # C-speed checks first: the Python walks below only run on bodies that may need them.
     if text.count("[") + text.count("{") > MAX_DEPTH and not _depth_within(data, MAX_DEPTH):
         raise _problem(text) or json.JSONDecodeError("Invalid body", text, 0)
-    if not _orjson_writes(data) and _has_surrogate(data):
+    if not _orjson_writes(data) and json_holds(data, SURROGATE):
         raise _problem(text) or json.JSONDecodeError("Invalid body", text, 0)
     return data
 
@@ -83,21 +84,6 @@ def _orjson_writes(data) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _has_surrogate(data) -> bool:
-    stack = [data]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, str):
-            if _SURROGATE.search(value):
-                return True
-        elif isinstance(value, dict):
-            stack.extend(value.keys())
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return False
 
 
 def _problem(text: str) -> json.JSONDecodeError | None:
@@ -172,7 +158,7 @@ def dumps(value) -> bytes:
 
 def _printable(value):
     if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
+        return SURROGATE.sub("\ufffd", value)
     if isinstance(value, bool) or value is None or isinstance(value, float):
         return value
     if isinstance(value, int):
@@ -183,7 +169,7 @@ def _printable(value):
         return {_printable(str(k)): _printable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_printable(item) for item in value]
-    return _SURROGATE.sub("\ufffd", str(value))
+    return SURROGATE.sub("\ufffd", str(value))
 
 
 def json_invalid_item(exc: json.JSONDecodeError) -> dict:

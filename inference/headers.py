@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 from catalog.routing import ProviderPin
 from core.errors import BadRequest
+from core.text import is_storable_text
 
 MAX_METADATA_BYTES = 4096
 MAX_METADATA_KEY = 256
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INVALID_JSON = "X-Service-Metadata must be a valid JSON object"
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def _header(request, name: str) -> str | None:
@@ -56,10 +55,6 @@ def _finite_float(literal: str) -> float:
     return value
 
 
-def _storable_text(text: str) -> bool:
-    return _UNSTORABLE.search(text) is None
-
-
 def _check_value(key: str, item) -> None:
     if isinstance(item, dict | list):
         raise BadRequest(
@@ -72,7 +67,7 @@ def _check_value(key: str, item) -> None:
                 f"X-Service-Metadata value for '{key}' must be an integer between "
                 f"{INT64_MIN} and {INT64_MAX}"
             )
-    elif isinstance(item, str) and not _storable_text(item):
+    elif isinstance(item, str) and not is_storable_text(item):
         raise BadRequest(
             f"X-Service-Metadata value for '{key}' must not contain NUL characters or "
             "lone surrogates"
@@ -94,7 +89,7 @@ def parse_metadata(request) -> dict:
         raise BadRequest("X-Service-Metadata must be a JSON object")
     for key, item in value.items():
         # A key is echoed in the messages below, so it is checked first and never echoed.
-        if len(key) > MAX_METADATA_KEY or not _storable_text(key):
+        if len(key) > MAX_METADATA_KEY or not is_storable_text(key):
             raise BadRequest(
                 f"X-Service-Metadata keys must be at most {MAX_METADATA_KEY} characters, "
                 "without NUL characters or lone surrogates"

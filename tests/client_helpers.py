@@ -80,3 +80,17 @@ def agents_sdk():
     agents = pytest.importorskip("agents")
     agents.set_tracing_disabled(True)
     return agents
+
+
+def weather_tool(cities: list[str], reply: str):
+    """The Agents SDK's `get_weather` function tool, the one every fake upstream calls: it
+    records the city it is called for in `cities` and answers `reply` (with `{city}`)."""
+    function_tool = agents_sdk().function_tool
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city now."""
+        cities.append(city)
+        return reply.format(city=city)
+
+    return get_weather

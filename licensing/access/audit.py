@@ -9,6 +9,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from core.text import UNSTORABLE
+
 from ..models import AuditEvent, Institution
 
 _MAX_AGENT = AuditEvent._meta.get_field("user_agent").max_length or 300
@@ -30,8 +32,7 @@ def _client_ip(request) -> str | None:
 
 def _printable(text: str, limit: int) -> str:
     # No NUL and no lone surrogates reach the database (PostgreSQL refuses both).
-    cleaned = "".join(c for c in text if c != "\x00" and not 0xD800 <= ord(c) <= 0xDFFF)
-    return cleaned[:limit]
+    return UNSTORABLE.sub("", text)[:limit]
 
 
 def audit_event_record(
@@ -64,4 +65,17 @@ def audit_event_record(
         detail=detail or {},
         ip=_client_ip(request),
         user_agent=_printable(agent, _MAX_AGENT),
+    )
+
+
+def sign_in_event_record(*, request, user, institution: int, detail: dict[str, Any]) -> AuditEvent:
+    """A person signed in (by SSO or an LTI launch): one `sign_in` row about them, whose
+    `detail` says how (its `method`) and what the sign-in gave."""
+    return audit_event_record(
+        action=AuditEvent.Action.SIGN_IN,
+        request=request,
+        actor=user,
+        institution=institution,
+        target=f"user:{user.pk}",
+        detail=detail,
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,6 +23,7 @@ from core.crypto import UndecryptableSecret, reveal
 from core.db import UNREACHABLE, run_db
 from core.errors import AUTH_BAD_SCHEME, AUTH_INVALID, AuthenticationFailed, ServiceUnavailable
 from core.localcache import TTLCache
+from core.text import is_storable_text
 
 from ..ledger.budget import BudgetConfig
 from ..models import (
@@ -394,11 +394,8 @@ def _storable(value: object, max_length: int | None) -> TypeGuard[str]:
         isinstance(value, str)
         and max_length is not None  # a CharField's: always set
         and len(value) <= max_length
-        and _UNSTORABLE.search(value) is None
+        and is_storable_text(value)
     )
-
-
-_UNSTORABLE = re.compile("[\\x00\\ud800-\\udfff]")
 
 
 def _end_user_id(issuer: _IssuerInfo, subject: str) -> int:

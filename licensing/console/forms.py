@@ -6,15 +6,18 @@ and puts its errors on the `policy` / `guardrails` fields, so a bad document is 
 
 from __future__ import annotations
 
-from typing import Any
+import re
 
 from django import forms
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
 from catalog.selectors import policy_choices, service_providers
+from core.text import json_holds
 
 from ..models import ApiKey, Institution, JwtIssuer, License, LicenseType
 from .policy_form import PolicyForm
+
+_NUL = re.compile("\x00")
 
 SUPPORTED_BUDGET_UNITS = ("micro_credits",)
 # Micro-credits per currency unit: at most a trillion (one micro-credit is then worth 10**-12 of
@@ -51,20 +54,6 @@ class InstitutionForm(forms.ModelForm):
         return rate
 
 
-def _has_nul(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str) and "\x00" in item:
-            return True
-        if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
 class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
     """The policy is edited through the policy form (`self.policy_form`, rendered by the change
     page) and the JSON view (the `policy` field) together: the form's changed fields are written
@@ -88,7 +77,7 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
     def clean_policy(self):
         policy = self.cleaned_data.get("policy")
         # PostgreSQL's jsonb cannot store NUL (\u0000): refused here rather than a 500 on save.
-        if _has_nul(policy):
+        if json_holds(policy, _NUL):
             raise forms.ValidationError("The policy may not contain NUL characters (\\u0000).")
         return policy
 

@@ -15,6 +15,7 @@ from rest_framework.parsers import JSONParser
 
 from core.instants import OFFSET_REFUSED, offset_problem
 from core.jsonio import parse_json
+from core.text import is_storable_text
 
 
 class BodyTooLarge(APIException):
@@ -90,7 +91,7 @@ def _first_unstorable(values, depth: int) -> str | None:
 def _unstorable_scalar(value) -> str | None:
     """A string, number, boolean or null: NUL, lone surrogates, and numbers no column holds."""
     if isinstance(value, str):
-        if "\x00" in value or any("\ud800" <= ch <= "\udfff" for ch in value):
+        if not is_storable_text(value):
             return "NUL and lone surrogates are not accepted."
         return None
     if isinstance(value, bool):

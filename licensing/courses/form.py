@@ -11,13 +11,13 @@ whichever way it arrives (a forged post, the JSON view, a script).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django import forms
 
 from catalog.forms import AdminModelFormMixin
 from catalog.selectors import policy_choices, service_providers
+from core.text import is_storable_json
 
 from ..console.money import institution_rate
 from ..console.policy_form import PolicyForm
@@ -26,22 +26,6 @@ from ..rules.policy import PolicyDocumentError
 from .rules import course_document
 
 EXAM_OFF, EXAM_ONLY = "off", "only"
-# PostgreSQL's jsonb refuses NUL (\u0000) and lone surrogates (\ud800): refused as form errors.
-_UNSTORABLE = re.compile("[\\x00\\ud800-\\udfff]")
-
-
-def _unstorable(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str) and _UNSTORABLE.search(item):
-            return True
-        if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
 
 
 def _services(document: Any) -> dict:
@@ -152,7 +136,8 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
 
     def _refuse_unstorable(self, name: str):
         value = self.cleaned_data.get(name)
-        if _unstorable(value):
+        # PostgreSQL's jsonb refuses NUL (\u0000) and lone surrogates (\ud800): form errors.
+        if not is_storable_json(value):
             raise forms.ValidationError(
                 "The document may not contain NUL characters (\\u0000) or lone surrogates "
                 "(\\ud800-\\udfff)."

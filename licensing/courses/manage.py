@@ -29,6 +29,8 @@ from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 
+from core.text import is_storable_json
+
 from ..access.scoping import scope_of, scoped
 from ..console.manage_api import (
     CsvErrorsAsJson,
@@ -105,7 +107,8 @@ def refused(exc: DjangoValidationError) -> ValidationError:
     )
 
 
-UNSTORABLE = "NUL, lone surrogates or nesting deeper than 32 levels are not accepted."
+JSON_DEPTH = 32
+UNSTORABLE = f"NUL, lone surrogates or nesting deeper than {JSON_DEPTH} levels are not accepted."
 
 
 class StrictSerializer(serializers.Serializer):
@@ -116,9 +119,13 @@ class StrictSerializer(serializers.Serializer):
         if isinstance(data, dict):
             # Before any field sees it: DRF's messages quote the value back, and a lone
             # surrogate in an answer cannot be encoded (a 500).
-            if not all(_json_storable(name, 1) for name in data):
+            if not all(is_storable_json(name) for name in data):
                 raise ValidationError({"non_field_errors": [UNSTORABLE]})
-            bad = {name: [UNSTORABLE] for name, value in data.items() if not _json_storable(value)}
+            bad = {
+                name: [UNSTORABLE]
+                for name, value in data.items()
+                if not is_storable_json(value, JSON_DEPTH)
+            }
             if bad:
                 raise ValidationError(bad)
             writable = {name for name, field in self.fields.items() if not field.read_only}
@@ -143,28 +150,12 @@ class Student(serializers.Field):
         return value
 
 
-def _json_storable(value: Any, depth: int = 0) -> bool:
-    """No NUL and no lone surrogate anywhere in a JSON value (PostgreSQL's jsonb refuses the
-    first, UTF-8 the second), and not nested absurdly deep."""
-    if depth > 32:
-        return False
-    if isinstance(value, str):
-        return "\x00" not in value and not any("\ud800" <= ch <= "\udfff" for ch in value)
-    if isinstance(value, dict):
-        return all(
-            _json_storable(k, depth + 1) and _json_storable(v, depth + 1) for k, v in value.items()
-        )
-    if isinstance(value, list):
-        return all(_json_storable(v, depth + 1) for v in value)
-    return True
-
-
 class Overlay(serializers.JSONField):
     def to_internal_value(self, data):
         value = super().to_internal_value(data)
         if value is not None and not isinstance(value, dict):
             raise ValidationError("A policy overlay is a JSON object.")
-        if not _json_storable(value):
+        if not is_storable_json(value, JSON_DEPTH):
             raise ValidationError(UNSTORABLE)
         return value
 

@@ -13,7 +13,6 @@ policy (licensing.courses.rules.overlay_problems, run by `Course.clean`).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,6 +24,7 @@ from django.utils import timezone
 
 from core import clock
 from core.localcache import clear_all
+from core.text import is_storable_text
 
 from ..access.audit import audit_event_record
 from ..access.changes import audit_api_key
@@ -386,8 +386,6 @@ def course_teacher_remove(*, teacher: CourseTeacher, request=None, actor_name: s
 
 # --- students: who a roster names -------------------------------------------------------------
 
-# A subject is stored in EndUser.subject (a text column): no NUL, no lone surrogates.
-_UNSTORABLE = re.compile("[\\x00\\ud800-\\udfff]")
 SUBJECT_MAX = EndUser._meta.get_field("subject").max_length or 500
 ROSTER_MAX = 10_000  # students in one roster sync: a big course, far from a flood
 
@@ -416,7 +414,7 @@ def _roster_entry_problem(student: object) -> str | None:
     if isinstance(student, bool) or not isinstance(student, int | str):
         return "Name a student by end user id (a number) or subject (a string)."
     if isinstance(student, str) and (
-        not student or len(student) > SUBJECT_MAX or _UNSTORABLE.search(student)
+        not student or len(student) > SUBJECT_MAX or not is_storable_text(student)
     ):
         return f"A subject is 1 to {SUBJECT_MAX} characters, no NUL or surrogates."
     return None

@@ -14,6 +14,8 @@ from decimal import Decimal
 
 from django.utils import timezone
 
+from core.text import is_storable_text
+
 from ..models import Outcome, Transaction
 
 # Why a request did not succeed (`Transaction.error_code`). The first group are refusals before
@@ -60,12 +62,10 @@ ERROR_MESSAGE_MAX: int = _error_message_max
 def storable(text: str, limit: int) -> str:
     """Provider-made text as every database takes it: at most `limit` characters, no NUL, no
     lone surrogate (one bad value would fail its whole group-committed batch)."""
-    text = text[:limit].replace("\x00", "")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    return text
+    text = text[:limit]
+    if is_storable_text(text):
+        return text
+    return text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
 
 
 def outcome_for(status: int, error_code: str = "") -> str:

@@ -10,6 +10,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from core.text import is_storable_text
+
 from ..access.audit import audit_event_record
 from ..access.credentials import api_key_create
 from ..courses.services import course_key_create
@@ -35,7 +37,7 @@ def key_name_clean(raw: str) -> str:
     name = raw.strip()
     if len(name) > MAX_KEY_NAME:
         raise ValidationError(f"At most {MAX_KEY_NAME} characters.")
-    if any(unicodedata.category(c) in ("Cc", "Cs") for c in name):
+    if not is_storable_text(name) or any(unicodedata.category(c) == "Cc" for c in name):
         raise ValidationError("The name cannot hold control characters.")
     return name
 

@@ -185,11 +185,21 @@ class Fixed(RuleKey):
         return copy.deepcopy(mine)
 
 
-class Allowed(RuleKey):
-    name = "allowed"
+class _ValueList(RuleKey):
+    """A key whose value is a non-empty list of values (`allowed`, `excluded`)."""
 
     def compile(self, value: Any, where: str, earlier: Mapping[str, Any]) -> tuple:
-        return _non_empty_list(value, f"{where}.allowed")
+        return _non_empty_list(value, f"{where}.{self.name}")
+
+
+def _outside(values: Any, among: Any) -> list:
+    """The values (in order) that are not among `among`, compared frozen (lists, dicts)."""
+    kept = {freeze(v) for v in among}
+    return [v for v in values if freeze(v) not in kept]
+
+
+class Allowed(_ValueList):
+    name = "allowed"
 
     def bind(self, values: Mapping[str, Any]) -> Check:
         allowed = values["allowed"]
@@ -202,11 +212,9 @@ class Allowed(RuleKey):
         return check
 
     def widenings(self, where: str, base: Any, mine: Any) -> list[str]:
-        allowed = {freeze(v) for v in base}
         return [
             f"{where}: {show(v)} is not among the license type's allowed values"
-            for v in mine
-            if freeze(v) not in allowed
+            for v in _outside(mine, base)
         ]
 
     def intersect(self, base: Any, mine: Any) -> Any:
@@ -217,11 +225,8 @@ class Allowed(RuleKey):
         return values or IMPOSSIBLE
 
 
-class Excluded(RuleKey):
+class Excluded(_ValueList):
     name = "excluded"
-
-    def compile(self, value: Any, where: str, earlier: Mapping[str, Any]) -> tuple:
-        return _non_empty_list(value, f"{where}.excluded")
 
     def bind(self, values: Mapping[str, Any]) -> Check:
         excluded = values["excluded"]
@@ -237,11 +242,9 @@ class Excluded(RuleKey):
         return check
 
     def widenings(self, where: str, base: Any, mine: Any) -> list[str]:
-        excluded = {freeze(v) for v in mine}
         return [
             f"{where}: {show(v)} is excluded by the license type and must stay excluded"
-            for v in base
-            if freeze(v) not in excluded
+            for v in _outside(base, mine)
         ]
 
     def intersect(self, base: Any, mine: Any) -> Any:

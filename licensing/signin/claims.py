@@ -11,8 +11,12 @@ or None.
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 from typing import Any
+
+from core.text import is_storable_text
 
 # The latest `exp` accepted: real IdPs' id_tokens live minutes to hours (Entra, Google, Okta,
 # ADFS: one hour; Keycloak: its access token lifespan; Moodle's and Canvas' LTI launches:
@@ -57,7 +61,17 @@ def email_claim_problem(claims: dict[str, Any]) -> Problem | None:
         not isinstance(email, str)
         or len(email) > MAX_EMAIL_LENGTH
         or "@" not in email
-        or any(c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF for c in email)
+        or not is_storable_text(email)
     ):
         return "invalid_email", "The token's 'email' claim is not an e-mail address"
     return None
+
+
+def token_header(token: str) -> dict[str, Any]:
+    """A signed token's JOSE header, read before its signature is checked (to pick the key);
+    ValueError when it is no JSON object."""
+    raw = token.split(".", 1)[0]
+    decoded = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+    if not isinstance(decoded, dict):
+        raise ValueError("not an object")
+    return decoded

@@ -15,10 +15,8 @@ stranger's input.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
-import json
 import logging
 import secrets
 import time
@@ -35,8 +33,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.config import get_config
+from core.text import is_storable_text
 
-from ..access.audit import audit_event_record
+from ..access.audit import audit_event_record, sign_in_event_record
 from ..access.jwks import JwksCache
 from ..models import (
     AdminProfile,
@@ -51,7 +50,7 @@ from ..models import (
     LtiLaunchState,
     LtiPlatform,
 )
-from .claims import email_claim_problem, time_claims_problem
+from .claims import email_claim_problem, time_claims_problem, token_header
 
 logger = logging.getLogger("gateway")
 
@@ -106,9 +105,7 @@ def _now() -> datetime:
 
 
 def _clean_text(value: Any) -> bool:
-    return isinstance(value, str) and not any(
-        c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF for c in value
-    )
+    return isinstance(value, str) and is_storable_text(value)
 
 
 def _param(value: Any, name: str, *, required: bool = True) -> str:
@@ -368,14 +365,6 @@ def launch_state_take(state: Any) -> LtiLaunchState:
     return row
 
 
-def _header(token: str) -> dict[str, Any]:
-    raw = token.split(".", 1)[0]
-    decoded = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
-    if not isinstance(decoded, dict):
-        raise ValueError("not an object")
-    return decoded
-
-
 def verify_launch_token(token: Any, *, launch: LtiLaunchState) -> dict[str, Any]:
     """The id_token's claims after every check (signature with the platform's JWKS, RS256 or
     ES256; iss, aud, azp, exp, iat, the nonce of this launch and never seen before, the
@@ -398,7 +387,7 @@ def _launch_token_header(token: Any) -> dict[str, Any]:
     if len(token) > MAX_TOKEN_LENGTH or token.count(".") != 2 or not token.isascii():
         raise LtiError("invalid_token", "The id_token is not a signed JWT.", status=400)
     try:
-        header = _header(token)
+        header = token_header(token)
     except Exception:  # noqa: BLE001 (any garbage in the header)
         raise LtiError("invalid_token", "The id_token is not a signed JWT.", status=400) from None
     if header.get("alg") not in ALGORITHMS:
@@ -474,7 +463,9 @@ def _check_launch_nonce(claims: dict[str, Any], launch: LtiLaunchState) -> None:
         nonce.encode("utf-8", "surrogatepass"), launch.nonce.encode()
     ):
         return
-    seen = isinstance(nonce, str) and (
+    # Signed, but the platform's free text: one no column holds (NUL, a lone surrogate) is
+    # simply not this launch's, and must not reach the query (a 500 on either database).
+    seen = _clean_text(nonce) and (
         LtiLaunchState.objects.filter(nonce=nonce[:64], used_at__isnull=False)
         .exclude(pk=launch.pk)
         .exists()
@@ -760,12 +751,10 @@ def _make_member(user, course: Course, sub: str) -> list[str]:
 
 
 def launch_record(*, platform: LtiPlatform, launched: Launched, request) -> None:
-    audit_event_record(
-        action=AuditEvent.Action.SIGN_IN,
+    sign_in_event_record(
         request=request,
-        actor=launched.user,
+        user=launched.user,
         institution=platform.institution_id,
-        target=f"user:{launched.user.pk}",
         detail={
             "method": "lti",
             "platform": platform.pk,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import logging
 import secrets
 import threading
@@ -37,9 +36,10 @@ from joserfc.errors import (
 from joserfc.jwk import ECKey, RSAKey
 
 from core.outbound import Refused, fetch_outbound_json, post_outbound_form
+from core.text import is_storable_text
 
 from ..access.jwks import MAX_KEYS, JwksCache
-from .claims import email_claim_problem, time_claims_problem
+from .claims import email_claim_problem, time_claims_problem, token_header
 
 logger = logging.getLogger("gateway")
 
@@ -323,7 +323,7 @@ def _id_token_header(id_token: str) -> dict[str, Any]:
     if len(id_token) > MAX_TOKEN_LENGTH or id_token.count(".") != 2:
         raise OidcError("invalid_token", "The id_token is not a signed JWT")
     try:
-        header = _header(id_token)
+        header = token_header(id_token)
     except Exception:  # noqa: BLE001 (any garbage in the header)
         raise OidcError("invalid_token", "The id_token is not a signed JWT") from None
     if header.get("alg") not in ALGORITHMS:
@@ -392,7 +392,7 @@ def _check_iat_and_sub(claims: CodeIDToken) -> None:
     if not isinstance(iat, int | float) or isinstance(iat, bool):
         raise OidcError("invalid_iat", "The id_token's 'iat' claim is not acceptable")
     sub = claims.get("sub")
-    if not isinstance(sub, str) or not 0 < len(sub) <= 255 or not _printable(sub):
+    if not isinstance(sub, str) or not 0 < len(sub) <= 255 or not is_storable_text(sub):
         raise OidcError("invalid_sub", "The id_token's 'sub' claim is not acceptable")
 
 
@@ -457,18 +457,6 @@ def claims_with_userinfo(
     if problem is not None:
         raise OidcError(*problem)
     return merged
-
-
-def _printable(text: str) -> bool:
-    return not any(c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF for c in text)
-
-
-def _header(id_token: str) -> dict[str, Any]:
-    raw = id_token.split(".", 1)[0]
-    decoded = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
-    if not isinstance(decoded, dict):
-        raise ValueError("not an object")
-    return decoded
 
 
 def code_hash(code: str) -> str:

@@ -26,8 +26,9 @@ from django.utils import timezone
 from core.config import get_config
 from core.crypto import reveal
 from core.outbound import Refused, validate_outbound_url
+from core.text import is_storable_text
 
-from ..access.audit import audit_event_record
+from ..access.audit import audit_event_record, sign_in_event_record
 from ..models import (
     AdminProfile,
     ApiKey,
@@ -69,7 +70,7 @@ def validate_groups(value: Any, name: str) -> list[str]:
     for group in value:
         if not isinstance(group, str) or not group.strip():
             raise ValidationError(f"{name}: group names are non-empty strings")
-        if "\x00" in group or any(0xD800 <= ord(c) <= 0xDFFF for c in group):
+        if not is_storable_text(group):
             raise ValidationError(f"{name}: a group name holds a NUL or a lone surrogate")
         if len(group) > MAX_GROUP_LENGTH:
             raise ValidationError(f"{name}: a group name is longer than {MAX_GROUP_LENGTH}")
@@ -103,7 +104,7 @@ def validate_domains(value: Any) -> str:
 def _text(value: Any, name: str, limit: int, *, required: bool = False) -> str:
     if not isinstance(value, str):
         value = "" if value is None else str(value)
-    if "\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+    if not is_storable_text(value):
         raise ValidationError(f"{name} holds a NUL or a lone surrogate")
     value = value.strip()
     if required and not value:
@@ -352,7 +353,7 @@ def _verified_email(claims: dict[str, Any]) -> str | None:
     email = claims.get("email")
     if not isinstance(email, str) or not email or len(email) > 254 or "@" not in email:
         return None
-    if "\x00" in email or any(0xD800 <= ord(c) <= 0xDFFF for c in email):
+    if not is_storable_text(email):
         return None
     return email.strip().lower()
 
@@ -557,12 +558,10 @@ def _apply_student(provider: IdentityProvider, user, student: bool, sub: str) ->
 
 
 def sign_in_record(*, provider: IdentityProvider, signed_in: SignedIn, request) -> None:
-    audit_event_record(
-        action=AuditEvent.Action.SIGN_IN,
+    sign_in_event_record(
         request=request,
-        actor=signed_in.user,
+        user=signed_in.user,
         institution=provider.institution_id,
-        target=f"user:{signed_in.user.pk}",
         detail={
             "method": "sso",
             "provider": provider.pk,

@@ -97,6 +97,17 @@ def _refused(
     return render(request, "licensing/sso/refused.html", context, status=status)
 
 
+def _unknown_provider(request: HttpRequest) -> HttpResponse:
+    # A number no active provider has: a 404 page, no audit row (nobody to attribute it to).
+    return _refused(
+        request,
+        reason="unknown_provider",
+        message="No active identity provider has this number.",
+        status=404,
+        record=False,
+    )
+
+
 def _provider(provider_id: int) -> IdentityProvider | None:
     return (
         IdentityProvider.objects.select_related("institution")
@@ -110,13 +121,7 @@ def _provider(provider_id: int) -> IdentityProvider | None:
 def sso_login(request: HttpRequest, provider_id: int) -> HttpResponse:
     provider = _provider(provider_id)
     if provider is None:
-        return _refused(
-            request,
-            reason="unknown_provider",
-            message="No active identity provider has this number.",
-            status=404,
-            record=False,
-        )
+        return _unknown_provider(request)
     try:
         metadata = oidc.discovery_cache.metadata_for(provider.issuer)
     except oidc.OidcError as exc:
@@ -147,13 +152,7 @@ def sso_callback(request: HttpRequest, provider_id: int) -> HttpResponse:
     pending = request.session.pop(PENDING, None)  # single use, whatever follows
     provider = _provider(provider_id)
     if provider is None:
-        return _refused(
-            request,
-            reason="unknown_provider",
-            message="No active identity provider has this number.",
-            status=404,
-            record=False,
-        )
+        return _unknown_provider(request)
     problem = callback_problem(pending, provider.pk, request.GET, now=clock())
     if problem is not None:
         return _refused(request, **problem.as_kwargs(), provider=provider)

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from core.errors import PROVIDER_ERROR, SERVICE_UNAVAILABLE
 from licensing.models import Transaction
-from tests.client_helpers import agents_sdk
+from tests.client_helpers import weather_tool
 from tests.fixtures_anthropic import ANTHROPIC_KEY
 from tests.kit import wait_for_ledger
 
@@ -411,22 +411,9 @@ def test_claude_fails_over_from_anthropic_to_bedrock(sdk, claude_catalog, bedroc
 def test_agents_sdk_tool_loop_and_output_type(gateway, api_key, claude_catalog):
     """The Agents SDK on both of its models: chat completions, and its default, the Responses
     API (through the bridge), a tool loop run and streamed, and a structured output type."""
-    agents_sdk()
-    from agents import (
-        Agent,
-        OpenAIChatCompletionsModel,
-        OpenAIResponsesModel,
-        Runner,
-        function_tool,
-    )
-
     calls: list[str] = []
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """The weather in a city now."""
-        calls.append(city)
-        return f"Sunny in {city}"
+    get_weather = weather_tool(calls, "Sunny in {city}")
+    from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner
 
     async def go(model_class):
         client = AsyncOpenAI(base_url=gateway.url + "/v1", api_key=api_key, max_retries=0)

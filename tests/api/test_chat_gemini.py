@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from fake_upstreams import gemini_chat as fake_chat
 from licensing.models import Transaction
-from tests.client_helpers import agents_sdk
+from tests.client_helpers import weather_tool
 from tests.fixtures_gemini import GEMINI_3, WEATHER
 from tests.kit import error, wait_for_ledger
 
@@ -564,22 +564,9 @@ def agent_run(
 ):
     """One agent run on `model` through the gateway (chat completions, or the Responses API),
     with a `get_weather` tool; the result and the cities the tool was called for."""
-    agents_sdk()
-    from agents import (
-        Agent,
-        OpenAIChatCompletionsModel,
-        OpenAIResponsesModel,
-        Runner,
-        function_tool,
-    )
-
     cities: list[str] = []
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """The weather in a city now."""
-        cities.append(city)
-        return f"sunny in {city}"
+    get_weather = weather_tool(cities, "sunny in {city}")
+    from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner
 
     async def go():
         client = AsyncOpenAI(base_url=gateway.url + "/v1", api_key=api_key, max_retries=0)

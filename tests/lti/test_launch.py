@@ -335,6 +335,8 @@ def test_a_user_of_another_institution_is_refused(world, browser):
         {"sub": "\udfff"},
         {"sub": 12},
         {"nonce": 5},
+        {"nonce": "\ud800"},
+        {"nonce": "n\x00"},
         {"exp": "tomorrow"},
         {CLAIM + "message_type": "LtiDeepLinkingRequest"},
         {CLAIM + "version": "1.1"},

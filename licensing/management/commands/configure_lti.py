@@ -1,12 +1,13 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from core.text import is_storable_text
 from licensing.models import Course, Institution, License
 from licensing.signin.lti import MAX_ALLOWANCE, lti_platform_configure, lti_urls
 
 
 def _clean(value: str, name: str) -> str:
-    if "\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+    if not is_storable_text(value):
         raise CommandError(f"{name} holds a NUL or an invalid character")
     return value
 
