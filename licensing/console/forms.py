@@ -12,7 +12,7 @@ from django import forms
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
 from catalog.selectors import policy_choices, service_providers
-from core.text import json_holds
+from core.text import SURROGATE, json_holds
 
 from ..models import ApiKey, Institution, JwtIssuer, License, LicenseType
 from .policy_form import PolicyForm
@@ -54,6 +54,19 @@ class InstitutionForm(forms.ModelForm):
         return rate
 
 
+def _storable_document(document, name: str):
+    """PostgreSQL's jsonb cannot store NUL (\\u0000) nor a lone surrogate (\\ud800: not
+    Unicode; SQLite would keep it, so both databases refuse it here): a form error, not a 500
+    on save."""
+    if json_holds(document, _NUL):
+        raise forms.ValidationError(f"The {name} may not contain NUL characters (\\u0000).")
+    if json_holds(document, SURROGATE):
+        raise forms.ValidationError(
+            f"The {name} may not contain lone surrogates (\\ud800 to \\udfff)."
+        )
+    return document
+
+
 class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
     """The policy is edited through the policy form (`self.policy_form`, rendered by the change
     page) and the JSON view (the `policy` field) together: the form's changed fields are written
@@ -75,11 +88,10 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
         )
 
     def clean_policy(self):
-        policy = self.cleaned_data.get("policy")
-        # PostgreSQL's jsonb cannot store NUL (\u0000): refused here rather than a 500 on save.
-        if json_holds(policy, _NUL):
-            raise forms.ValidationError("The policy may not contain NUL characters (\\u0000).")
-        return policy
+        return _storable_document(self.cleaned_data.get("policy"), "policy")
+
+    def clean_guardrails(self):
+        return _storable_document(self.cleaned_data.get("guardrails"), "guardrails")
 
     def clean(self):
         cleaned = super().clean()

@@ -371,3 +371,24 @@ def test_nul_in_the_json_view_is_a_form_error_on_both_databases(admin_client, li
     assert "NUL" in str(response.context["adminform"].form.errors["policy"])
     license_type.refresh_from_db()
     assert license_type.policy == DOCUMENT
+
+
+@pytest.mark.parametrize("field", ["policy", "guardrails"])
+def test_a_lone_surrogate_in_the_json_view_is_a_form_error_not_a_500(
+    admin_client, license_type, field
+):
+    _, data = _page(admin_client, license_type)
+    # json.dumps writes the lone surrogate as the escape "\ud800", as a browser or script would.
+    data[field] = json.dumps(
+        {
+            "version": 1,
+            "services": {"chat_completions": {"params": {"user": {"excluded": ["a\ud800"]}}}},
+        }
+        if field == "policy"
+        else {"input": {"patterns": ["a\ud800"]}}
+    )
+    response = admin_client.post(url(LicenseType, "change", license_type.pk), data)
+    assert response.status_code == 200
+    assert "lone surrogate" in str(response.context["adminform"].form.errors[field])
+    license_type.refresh_from_db()
+    assert license_type.policy == DOCUMENT
