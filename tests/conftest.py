@@ -70,6 +70,25 @@ def pytest_configure(config):
     _flush_by_delete()
 
 
+# Django's default hasher costs ~0.23 s of CPU a password (PBKDF2, 1,000,000+ rounds), paid by
+# every `admin_user` and every user a test makes: MD5 in this process is Django's own advice
+# for tests (docs/testing.md). PBKDF2 stays second, so a hash written by a server process the
+# suite starts (run.sh's users, gunicorn's workers) still checks here, and what this process
+# writes is only ever checked here.
+FAST_HASHERS = [
+    "django.contrib.auth.hashers.MD5PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing():
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=FAST_HASHERS):
+        yield
+
+
 def uses_database(item) -> bool:
     if item.get_closest_marker("django_db") is not None:
         return True
