@@ -49,6 +49,17 @@ class Institution(models.Model):
         db_default="UTC",
         help_text="IANA time zone of the institution's course periods, e.g. Europe/Berlin",
     )
+    # The language of the admin, the portal and the teacher's pages for a person who has chosen
+    # none and whose browser asks for none the gateway speaks (gateway_site.settings.LANGUAGES);
+    # empty = the gateway's LANGUAGE_CODE. Validated by the forms against LANGUAGES, not by
+    # `choices`, so adding a language needs no migration.
+    language = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Default language of the institution's pages, e.g. de; empty = the gateway's",
+    )
     micro_credits_per_currency_unit = models.BigIntegerField(
         null=True,
         blank=True,
