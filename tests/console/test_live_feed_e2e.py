@@ -173,7 +173,7 @@ def test_a_hanging_layer_does_not_slow_a_request(
 
 
 def test_a_viewer_that_does_not_read_loses_rows_and_memory_stays_bounded(
-    gateway, catalog, license, root_cookie
+    gateway, catalog, license, root_cookie, monkeypatch
 ):
     """50,000 rows (~25 MB of JSON) published while the viewer reads nothing: once the socket's
     buffers are full the layer holds at most `capacity` messages for it and drops the rest; the
@@ -191,7 +191,11 @@ def test_a_viewer_that_does_not_read_loses_rows_and_memory_stays_bounded(
             while feed._publisher().queue:  # the layer takes them (none dropped before it)
                 await asyncio.sleep(0.001)
 
-    with viewer(gateway.url, root_cookie, compression=None) as ws:
+    # No keepalive either way (the server's is read per connection): a viewer that reads
+    # nothing answers no ping either, a loaded machine can take longer than the ping's 20 s
+    # deadline to flood it, and this test is about buffering, not keepalive.
+    monkeypatch.setattr(gateway.server.config, "ws_ping_interval", None)
+    with viewer(gateway.url, root_cookie, compression=None, ping_interval=None) as ws:
         wait_for_viewers(1)
         tracemalloc.start()
         try:
