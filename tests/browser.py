@@ -89,6 +89,10 @@ class RunScript:
         )
         self.env = env
         self.url = f"http://127.0.0.1:{self.port}"
+        # The development identity provider and LMS simulator run.sh starts (SIMULATOR_PORT + 3
+        # and + 4), unless DEV_SIGN_IN=off or the demo school has real ones.
+        self.idp_url = f"http://127.0.0.1:{sim_port + 3}"
+        self.lms_url = f"http://127.0.0.1:{sim_port + 4}"
         self.output: list[str] = []
         self.proc = subprocess.Popen(
             ["bash", str(ROOT / "scripts" / "run.sh")],
