@@ -261,7 +261,9 @@ class DevLms(LtiFake):
         title = html.escape(f"{course.title} ({course.code})")
         heading = f"<h1>Demo LMS</h1><h2>{title}</h2>"
         if self.tool_url is None:
-            body = heading + "<p>No tool: start it with <code>--tool-url</code> (the gateway).</p>"
+            body = (
+                heading + "<p>No tool: start it with <code>--gateway-url</code> (the gateway).</p>"
+            )
             return devpages.page("Demo LMS", demo.LMS_BANNER, body)
         rows = "".join(
             f"<tr><td>{html.escape(p.name)}</td><td>{html.escape(p.role)}</td><td>"

@@ -141,8 +141,8 @@ fi
 # static files (admin, /v1/docs) into var/static, served by WhiteNoise, the catalog, the demo
 # license and admin user, the connections above, the demo school's development sign-in (a
 # "dev-tool: oidc|lti URL" line for each tool to start; how to sign in goes to GUIDE), and the
-# demo key, kept in var/demo-api-key (mode 0600; the database holds its hash only) and used
-# again while it is a usable key of this database: its last line.
+# demo key, kept in DEMO_KEY_FILE (var/demo-api-key; mode 0600, the database holds its hash
+# only) and used again while it is a usable key of this database: its last line.
 SIM_PIDS=()
 GUIDE="$(mktemp)"
 cleanup() {
@@ -150,7 +150,8 @@ cleanup() {
     rm -f "$GUIDE"
 }
 trap cleanup EXIT INT TERM
-SETUP+=(--key-name "run.sh demo key" --key-file var/demo-api-key --guide "$GUIDE")
+DEMO_KEY_FILE="${DEMO_KEY_FILE:-var/demo-api-key}"
+SETUP+=(--key-name "run.sh demo key" --key-file "$DEMO_KEY_FILE" --guide "$GUIDE")
 SET_UP="$(env "${DEV_OUTBOUND[@]}" python manage.py setup_demo "${SETUP[@]}")"
 KEY="${SET_UP##*$'\n'}"
 LINES=""
@@ -196,7 +197,7 @@ Inference gateway on http://$HOST:$PORT   (admin: http://$HOST:$PORT/admin/)
 Provider: $PROVIDER_NOTE
 Search:   $SEARCH_NOTE${ENCRYPTION_NOTE:+
 $ENCRYPTION_NOTE}
-Demo API key (kept in var/demo-api-key; delete the file for a new one): $KEY
+Demo API key (kept in $DEMO_KEY_FILE; delete the file for a new one): $KEY
 
 Try it (the embedding asks for 8 dimensions, to stay readable):
   curl -s http://$HOST:$PORT/v1/embeddings -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"model": "text-embedding-3-small", "input": "hello", "dimensions": 8}'

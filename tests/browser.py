@@ -85,6 +85,7 @@ class RunScript:
             SIMULATOR_PORT=str(sim_port),
             DATABASE_URL=f"sqlite:///{workdir / 'db.sqlite3'}",
             STATIC_ROOT=str(workdir / "static"),
+            DEMO_KEY_FILE=str(workdir / "demo-api-key"),
             DEBUG="false",
         )
         self.env = env

@@ -12,9 +12,9 @@ launches from another LMS (the LMS's part).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -41,17 +41,15 @@ from licensing.models import (
 from licensing.signin.lti import lti_platform_configure
 from licensing.signin.sso import identity_provider_configure
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+# A tool's address: this computer, a port, nothing else (no path, no user, no odd character).
+LOOPBACK_URL = re.compile(r"https?://(?:127\.0\.0\.1|localhost|\[::1\])(?::(\d{1,5}))?/?")
 SWITCH = "DEV_SIGN_IN"  # "off": no development sign-in (scripts/run.sh starts no tool either)
 ACTOR = "manage.py setup_demo"
 
 
 def on_loopback(url: str) -> bool:
-    try:
-        parts = urlsplit(url)
-        return parts.scheme in ("http", "https") and parts.hostname in LOOPBACK_HOSTS
-    except ValueError:
-        return False
+    match = LOOPBACK_URL.fullmatch(url) if isinstance(url, str) else None
+    return match is not None and 0 < int(match.group(1) or 80) < 65536
 
 
 def is_dev_provider(provider: IdentityProvider) -> bool:
@@ -72,15 +70,18 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
 
-def dev_sign_in_plan(*, idp_url: str | None, lms_url: str | None) -> Plan:
-    """The tools asked for that may be used: see the module's docstring."""
+def dev_sign_in_plan(
+    *, idp_url: str | None, lms_url: str | None, public_url: str | None = None
+) -> Plan:
+    """The tools asked for that may be used: see the module's docstring. `public_url`:
+    GATEWAY_PUBLIC_URL unless given."""
     plan = Plan()
     if not idp_url and not lms_url:
         return plan
     if os.environ.get(SWITCH, "").strip().lower() in ("off", "0", "false", "no"):
         plan.notes.append(f"{SWITCH}=off: no development identity provider or LMS simulator")
         return plan
-    public = get_config().GATEWAY_PUBLIC_URL
+    public = public_url or get_config().GATEWAY_PUBLIC_URL
     if not on_loopback(public):
         plan.notes.append(
             f"GATEWAY_PUBLIC_URL is {public}: a development identity provider on this computer "
