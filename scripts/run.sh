@@ -22,17 +22,20 @@ SIM_PORT="${SIMULATOR_PORT:-9100}"
 IDP_PORT="$((SIM_PORT + 3))"  # the development identity provider
 LMS_PORT="$((SIM_PORT + 4))"  # the LMS simulator
 DEV_SIGN_IN="${DEV_SIGN_IN:-on}"
+# Where the two tools listen: this computer only. docker-compose.yml's `local` says 0.0.0.0
+# inside its container, whose ports it publishes on the host's loopback only; anywhere else
+# 0.0.0.0 would let anyone on the network sign in as anyone the tools list.
+DEV_TOOLS_HOST="${DEV_TOOLS_HOST:-127.0.0.1}"
 case "${DEV_SIGN_IN,,}" in off | 0 | false | no) DEV_SIGN_IN=off ;; esac
-# The address browsers use: where the identity provider sends them back (SSO redirect URIs and
-# LTI's launch URL are built on it). Open the gateway at this address, not another name for it.
-if [ -z "${GATEWAY_PUBLIC_URL:-}" ]; then
-    case "$HOST" in
-        0.0.0.0 | ::) PUBLIC_HOST=127.0.0.1 ;;
-        *:*) PUBLIC_HOST="[$HOST]" ;;
-        *) PUBLIC_HOST="$HOST" ;;
-    esac
-    export GATEWAY_PUBLIC_URL="http://$PUBLIC_HOST:$PORT"
-fi
+# The address this computer's browser and curl use (every address: this computer's loopback),
+# and the one browsers come back to from the identity provider (SSO redirect URIs and LTI's
+# launch URL are built on GATEWAY_PUBLIC_URL): open the gateway there, not at another name.
+case "$HOST" in
+    0.0.0.0 | ::) SITE="http://127.0.0.1:$PORT" ;;
+    *:*) SITE="http://[$HOST]:$PORT" ;;
+    *) SITE="http://$HOST:$PORT" ;;
+esac
+export GATEWAY_PUBLIC_URL="${GATEWAY_PUBLIC_URL:-$SITE}"
 
 # DATABASE_URL (if set) picks the database, as everywhere; default: db.sqlite3 here.
 # The ports first: on a busy port nothing may be touched (the database, the connection another
@@ -175,12 +178,14 @@ if [ -z "$OPENALEX_KEY" ]; then
     SIM_PIDS+=($!)
 fi
 if [[ "$DEV_TOOLS" == *"oidc "* ]]; then
-    python -m fake_upstreams oidc --port "$IDP_PORT" --gateway-url "$GATEWAY_PUBLIC_URL" &
+    python -m fake_upstreams oidc --host "$DEV_TOOLS_HOST" --port "$IDP_PORT" \
+        --gateway-url "$GATEWAY_PUBLIC_URL" &
     SIM_PIDS+=($!)
     SIM_PORTS+=("$IDP_PORT")
 fi
 if [[ "$DEV_TOOLS" == *"lti "* ]]; then
-    python -m fake_upstreams lti --port "$LMS_PORT" --gateway-url "$GATEWAY_PUBLIC_URL" &
+    python -m fake_upstreams lti --host "$DEV_TOOLS_HOST" --port "$LMS_PORT" \
+        --gateway-url "$GATEWAY_PUBLIC_URL" &
     SIM_PIDS+=($!)
     SIM_PORTS+=("$LMS_PORT")
 fi
@@ -193,18 +198,18 @@ for port in "${SIM_PORTS[@]}"; do
 done
 cat <<EOT
 
-Inference gateway on http://$HOST:$PORT   (admin: http://$HOST:$PORT/admin/)
+Inference gateway on $SITE   (admin: $SITE/admin/)
 Provider: $PROVIDER_NOTE
 Search:   $SEARCH_NOTE${ENCRYPTION_NOTE:+
 $ENCRYPTION_NOTE}
 Demo API key (kept in $DEMO_KEY_FILE; delete the file for a new one): $KEY
 
 Try it (the embedding asks for 8 dimensions, to stay readable):
-  curl -s http://$HOST:$PORT/v1/embeddings -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"model": "text-embedding-3-small", "input": "hello", "dimensions": 8}'
-  curl -s http://$HOST:$PORT/v1/web-search -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"query": "photosynthesis", "num_results": 3}'
+  curl -s $SITE/v1/embeddings -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"model": "text-embedding-3-small", "input": "hello", "dimensions": 8}'
+  curl -s $SITE/v1/web-search -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"query": "photosynthesis", "num_results": 3}'
 A tool call (the answer's tool_calls), then a structured output (a JSON document in the schema):
-  curl -s http://$HOST:$PORT/v1/chat/completions -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "What is the weather in Paris?"}], "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}}]}'
-  curl -s http://$HOST:$PORT/v1/chat/completions -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Alice and Bob go to the science fair on Friday."}], "response_format": {"type": "json_schema", "json_schema": {"name": "event", "strict": true, "schema": {"type": "object", "properties": {"name": {"type": "string"}, "day": {"type": "string"}, "participants": {"type": "array", "items": {"type": "string"}}}, "required": ["name", "day", "participants"], "additionalProperties": false}}}}'
+  curl -s $SITE/v1/chat/completions -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "What is the weather in Paris?"}], "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}}]}'
+  curl -s $SITE/v1/chat/completions -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" -d '{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Alice and Bob go to the science fair on Friday."}], "response_format": {"type": "json_schema", "json_schema": {"name": "event", "strict": true, "schema": {"type": "object", "properties": {"name": {"type": "string"}, "day": {"type": "string"}, "participants": {"type": "array", "items": {"type": "string"}}}, "required": ["name", "day", "participants"], "additionalProperties": false}}}}'
 
 EOT
 if [ -s "$GUIDE" ]; then
