@@ -125,13 +125,13 @@ def test_the_printed_curl_lines_answer_as_the_readme_says():
             assert done.returncode == 0, done.stderr
             answers.append(json.loads(done.stdout))
         printed = "".join(run.output)  # the gateway's worker has decrypted secrets by now
+        # The key printed is the one kept for the next run, readable by its owner only.
         key_file = Path(run.env["DEMO_KEY_FILE"])
+        key = re.search(r"Demo API key \(kept in (\S+); [^)]*\): (sk-svc-\S+)", printed)
+        assert key and key.group(1) == str(key_file), printed
+        assert key_file.read_text().strip() == key.group(2)
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     _check_the_encryption_note(printed)
-    # The key printed is the one kept for the next run, readable by its owner only.
-    key = re.search(r"Demo API key \(kept in (\S+); [^)]*\): (sk-svc-\S+)", printed)
-    assert key and key.group(1) == str(key_file), printed
-    assert key_file.read_text().strip() == key.group(2)
-    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     bodies = [json.loads(_data_argument(line)) for line in lines]
     paths = [shlex.split(line)[2].split("/", 3)[3] for line in lines]
     assert paths == [
