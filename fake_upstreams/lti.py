@@ -3,6 +3,7 @@ an EC P-256 key, and an OIDC authentication endpoint that answers the tool's log
 like Moodle or Canvas do, with the auto-posting HTML form that carries the signed id_token and
 the state to the tool's launch URL (the test says who launches next, with which roles and in
 which course). The last form is also kept (`last_form`) for tests that POST it themselves.
+DevLms, at the end, is the first run's LMS simulator: the same platform with a course page.
 
 Switches for the hostile cases (`failure`): "wrong_key" (signed by a key not in the JWKS,
 under a kid that is), "expired", "wrong_aud", "unknown_deployment", "replayed_nonce" (the
