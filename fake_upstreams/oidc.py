@@ -1,7 +1,8 @@
 """A small OpenID Connect provider for the SSO tests (docs/sso.md): discovery, a JWKS with an
 RSA and an EC P-256 key, an authorize endpoint without any page (the test says who signs in
-next; DevIdentityProvider, at the end, is the first run's with a sign-in page), and a token endpoint that checks what a real one checks (client id and secret, basic or
-post; the redirect URI; the PKCE S256 verifier; a code used once and within its lifetime) and
+next; DevIdentityProvider, at the end, is the first run's with a sign-in page), and a token
+endpoint that checks what a real one checks (client id and secret, basic or post; the redirect
+URI; the PKCE S256 verifier; a code used once and within its lifetime) and
 answers an id_token signed RS256 or ES256.
 
 Switches for the hostile cases (`failure`): "down" (every answer a 503), "garbage" (the
