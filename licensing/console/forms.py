@@ -11,7 +11,7 @@ import re
 from django import forms
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
-from catalog.selectors import policy_choices, service_providers
+from catalog.selectors import connected_catalog, policy_choices, service_providers
 from core.text import SURROGATE, json_holds
 
 from ..models import ApiKey, Institution, JwtIssuer, License, LicenseType
@@ -84,6 +84,7 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
             document=self.instance.policy,
             models=policy_choices(),
             providers=service_providers(),
+            connected=connected_catalog(),
             disabled="policy" not in self.fields,
         )
 
@@ -100,7 +101,12 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
         if not self.policy_form.is_valid():
             self.add_error(None, "The policy form has errors: see the marked fields below.")
         elif "policy" in self.cleaned_data:
-            self.cleaned_data["policy"] = self.policy_form.apply(self.cleaned_data["policy"])
+            policy = self.policy_form.apply(self.cleaned_data["policy"])
+            self.cleaned_data["policy"] = policy
+            try:
+                self.policy_form.check_split(policy)
+            except forms.ValidationError as exc:
+                self.add_error(None, exc)
         return self.cleaned_data
 
 
