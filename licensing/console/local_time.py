@@ -17,6 +17,7 @@ from core.zones import zone_or_utc
 
 from ..access.scoping import scope_of
 
+
 def staff_zone(user) -> ZoneInfo | None:
     """The zone of a staff user's institution (read with their role: no query of its own);
     None for a superuser or anyone else."""
