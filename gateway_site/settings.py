@@ -262,6 +262,9 @@ GATEWAY_INVALIDATION_FILE = CONFIG.GATEWAY_INVALIDATION_FILE
 # Admin login throttling (django-axes). Only the admin stack runs its middleware; /v1 never
 # calls django.contrib.auth.authenticate, so the API does not pay for it.
 ADMIN_MIDDLEWARE += ["axes.middleware.AxesMiddleware"]
+# Last, around the view only: an institution's staff read times in its time zone
+# (docs/admin-guide.md); /v1 never passes here.
+ADMIN_MIDDLEWARE += ["licensing.console.local_time.InstitutionTimeZoneMiddleware"]
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     # Django's ModelBackend, refusing local passwords of --sso-only institutions (docs/sso.md).

@@ -197,6 +197,7 @@ def _license_info(license_id: int) -> LicenseInfo | None:
             period=row.budget_period,
             limit=row.budget_limit,
             alert_at=row.alert_at,
+            timezone=row.institution.timezone or "UTC",
         ),
     )
     _license_cache.set(license_id, info, generation)

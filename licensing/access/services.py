@@ -7,6 +7,7 @@ from django.db import transaction
 
 from ..models import Institution, License, LicenseType
 from ..rules.policy import PolicyDocumentError, open_policy_document, validate_policy_document
+from .changes import audit_row_change, stored_snapshot
 
 DEFAULT_INSTITUTION = "Default institution"
 OPEN_TYPE = "Open access"
@@ -103,3 +104,31 @@ def api_key_rotate(*, key_id: int):
         old.active = False
         old.save(update_fields=["active", "updated_at"])
     return row, key
+
+
+# The institution's settings `configure_institution` sets (validated by the admin's form).
+INSTITUTION_SETTINGS = (
+    "timezone",
+    "language",
+    "currency",
+    "micro_credits_per_currency_unit",
+    "portal_key_limit",
+    "terms_of_use",
+)
+
+
+@transaction.atomic
+def do_configure_institution(
+    institution: Institution, changes: dict, *, actor_name: str = ""
+) -> Institution:
+    """Save an institution (new or not) with `changes`, values its admin form has checked;
+    a change of its time zone or money rate lands in the audit log with before and after."""
+    unknown = sorted(set(changes) - set(INSTITUTION_SETTINGS))
+    if unknown:
+        raise ValidationError(f"Not an institution setting: {unknown}")
+    before = stored_snapshot(institution)
+    for name, value in changes.items():
+        setattr(institution, name, value)
+    institution.save()
+    audit_row_change(institution, before, actor_name=actor_name)
+    return institution

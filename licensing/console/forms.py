@@ -7,12 +7,16 @@ and puts its errors on the `policy` / `guardrails` fields, so a bad document is 
 from __future__ import annotations
 
 import re
+from typing import cast
 
 from django import forms
+from django.conf import settings
+from django.utils.translation import gettext_lazy as _
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
-from catalog.selectors import policy_choices, service_providers
+from catalog.selectors import connected_catalog, policy_choices, service_providers
 from core.text import SURROGATE, json_holds
+from core.zones import is_zone, zone_choices
 
 from ..models import ApiKey, Institution, JwtIssuer, License, LicenseType
 from .policy_form import PolicyForm
@@ -25,8 +29,27 @@ SUPPORTED_BUDGET_UNITS = ("micro_credits",)
 MAX_CREDITS_PER_UNIT = 10**12
 
 
+class ZoneInput(forms.TextInput):
+    """A text field with the time zones as its suggestions (an HTML datalist): the browser
+    filters them as one types ("berlin" finds Europe/Berlin), the common ones come first."""
+
+    template_name = "licensing/widgets/datalist.html"
+
+    def get_context(self, name, value, attrs):
+        context = super().get_context(name, value, attrs)
+        widget = context["widget"]
+        widget["attrs"]["list"] = f"{widget['attrs'].get('id') or name}-choices"
+        widget["attrs"].setdefault("autocomplete", "off")
+        widget["options"] = zone_choices()
+        return context
+
+
 class InstitutionForm(forms.ModelForm):
-    """The display currency (three capitals) and rate, checked before anything is saved."""
+    """The display currency (three capitals) and rate, the time zone (an IANA name this host
+    knows) and the default language (one of settings.LANGUAGES), checked before anything is
+    saved. The `configure_institution` command validates through it too."""
+
+    language = forms.ChoiceField(required=False, label=_("Language"))
 
     class Meta:
         model = Institution
@@ -36,7 +59,40 @@ class InstitutionForm(forms.ModelForm):
             "portal_key_limit",
             "currency",
             "micro_credits_per_currency_unit",
+            "timezone",
+            "language",
         )
+        widgets = {"timezone": ZoneInput(attrs={"size": 30, "spellcheck": "false"})}
+        labels = {"timezone": _("Time zone")}
+        help_texts = {
+            "timezone": _(
+                "Type to search, e.g. Berlin: Europe/Berlin. The institution's day, week and "
+                "month (its licenses' and courses' budgets reset at its midnight), its course "
+                "windows and the times its pages show are in this zone. Changing it starts the "
+                "current day, week or month's budgets afresh."
+            ),
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        default = dict(settings.LANGUAGES).get(settings.LANGUAGE_CODE, settings.LANGUAGE_CODE)
+        language = cast(forms.ChoiceField, self.fields["language"])
+        language.choices = [
+            ("", _("The gateway's default (%(language)s)") % {"language": default}),
+            *settings.LANGUAGES,
+        ]
+        language.help_text = _(
+            "The language of its pages for a person whose browser asks for none the gateway "
+            "speaks and who has chosen none."
+        )
+
+    def clean_timezone(self):
+        name = (self.cleaned_data.get("timezone") or "").strip()
+        if not is_zone(name):
+            raise forms.ValidationError(
+                _("Not a time zone this gateway knows: choose one of the list, e.g. Europe/Berlin.")
+            )
+        return name
 
     def clean_currency(self):
         currency = (self.cleaned_data.get("currency") or "").strip()
@@ -84,6 +140,7 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
             document=self.instance.policy,
             models=policy_choices(),
             providers=service_providers(),
+            connected=connected_catalog(),
             disabled="policy" not in self.fields,
         )
 
@@ -100,7 +157,12 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
         if not self.policy_form.is_valid():
             self.add_error(None, "The policy form has errors: see the marked fields below.")
         elif "policy" in self.cleaned_data:
-            self.cleaned_data["policy"] = self.policy_form.apply(self.cleaned_data["policy"])
+            policy = self.policy_form.apply(self.cleaned_data["policy"])
+            self.cleaned_data["policy"] = policy
+            try:
+                self.policy_form.check_split(policy)
+            except forms.ValidationError as exc:
+                self.add_error(None, exc)
         return self.cleaned_data
 
 

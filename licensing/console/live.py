@@ -5,10 +5,12 @@ brings them, licensing.console.consumers); the rows are published by licensing.l
 from __future__ import annotations
 
 import functools
+from datetime import datetime
 
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 
 from ..ledger.feed import event_of
 
@@ -41,13 +43,21 @@ def live_page(request, model_admin):
         "opts": model_admin.model._meta,
         "title": "Live transactions",
         "is_nav_sidebar_enabled": False,  # the table needs the whole width
-        "rows": [_shown(event_of(row, row.license.name)) for row in latest],
+        "rows": [_local(_shown(event_of(row, row.license.name))) for row in latest],
+        "time_zone": timezone.get_current_timezone_name(),
         "max_rows": PAGE_MAX_ROWS,
         "all_institutions": scope_of(request.user).superuser,
         "socket_path": PATH,
         "changelist_url": reverse("admin:licensing_transaction_changelist"),
     }
     return TemplateResponse(request, "admin/licensing/transaction/live.html", context)
+
+
+def _local(row: dict) -> dict:
+    """The row's time as the page shows it: in the current time zone (the institution's for
+    its staff, licensing.console.local_time), as live.js shows the new ones."""
+    at = timezone.localtime(datetime.fromisoformat(row["created_at"]))
+    return {**row, "local_time": at.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def _shown(event: dict) -> dict:

@@ -26,6 +26,7 @@ from django.core.exceptions import ValidationError
 from django.core.handlers.asgi import ASGIRequest
 from django.db.models import BooleanField, Count, F, Func, Max, Min, Q, Sum
 from django.http import StreamingHttpResponse
+from django.utils import timezone
 
 from catalog.models import Provider
 from core.instants import offset_problem
@@ -75,12 +76,13 @@ def _provider_choices():
 
 
 class InstantField(forms.Field):
-    """An ISO 8601 date or date-time; one without an offset is UTC, one with an offset no time
-    zone has (core.instants) is refused."""
+    """An ISO 8601 date or date-time; one without an offset is in the current time zone (the
+    admin's pages: the institution's, licensing.console.local_time; the management API: UTC),
+    one with an offset no time zone has (core.instants) is refused."""
 
     default_error_messages = {
         "invalid": "Enter an ISO 8601 date or date-time, e.g. 2026-03-01 or 2026-03-01T08:30 "
-        "(UTC unless it has an offset).",
+        "(the page's time zone, UTC in the management API, unless it has an offset).",
     }
 
     def to_python(self, value):
@@ -97,7 +99,7 @@ class InstantField(forms.Field):
             except ValueError:
                 raise ValidationError(self.error_messages["invalid"], code="invalid") from None
         if parsed.tzinfo is None:
-            return parsed.replace(tzinfo=UTC)
+            parsed = parsed.replace(tzinfo=timezone.get_current_timezone())
         problem = offset_problem(parsed)
         if problem:
             raise ValidationError(problem, code="offset")

@@ -6,7 +6,7 @@ above the table, and the change list that applies both."""
 from __future__ import annotations
 
 from calendar import monthrange
-from datetime import UTC, date
+from datetime import date
 from typing import Any
 
 from django import forms
@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.http import HttpResponseBadRequest, JsonResponse
 from django.urls import reverse
-from django.utils import formats
+from django.utils import formats, timezone
 
 from ..access.scoping import scope_of, scoped
 from ..models import ApiKey, EndUser, Institution, License, Transaction
@@ -104,7 +104,8 @@ class ScopedAutocomplete(AutocompleteSelect):
 
 
 class UtcDateTimeInput(forms.DateTimeInput):
-    """`<input type="datetime-local">`, showing any accepted value as UTC wall time."""
+    """`<input type="datetime-local">`, showing any accepted value as wall time of the current
+    time zone (the institution's for its staff, licensing.console.local_time; else UTC)."""
 
     input_type = "datetime-local"
 
@@ -114,6 +115,10 @@ class UtcDateTimeInput(forms.DateTimeInput):
         except ValidationError:
             return None
         if instant is None:
+            return None
+        try:
+            instant = timezone.localtime(instant)
+        except OverflowError:  # the first or last day datetime can hold, in a far zone
             return None
         return instant.strftime("%Y-%m-%dT%H:%M:%S" if instant.second else "%Y-%m-%dT%H:%M")
 
@@ -166,8 +171,9 @@ class DateDrillDown:
         self.first: date | None = None
         self.last: date | None = None  # both or neither
         if cl.totals.first is not None:
-            self.first = cl.totals.first.astimezone(UTC).date()
-            self.last = cl.totals.last.astimezone(UTC).date()
+            # The hierarchy's lookups (created_at__day, ...) are in the current time zone.
+            self.first = timezone.localtime(cl.totals.first).date()
+            self.last = timezone.localtime(cl.totals.last).date()
 
     def context(self) -> dict:
         year, month, day = (

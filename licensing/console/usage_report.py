@@ -1,11 +1,13 @@
-"""Usage over a range of UTC days, for the usage page and /manage/v1/usage: credits and
+"""Usage over a range of days, for the usage page and /manage/v1/usage: credits and
 requests per day in total, by service, by model (the top models, the rest as one "other"
 series) and by status class, and the top licenses, API keys and end users by credits.
 
 Everything comes from four GROUP BY queries over a Transaction queryset the caller has already
 scoped (licensing.access.scoping.scoped), plus a lookup of the top rows' names; no ledger row is
 loaded into Python. Refusals (0 credits, outcome "denied") count as requests like every other row.
-Credits are micro-credits.
+Credits are micro-credits. The days are those of the current time zone: the institution's on
+its staff's usage page (licensing.console.local_time), UTC for a superuser and in the
+management API.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from django.db.models import Case, Count, F, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, NullIf, TruncDate
+from django.utils import timezone
 
 from ..models import ApiKey, EndUser, License, Outcome
 
@@ -44,9 +47,14 @@ def today_utc() -> date:
     return datetime.now(UTC).date()
 
 
+def today_here() -> date:
+    """Today in the current time zone (UTC unless a page activated its institution's)."""
+    return timezone.localdate(timezone.now())
+
+
 def preset_range(days: int, today: date | None = None) -> tuple[date, date]:
-    """The last `days` UTC days, today included (`until` is exclusive)."""
-    until = (today or today_utc()) + timedelta(days=1)
+    """The last `days` days, today included (`until` is exclusive)."""
+    until = (today or today_here()) + timedelta(days=1)
     return until - timedelta(days=days), until
 
 
@@ -59,7 +67,7 @@ def resolve_range(
         if value is not None and value < EARLIEST:
             raise RangeError(name, f"Dates start at {EARLIEST.isoformat()}.")
     if until is None:
-        today = today or today_utc()
+        today = today or today_here()
         start = today if since is None or since <= today else since  # a future start: one day
         if start == date.max:
             raise RangeError("since", "Date out of range.")
@@ -202,8 +210,9 @@ def in_range(
     institution_id: int | None = None,
     license_id: int | None = None,
 ) -> QuerySet:
-    start = datetime.combine(since, time.min, tzinfo=UTC)
-    end = datetime.combine(until, time.min, tzinfo=UTC)
+    zone = timezone.get_current_timezone()
+    start = datetime.combine(since, time.min, tzinfo=zone)
+    end = datetime.combine(until, time.min, tzinfo=zone)
     rows = transactions.filter(created_at__gte=start, created_at__lt=end)
     if institution_id is not None:
         rows = rows.filter(license__institution_id=institution_id)
@@ -243,7 +252,7 @@ def usage_report(
 
 
 def _day():
-    return TruncDate("created_at", tzinfo=UTC)
+    return TruncDate("created_at", tzinfo=timezone.get_current_timezone())
 
 
 def _by_service_and_outcome(rows: QuerySet, days: list[date]) -> tuple[_Grid, _Grid]:

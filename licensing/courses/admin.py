@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES
-from catalog.registry import POLICY_SERVICES
+from catalog.registry import POLICY_SERVICES, service_label
 from core import clock
 
 from ..access.scoping import TEACHER, owns, scope_of
@@ -34,6 +34,7 @@ from ..console.admin.base import KeepLedgerIntactMixin, ScopedAdminMixin
 from ..console.money import institution_rate
 from ..models import Course, CourseMember, CourseTeacher, CourseWindow
 from ..rules.policy import SERVICES, PolicyDocumentError
+from ..rules.scopes import model_rule_in_force
 from .form import CourseForm
 from .policy_try import course_try_request
 from .rules import course_document, exam_document, local_iso
@@ -201,13 +202,13 @@ def describe_service(document: Any, service: str) -> str:
     config = services[service] if isinstance(services[service], dict) else {}
     params: dict = config["params"] if isinstance(config.get("params"), dict) else {}
     parts = []
-    model_rule = params.get("model")
-    models = model_rule.get("allowed") if isinstance(model_rule, dict) else None
-    parts.append("models: " + ", ".join(models) if models else "any model")
+    model_rule = model_rule_in_force(document, service)  # its own and the `models` rules
+    models = model_rule.get("allowed")
+    parts.append("models: " + ", ".join(map(str, models)) if models else "any model")
     if config.get("providers") is not None:
         parts.append("providers: " + (", ".join(config["providers"]) or "(none)"))
     for name, rule in params.items():
-        if name == "model" and isinstance(rule, dict) and set(rule) == {"allowed"}:
+        if name == "model" and isinstance(rule, dict) and set(rule) <= {"allowed"}:
             continue
         parts.append(_rule_text(name, rule))
     return "; ".join(parts)
@@ -491,7 +492,7 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
             zone = _zone(obj)
             context["time_zone"] = zone
             context["beside"] = self._beside(obj)
-            context["try_services"] = SERVICES
+            context["try_services"] = [(s, service_label(s)) for s in SERVICES]
             context["try_url"] = reverse("admin:licensing_course_try", args=[obj.pk])
             context["usage"] = self._usage_rows(obj, zone)
             context["usage_csv_url"] = reverse("admin:licensing_course_usage_csv", args=[obj.pk])

@@ -16,7 +16,7 @@ from typing import Any
 from django import forms
 
 from catalog.forms import AdminModelFormMixin
-from catalog.selectors import policy_choices, service_providers
+from catalog.selectors import connected_catalog, policy_choices, service_providers
 from core.text import is_storable_json
 
 from ..console.money import institution_rate
@@ -88,11 +88,13 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
         if course.pk is not None:
             base = course.license.license_type.policy
             models, providers = policy_choices(), service_providers()
+            connected = connected_catalog()
             self.overlay_form = PolicyForm(
                 data,
                 document=overlay_as_document(base, course.policy),
                 models=models,
                 providers=providers,
+                connected=connected,
                 ceiling=base,
                 disabled="policy" not in self.fields,
                 prefix="overlayform",
@@ -106,6 +108,7 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
                 document=exam_as_document(course.exam_policy),
                 models=models,
                 providers=providers,
+                connected=connected,
                 ceiling=course_doc,
                 ceiling_name="the course",
                 disabled="exam_policy" not in self.fields,

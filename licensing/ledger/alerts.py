@@ -26,6 +26,8 @@ from django.core.mail import send_mail
 from django.db import DatabaseError, close_old_connections, connection, connections, transaction
 from django.utils import timezone
 
+from core.zones import zone_or_utc
+
 from ..models import AdminProfile, BudgetAlert
 from .budget import BudgetState
 
@@ -170,6 +172,12 @@ def institution_admin_emails(institution_id: int) -> list[str]:
     return sorted(set(users.exclude(email="").values_list("email", flat=True)))
 
 
+def _local_day(instant, lic) -> str:
+    """A window's first day as the institution counts days (its time zone), named."""
+    zone = zone_or_utc(lic.institution.timezone)
+    return f"{instant.astimezone(zone):%Y-%m-%d} ({zone.key})"
+
+
 def send_budget_alert(alert_id: int) -> None:
     alert = BudgetAlert.objects.select_related("license__institution").get(pk=alert_id)
     if alert.sent_at is not None:
@@ -181,7 +189,7 @@ def send_budget_alert(alert_id: int) -> None:
         window = (
             "its lifetime budget"
             if alert.period == "lifetime"
-            else f"the {alert.period} window from {alert.window_start:%Y-%m-%d} UTC"
+            else f"the {alert.period} window from {_local_day(alert.window_start, lic)}"
         )
         send_mail(
             subject=f"[Inference Gateway] License {lic.name} reached "

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from catalog.registry import service_label
 from core import clock
 
 from ..access.scoping import owns, scope_of
@@ -223,6 +224,10 @@ class ServiceWords:
     providers: str
     models: str
 
+    @property
+    def label(self) -> str:
+        return service_label(self.service)
+
 
 def policy_in_words(policy: Policy | None) -> list[ServiceWords]:
     """The services a policy enables, with the providers and the models it allows."""
@@ -231,20 +236,25 @@ def policy_in_words(policy: Policy | None) -> list[ServiceWords]:
     found = []
     for service, rules in sorted(policy.services.items()):
         providers = "any" if rules.providers is None else ", ".join(sorted(rules.providers))
-        models = "any"
-        for rule in rules.rules:
-            if rule.name != "model":
-                continue
-            if rule.forbidden:
-                models = "none"
-            elif rule.allowed is not None:
-                models = ", ".join(str(v) for v in rule.allowed)
-            elif rule.patterns is not None:
-                models = "matching " + ", ".join(p.pattern for p in rule.patterns)
-            elif rule.excluded is not None:
-                models = "any but " + ", ".join(str(v) for v in rule.excluded)
-        found.append(ServiceWords(service, providers, models))
+        # The first model rule holds the merged values of every model rule in force
+        # (licensing.rules.scopes.conjoin); a later one is a patterns list of its own.
+        model = next((rule for rule in rules.rules if rule.name == "model"), None)
+        found.append(ServiceWords(service, providers, _models_in_words(model)))
     return found
+
+
+def _models_in_words(rule) -> str:
+    if rule is None:
+        return "any"
+    if rule.forbidden:
+        return "none"
+    if rule.allowed is not None:
+        return ", ".join(str(v) for v in rule.allowed)
+    if rule.patterns is not None:
+        return "matching " + ", ".join(p.pattern for p in rule.patterns)
+    if rule.excluded is not None:
+        return "any but " + ", ".join(str(v) for v in rule.excluded)
+    return "any"
 
 
 @dataclass(frozen=True)

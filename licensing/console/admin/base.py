@@ -2,11 +2,12 @@
 permissions by role), the read-only and keep-the-ledger-intact mixins, and the cell formats."""
 
 from collections.abc import Sequence
-from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.http import Http404, HttpResponseBadRequest
+from django.utils import timezone
+from django.utils.functional import lazy
 from django.utils.html import format_html
 
 from ...access.scoping import TEACHER, institution_id_of, owns, scope_of, scoped
@@ -18,11 +19,19 @@ def _credits(value) -> str:
 
 
 def _short_time(value):
-    """A compact UTC time that keeps list columns narrow (the admin's own format wraps)."""
+    """A compact time in the current time zone (the institution's for its staff,
+    licensing.console.local_time) that keeps list columns narrow (the admin's own format
+    wraps)."""
     if value is None:
         return "-"
-    text = value.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
-    return format_html('<span style="white-space: nowrap">{} UTC</span>', text)
+    text = timezone.localtime(value).strftime("%Y-%m-%d %H:%M %Z")
+    return format_html('<span style="white-space: nowrap">{}</span>', text)
+
+
+def _time_heading(word: str):
+    """A column's heading naming the current time zone ("time (Europe/Berlin)"), read when
+    the page is drawn."""
+    return lazy(lambda: f"{word} ({timezone.get_current_timezone_name()})", str)()
 
 
 class ScopedRelatedFilter(admin.RelatedFieldListFilter):

@@ -1,7 +1,6 @@
 """The ledger (transactions), read-only: the review page (filters, totals, CSV export), the
 live feed and the usage page hang off its URLs."""
 
-from datetime import UTC
 from typing import cast
 
 from django.contrib import admin
@@ -9,6 +8,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseBadRequest
 from django.urls import path
+from django.utils import timezone
 from django.utils.html import format_html
 
 from ...access.scoping import scope_of
@@ -17,7 +17,7 @@ from ...models import Transaction
 from .. import review_admin
 from ..money import institution_rate
 from ..review import csv_response, export_filename, iso_utc, scoped_ledger
-from .base import ReadOnlyAdminMixin, ScopedAdminMixin
+from .base import ReadOnlyAdminMixin, ScopedAdminMixin, _time_heading
 
 
 @admin.register(Transaction)
@@ -119,9 +119,9 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             raise PermissionDenied
         return review_admin.choices_json(request, field)
 
-    @admin.display(description="time (UTC)", ordering="created_at")
+    @admin.display(description=_time_heading("time"), ordering="created_at")
     def time(self, obj):
-        at = obj.created_at.astimezone(UTC)
+        at = timezone.localtime(obj.created_at)
         return format_html(
             '<span title="{}">{}</span>', iso_utc(obj.created_at), at.strftime("%Y-%m-%d %H:%M")
         )

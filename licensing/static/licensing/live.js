@@ -17,6 +17,20 @@
   const changelistUrl = root.dataset.changelistUrl;
   const socketUrl = (location.protocol === "https:" ? "wss:" : "ws:") + "//" + location.host +
     root.dataset.socketPath;
+  // Times in the page's time zone (the institution's for its staff), as the server's rows:
+  // "2026-11-27 09:30:00" (Sweden's format is ISO's).
+  let clock = null;
+  try {
+    clock = new Intl.DateTimeFormat("sv-SE", {
+      timeZone: root.dataset.timeZone || "UTC", year: "numeric", month: "2-digit",
+      day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false,
+    });
+  } catch (e) { clock = null; }  // a zone this browser does not know: UTC as sent
+  function localTime(iso) {
+    const at = new Date(iso);
+    if (clock === null || isNaN(at.getTime())) return iso.slice(0, 10) + " " + iso.slice(11, 19);
+    return clock.format(at);
+  }
   const OUTCOMES = {
     success: "success", client_error: "client error", denied: "denied", failure: "failure",
   };
@@ -61,7 +75,7 @@
     tr.className = "live-row live-new live-" + outcome;
     tr.dataset.requestId = row.request_id;
     const iso = String(row.created_at);
-    cell(tr, iso.slice(0, 10) + " " + iso.slice(11, 19), "live-time").title = iso;
+    cell(tr, localTime(iso), "live-time").title = iso;
     cell(tr, row.license, "live-wrap");
     cell(tr, holderOf(row), "live-holder");
     cell(tr, row.service);
