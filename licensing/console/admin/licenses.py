@@ -10,19 +10,20 @@ from django.db.models import Count
 from django.http import Http404, HttpResponse, JsonResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _lazy
 from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES
 
 from ...access.changes import audit_row_change, stored_snapshot
 from ...access.scoping import scope_of
-from ...models import ApiKey, Institution, License, LicenseType
+from ...models import ApiKey, Institution, License, LicenseType, Transaction
 from ...rules.policy import SERVICES
 from ..forms import InstitutionForm, LicenseForm, LicenseTypeForm
 from ..money import with_money
 from ..policy_try import try_request
 from ..usage import licenses_usage
-from .base import ScopedAdminMixin
+from .base import KeepLedgerIntactMixin, ScopedAdminMixin
 
 POLICY_DOCS = settings.BASE_DIR / "docs" / "policy.md"
 
@@ -192,8 +193,12 @@ class UsageChangeList(ChangeList):
 
 
 @admin.register(License)
-class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
+class LicenseAdmin(AuditedSaveMixin, KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = LicenseForm
+    deactivate_hint = _lazy(
+        "Deactivate it instead: untick “active” on its page and save. Its keys and its users' "
+        "requests are refused from then on; its ledger, wallets and budget alerts stay."
+    )
     list_display = (
         "name",
         "institution",
@@ -245,6 +250,9 @@ class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     def get_changelist(self, request, **kwargs):
         return UsageChangeList
+
+    def ledger_rows(self, obj):
+        return Transaction.objects.filter(license=obj)
 
     def _usage(self, obj):
         usage = getattr(obj, "_usage", None)
