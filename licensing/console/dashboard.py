@@ -82,7 +82,7 @@ def month_spend(institution: Institution, now: datetime) -> tuple[int, str]:
 
 def _provider_connected() -> bool:
     connections = Connection.objects.filter(active=True)
-    return any(connection.has_credentials() for connection in connections)
+    return any(connection.has_credentials for connection in connections)
 
 
 def _steps(institution: Institution, scope: Scope, connected: bool) -> list[Step]:
@@ -165,6 +165,8 @@ def dashboard_context(request) -> dict:
             "dashboard_connected": connected,
             "dashboard_courses": teacher_courses(request.user),
         }
+    if scope.institution_id is None:
+        return {}
     institution = Institution.objects.filter(pk=scope.institution_id).first()
     if institution is None:
         return {}

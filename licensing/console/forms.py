@@ -16,7 +16,7 @@ from catalog.selectors import policy_choices, service_providers
 from core.text import SURROGATE, json_holds
 
 from ..models import ApiKey, Institution, JwtIssuer, License, LicenseType
-from .money import MoneyFormMixin, Rate, institution_rate, single_rate
+from .money import MoneyFormMixin, Rate, currencies_of, institution_rate, single_rate
 from .policy_form import PolicyForm
 
 _NUL = re.compile("\x00")
@@ -117,11 +117,15 @@ class LicenseForm(MoneyFormMixin, AdminModelFormMixin, forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.instance.institution_id:
-            shown = institution_rate(self.instance.institution)
+            shown: Rate | None = institution_rate(self.instance.institution)
         else:  # a new license: the institution offered, if there is one only
-            choices = self.fields.get("institution")
-            shown = single_rate(getattr(choices, "queryset", None), "pk")
-        self.setup_money(shown, MONEY_OF_INSTITUTION)
+            choices = getattr(self.fields.get("institution"), "queryset", None)
+            shown = single_rate(choices, "pk")
+        if shown is None:
+            chooser = ("id_institution", currencies_of(choices, "pk"))
+            self.setup_money(None, MONEY_OF_INSTITUTION, chooser)
+        else:
+            self.setup_money(shown)
 
     def money_rate(self) -> Rate | None:
         institution = self.cleaned_data.get("institution")
@@ -179,7 +183,7 @@ class ApiKeyForm(forms.ModelForm):
         fields = ("license", "end_user", "name", "active", "expires_at")
 
     def clean(self):
-        cleaned = super().clean()
+        cleaned = super().clean() or {}
         license, end_user = cleaned.get("license"), cleaned.get("end_user")
         if license is not None and end_user is not None and end_user.license_id != license.pk:
             self.add_error(

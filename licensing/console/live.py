@@ -76,8 +76,10 @@ class HolderNames:
         return events
 
     def _learn(self, events: list[dict]) -> None:
-        keys = {e.get("api_key_id") for e in events} - set(self.keys) - {None}
-        people = {e.get("end_user_id") for e in events} - set(self.people) - {None}
+        keys = {e["api_key_id"] for e in events if e.get("api_key_id") is not None}
+        people = {e["end_user_id"] for e in events if e.get("end_user_id") is not None}
+        keys -= set(self.keys)
+        people -= set(self.people)
         if keys:
             for pk, name, prefix in ApiKey.objects.filter(pk__in=keys).values_list(
                 "pk", "name", "prefix"

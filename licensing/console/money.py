@@ -4,16 +4,22 @@ of institutions that may count in different currencies or rates."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import MutableMapping
 from decimal import Decimal, Inexact, localcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import Sum
+from django.utils.html import format_html
 from django.utils.translation import gettext as _
 
 from ..models import Institution
 from ..rules.money import Rate, format_amount, rate_of
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 
 def institution_rate(institution: Institution | None) -> Rate:
@@ -142,6 +148,49 @@ def _too_fine(rate: Rate) -> ValidationError:
     )
 
 
+class MoneyInput(forms.TextInput):
+    """A money amount's input with its currency beside it. Where the institution is chosen in
+    the same form, `currencies` maps each choice of the field `currency_from` to its currency,
+    and licensing/static/licensing/money.js shows the chosen one's."""
+
+    def __init__(self, currency: str = "", currency_from: str = "", currencies=None):
+        super().__init__(attrs={"inputmode": "decimal", "size": 14})
+        self.currency, self.currency_from = currency, currency_from
+        self.currencies: dict[str, str] = currencies or {}
+
+    @property
+    def media(self):
+        return forms.Media(js=["licensing/money.js"] if self.currency_from else [])
+
+    def render(self, name, value, attrs=None, renderer=None):
+        html = super().render(name, value, attrs, renderer)
+        return format_html(
+            '{} <span class="money-currency" data-currency-from="{}" '
+            'data-currencies="{}">{}</span>',
+            html,
+            self.currency_from,
+            json.dumps(self.currencies) if self.currencies else "",
+            self.currency,
+        )
+
+
+def currencies_of(choices, institution_path: str, limit: int = 500) -> dict[str, str]:
+    """Each choice's (by primary key) institution's currency, for MoneyInput's script: a form
+    where the institution is chosen (a superuser's). Empty beyond `limit` choices."""
+    if choices is None:
+        return {}
+    rows = list(choices.order_by().values_list("pk", institution_path)[: limit + 1])
+    if len(rows) > limit:
+        return {}
+    rates = {
+        pk: rate_of(currency, per_unit).currency
+        for pk, currency, per_unit in Institution.objects.filter(
+            pk__in={institution for _, institution in rows}
+        ).values_list("pk", "currency", "micro_credits_per_currency_unit")
+    }
+    return {str(pk): rates.get(institution, rate_of().currency) for pk, institution in rows}
+
+
 class MoneyField(forms.DecimalField):
     """An amount of money typed in the institution's currency (the locale's decimal separator;
     `.` always works). Cleans to a Decimal; the form turns it into micro-credits at the
@@ -150,7 +199,7 @@ class MoneyField(forms.DecimalField):
 
     def __init__(self, **kwargs):
         kwargs.setdefault("localize", True)
-        kwargs.setdefault("widget", forms.TextInput(attrs={"inputmode": "decimal", "size": 14}))
+        kwargs.setdefault("widget", MoneyInput())
         super().__init__(**kwargs)
 
     def to_python(self, value):
@@ -168,25 +217,34 @@ class MoneyFormMixin:
     micro-credits (no round trip through a shown amount)."""
 
     money_fields: tuple[str, ...] = ()
-    fields: dict
-    initial: dict
-    instance: Any
-    cleaned_data: dict
-    changed_data: list
+    if TYPE_CHECKING:  # what the mixin is mixed into (a ModelForm), for mypy
+        fields: dict[str, forms.Field]
+        initial: MutableMapping[str, Any]
+        instance: Any
+        cleaned_data: dict[str, Any]
+        changed_data: list[str]
 
     def money_rate(self) -> Rate | None:
         """The rate of the institution the row belongs to, once known (None: not yet)."""
         raise NotImplementedError
 
-    def setup_money(self, shown_rate: Rate | None, choices_note: str = "") -> None:
+    def setup_money(
+        self,
+        shown_rate: Rate | None,
+        choices_note: StrOrPromise = "",
+        chooser: tuple[str, dict[str, str]] = ("", {}),
+    ) -> None:
         """Make each budget field a MoneyField showing the stored value at `shown_rate` (None:
-        the institution is chosen in this form; `choices_note` then says whose currency)."""
+        the institution is chosen in this form; `choices_note` then says whose currency, and
+        `chooser` is the choosing field's id and each choice's currency, for the script)."""
         for name in self.money_fields:
             field = self.fields.get(name)
             if field is None or isinstance(field, MoneyField) or field.disabled:
                 continue
             stored = getattr(self.instance, name, None)
-            money = MoneyField(required=field.required, label=field.label)
+            currency = shown_rate.currency if shown_rate is not None else ""
+            widget = MoneyInput(currency, *chooser) if shown_rate is None else MoneyInput(currency)
+            money = MoneyField(required=field.required, label=field.label, widget=widget)
             money.help_text = _money_help(field.help_text, stored, shown_rate, choices_note)
             self.fields[name] = money
             if shown_rate is not None and stored is not None:
@@ -213,7 +271,9 @@ class MoneyFormMixin:
                 self.add_error(name, error)  # type: ignore[attr-defined]
 
 
-def _money_help(help_text, stored: int | None, rate: Rate | None, choices_note: str) -> str:
+def _money_help(
+    help_text, stored: int | None, rate: Rate | None, choices_note: StrOrPromise
+) -> str:
     """A budget field's help: what it is, its currency and rate, and what it holds now."""
     what = str(help_text or "").replace("Micro-credits", _("The amount")).rstrip(".")
     if rate is None:

@@ -20,7 +20,13 @@ from catalog.forms import AdminModelFormMixin
 from catalog.selectors import policy_choices, service_providers
 from core.text import is_storable_json
 
-from ..console.money import MoneyFormMixin, Rate, institution_rate, single_rate
+from ..console.money import (
+    MoneyFormMixin,
+    Rate,
+    currencies_of,
+    institution_rate,
+    single_rate,
+)
 from ..console.policy_form import PolicyForm
 from ..models import Course
 from ..rules.policy import PolicyDocumentError
@@ -127,14 +133,19 @@ class CourseForm(MoneyFormMixin, AdminModelFormMixin, forms.ModelForm):
         for a new course the one institution its licenses belong to (an institution admin's
         own), else the chosen license's."""
         if course.institution_id:
-            shown = institution_rate(course.institution)
+            shown: Rate | None = institution_rate(course.institution)
+            choices = None
         else:
-            shown = single_rate(
-                getattr(self.fields.get("license"), "queryset", None), "institution_id"
+            choices = getattr(self.fields.get("license"), "queryset", None)
+            shown = single_rate(choices, "institution_id")
+        if shown is None:
+            self.setup_money(
+                None,
+                _("In the currency of the chosen license's institution (shown once chosen)."),
+                ("id_license", currencies_of(choices, "institution_id")),
             )
-        self.setup_money(
-            shown, _("In the currency of the chosen license's institution (shown once chosen).")
-        )
+        else:
+            self.setup_money(shown)
 
     def money_rate(self) -> Rate | None:
         license = self.cleaned_data.get("license") or (

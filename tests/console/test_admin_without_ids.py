@@ -281,6 +281,10 @@ def test_the_course_add_form_shows_the_institutions_currency(schools):
     superuser.force_login(User.objects.create_superuser("root", password="pw"))
     page = superuser.get(url(Course, "add")).content.decode()
     assert "the chosen license" in page
+    # licensing/money.js shows the chosen license's currency beside the amount.
+    assert 'data-currency-from="id_license"' in page and "licensing/money.js" in page
+    assert f"&quot;{a['license'].pk}&quot;: &quot;EUR&quot;" in page
+    assert f"&quot;{schools['b']['license'].pk}&quot;: &quot;USD&quot;" in page
     data.update(code="NEW2", allowance="1")
     assert superuser.post(url(Course, "add"), data).status_code == 302
     assert Course.objects.get(code="NEW2").allowance == 2_000_000  # EUR's rate, not USD's
