@@ -12,7 +12,9 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.mail.backends.locmem import EmailBackend as LocmemBackend
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from core import clock
@@ -353,6 +355,20 @@ def test_the_dashboard_greets_an_institution_admin_with_the_checklist(schools):
     )
     page = a["admin"].get(reverse("admin:index"))
     assert {s.key: s.done for s in page.context["dashboard_summary"].steps}["sign_in"] is True
+
+
+def test_the_superuser_dashboard_costs_the_same_queries_for_more_institutions(
+    schools, admin_client
+):
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert admin_client.get(reverse("admin:index")).status_code == 200
+        return len(captured.captured_queries)
+
+    before = queries()
+    for suffix in ("c", "d", "e"):
+        make_licensing(suffix)
+    assert queries() == before
 
 
 def test_a_superuser_sees_every_institution_and_a_reviewer_the_spend(schools, admin_client):
