@@ -64,7 +64,7 @@
     const iso = String(row.created_at);
     cell(tr, iso.slice(0, 10) + " " + iso.slice(11, 19), "live-time").title = iso;
     cell(tr, row.license, "live-wrap");
-    cell(tr, holderOf(row), "live-holder");
+    cell(tr, holderOf(row), "live-wrap live-holder");  // a name and a key: may wrap
     cell(tr, row.service);
     cell(tr, row.requested_model || "-", "live-wrap live-model");
     cell(tr, row.provider || "-");
