@@ -59,7 +59,7 @@ def test_an_admin_runs_their_institution_by_names_and_money(server, page):
     assert re.search(r"Spent in \w+ \d{4} \(Europe/Berlin\): 0\.00 EUR", dashboard), dashboard
     assert page.locator("#dashboard .step-license.done").count() == 1
     assert page.locator("#dashboard .step-sign_in.todo a").count() == 1  # a link to do it
-    shot(page, "people-01-dashboard")
+    shot(page, "people-01-dashboard")  # docs/admin-home.png is a copy
 
     # A student added by typing part of her name: only this school's Ada is offered.
     page.goto(f"{server.url}/admin/licensing/course/{course_id}/change/")
