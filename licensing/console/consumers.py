@@ -183,11 +183,13 @@ class TransactionFeed(AsyncJsonWebsocketConsumer):
         rows = event["rows"]
         if self.names is None:
             self.names = HolderNames()
-        try:
-            rows = await database_sync_to_async(self.names.name)(rows)
-        except Exception:  # the database is away: the rows go out with their ids only
-            logger.warning("live feed: naming the rows' holders failed", exc_info=True)
-        await self.send_json({"type": "rows", "rows": rows})
+        missing = self.names.missing(rows)
+        if any(missing):  # ids not named yet: the database, once each (live.HolderNames)
+            try:
+                await database_sync_to_async(self.names.learn)(*missing)
+            except Exception:  # the database is away: those rows go out with ids for names
+                logger.warning("live feed: naming the rows' holders failed", exc_info=True)
+        await self.send_json({"type": "rows", "rows": self.names.label(rows)})
 
     async def _beat(self) -> None:
         while True:

@@ -69,17 +69,20 @@ class HolderNames:
         self.people: OrderedDict[int, str] = OrderedDict()
 
     def name(self, events: list[dict]) -> list[dict]:
-        """The events, each with `holder`: "Ada Lovelace (ada@school.example) · key lab"."""
-        self._learn(events)
-        for event in events:
-            event["holder"] = self._holder(event.get("api_key_id"), event.get("end_user_id"))
-        return events
+        """The events, each with `holder`: "Ada Lovelace (ada@school.example) · key lab"
+        (looking up the ids not known yet: the database)."""
+        self.learn(*self.missing(events))
+        return self.label(events)
 
-    def _learn(self, events: list[dict]) -> None:
+    def missing(self, events: list[dict]) -> tuple[set[int], set[int]]:
+        """The key and end-user ids of `events` not named yet (empty: `label` needs no query,
+        so the websocket names a steady stream of rows without leaving the event loop)."""
         keys = {e["api_key_id"] for e in events if e.get("api_key_id") is not None}
         people = {e["end_user_id"] for e in events if e.get("end_user_id") is not None}
-        keys -= set(self.keys)
-        people -= set(self.people)
+        return keys - set(self.keys), people - set(self.people)
+
+    def learn(self, keys: set[int], people: set[int]) -> None:
+        """Names for these ids: two queries at most."""
         if keys:
             for pk, name, prefix in ApiKey.objects.filter(pk__in=keys).values_list(
                 "pk", "name", "prefix"
@@ -87,6 +90,11 @@ class HolderNames:
                 self._keep(self.keys, pk, name or f"{prefix}…")
         for pk, person in end_user_people(people).items():
             self._keep(self.people, pk, person.label())
+
+    def label(self, events: list[dict]) -> list[dict]:
+        for event in events:
+            event["holder"] = self._holder(event.get("api_key_id"), event.get("end_user_id"))
+        return events
 
     def _keep(self, names: OrderedDict, pk: int, text: str) -> None:
         names[pk] = text
