@@ -19,7 +19,7 @@ SECRET_KEY = CONFIG.SECRET_KEY
 ALLOWED_HOSTS = CONFIG.ALLOWED_HOSTS
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "gateway_site.apps.GatewayAdminConfig",  # django.contrib.admin with our site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

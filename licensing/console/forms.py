@@ -19,11 +19,15 @@ from core.text import SURROGATE, json_holds
 from core.zones import is_zone, zone_choices
 
 from ..models import ApiKey, Institution, JwtIssuer, License, LicenseType
+from .money import MoneyFormMixin, Rate, currencies_of, institution_rate, single_rate
 from .policy_form import PolicyForm
 
 _NUL = re.compile("\x00")
 
 SUPPORTED_BUDGET_UNITS = ("micro_credits",)
+MONEY_OF_INSTITUTION = _(
+    "In the currency of the institution chosen above (shown beside the field once chosen)."
+)
 # Micro-credits per currency unit: at most a trillion (one micro-credit is then worth 10**-12 of
 # a unit); anything larger is a typo, and 2**64 would not fit the column.
 MAX_CREDITS_PER_UNIT = 10**12
@@ -166,7 +170,30 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
         return self.cleaned_data
 
 
-class LicenseForm(AdminModelFormMixin, forms.ModelForm):
+class LicenseForm(MoneyFormMixin, AdminModelFormMixin, forms.ModelForm):
+    """The budget limit is entered and shown in the institution's currency (MoneyFormMixin)."""
+
+    money_fields = ("budget_limit",)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.institution_id:
+            shown: Rate | None = institution_rate(self.instance.institution)
+        else:  # a new license: the institution offered, if there is one only
+            choices = getattr(self.fields.get("institution"), "queryset", None)
+            shown = single_rate(choices, "pk")
+        if shown is None:
+            chooser = ("id_institution", currencies_of(choices, "pk"))
+            self.setup_money(None, MONEY_OF_INSTITUTION, chooser)
+        else:
+            self.setup_money(shown)
+
+    def money_rate(self) -> Rate | None:
+        institution = self.cleaned_data.get("institution")
+        if institution is None and self.instance.institution_id:
+            institution = self.instance.institution
+        return institution_rate(institution) if institution is not None else None
+
     class Meta:
         model = License
         fields = (
@@ -183,7 +210,7 @@ class LicenseForm(AdminModelFormMixin, forms.ModelForm):
     def clean_budget_limit(self):
         limit = self.cleaned_data.get("budget_limit")
         if limit is not None and limit < 0:
-            raise forms.ValidationError("The limit must be >= 0 (empty = unlimited).")
+            raise forms.ValidationError(_("The limit must be 0 or more (empty = unlimited)."))
         return limit
 
     def clean_budget_unit(self):
@@ -194,6 +221,7 @@ class LicenseForm(AdminModelFormMixin, forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        self.clean_money()
         institution = cleaned.get("institution")
         license_type = cleaned.get("license_type")
         if (
@@ -208,11 +236,23 @@ class LicenseForm(AdminModelFormMixin, forms.ModelForm):
 
 class ApiKeyForm(forms.ModelForm):
     """Prefix and digest are not model-editable: the add view creates them through
-    `licensing.access.credentials.api_key_create`."""
+    `licensing.access.credentials.api_key_create`. The end user (optional, chosen by name and
+    e-mail) must be on the key's license."""
 
     class Meta:
         model = ApiKey
-        fields = ("license", "name", "active", "expires_at")
+        fields = ("license", "end_user", "name", "active", "expires_at")
+
+    def clean(self):
+        cleaned = super().clean() or {}
+        license, end_user = cleaned.get("license"), cleaned.get("end_user")
+        if license is not None and end_user is not None and end_user.license_id != license.pk:
+            self.add_error(
+                "end_user",
+                _("This end user is on the license “%(license)s”, not on this key's.")
+                % {"license": end_user.license.name},
+            )
+        return cleaned
 
 
 class JwtIssuerForm(AdminModelFormMixin, forms.ModelForm):

@@ -28,6 +28,7 @@ from django.db.models import BooleanField, Count, F, Func, Max, Min, Q, Sum
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
+from catalog.models import Model as CatalogModel
 from catalog.models import Provider
 from core.instants import offset_problem
 
@@ -38,6 +39,7 @@ from ..rules.money import rate_of
 from ..rules.policy import SERVICES
 
 SEARCH_MAX_CHARS = 500
+MODEL_MATCHES_MAX = 200  # catalog models one model filter may stand for
 SEARCH_MAX_TERMS = 8
 HEX = re.compile(r"[0-9a-fA-F]+")
 JSON_NUMBER = re.compile(r"-?(0|[1-9]\d{0,14})(\.\d{1,15})?")
@@ -193,6 +195,18 @@ class StartsWith(Func):
         return f"{column} LIKE %s", (*params, pattern)
 
 
+def models_matching(term: str) -> list[str]:
+    """The model names a model filter stands for: the catalog's models whose name holds `term`
+    in any case (`GPT-4O` finds gpt-4o, `4o` every gpt-4o*), and `term` itself as typed (a name
+    the catalog does not list: a model a client asked for and was refused). The ledger is then
+    matched by equality (`IN`), which an index could answer, rather than by a case-insensitive
+    substring, which none can: the catalog is a small table, the ledger a large one."""
+    term = term.strip()
+    found = CatalogModel.objects.filter(model_id__icontains=term).order_by("model_id")
+    names = list(found.values_list("model_id", flat=True)[:MODEL_MATCHES_MAX])
+    return list(dict.fromkeys([*names, term]))
+
+
 def parse_search(text: str) -> list[tuple[str | None, str]]:
     """`q` as (key, value) terms; key None: a bare word."""
     lexer = shlex.shlex(text, posix=True)
@@ -274,7 +288,8 @@ class TransactionFilter(django_filters.FilterSet):
         return queryset.filter(attempts__gt=1) if value else queryset.filter(attempts__lte=1)
 
     def filter_model(self, queryset, name, value):
-        return queryset.filter(Q(requested_model=value) | Q(billed_model=value))
+        names = models_matching(value)
+        return queryset.filter(Q(requested_model__in=names) | Q(billed_model__in=names))
 
     def search(self, queryset, name, value):
         for key, term in parse_search(value):

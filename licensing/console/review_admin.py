@@ -22,6 +22,7 @@ from django.utils import formats, timezone
 from ..access.scoping import scope_of, scoped
 from ..models import ApiKey, EndUser, Institution, License, Transaction
 from .money import ledger_money
+from .people import end_user_people, end_user_person, people_json
 from .review import InstantField, TransactionFilter, transaction_totals
 
 CHOICES_PER_PAGE = 20
@@ -34,7 +35,7 @@ def choice_label(obj) -> str:
         name = f" {obj.name}" if obj.name else ""
         return f"{obj.prefix}…{name} ({obj.license.name})"
     if isinstance(obj, EndUser):
-        return f"{obj.subject} ({obj.license.name})"
+        return f"{end_user_person(obj).label()} ({obj.license.name})"
     return obj.name
 
 
@@ -68,6 +69,14 @@ def choices_json(request, field: str):
     if "\x00" in term or len(term) > TERM_MAX_CHARS or not 1 <= page <= 1000:
         return JsonResponse({"error": "Bad term or page"}, status=400)
     model, searched, related, ordering = CHOICE_SOURCES[field]
+    if model is EndUser:  # people by name and e-mail (licensing.console.people)
+        return people_json(
+            request,
+            scoped(EndUser.objects.select_related("license"), scope_of(request.user)),
+            "end_user",
+            ("user__last_name", "user__first_name", "subject"),
+            with_license=True,
+        )
     rows = scoped(model.objects.select_related(*related), scope_of(request.user))
     if term.strip():
         condition = Q()
@@ -249,6 +258,11 @@ class ReviewChangeList(ChangeList):
         self.totals = transaction_totals(self.queryset)
         request._ledger_row_count = self.totals.rows
         super().get_results(request)
+        # The page's end users by name and e-mail, in one query (the holder column).
+        people = end_user_people(obj.end_user_id for obj in self.result_list)
+        for obj in self.result_list:
+            person = people.get(obj.end_user_id)
+            obj._person = person.label() if person is not None else ""
 
     def review_context(self, request) -> dict:
         superuser = scope_of(request.user).superuser

@@ -79,6 +79,8 @@ def test_a_request_reaches_a_connected_viewer(gateway, catalog, license, api_key
         event = event_for(ws, request_id)
     row = Transaction.objects.get(request_id=request_id)
     assert row.credits > 0 and answer.usage.model_extra["credits_used"] == row.credits
+    # Named by the viewer's consumer (the publisher sends ids only): the key by its name.
+    assert event.pop("holder") == f"key {row.api_key.name or row.api_key.prefix + '…'}"
     assert event == {
         "created_at": row.created_at.isoformat(timespec="milliseconds"),
         "request_id": request_id,

@@ -13,6 +13,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext_lazy as _lazy
 from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES
@@ -21,14 +22,14 @@ from core.zones import zone_or_utc
 
 from ...access.changes import audit_row_change, stored_snapshot
 from ...access.scoping import scope_of
-from ...models import ApiKey, Institution, License, LicenseType
+from ...models import ApiKey, Institution, License, LicenseType, Transaction
 from ...rules.policy import SERVICES
 from ..docs_page import rendered
 from ..forms import InstitutionForm, LicenseForm, LicenseTypeForm
 from ..money import with_money
 from ..policy_try import try_request
 from ..usage import licenses_usage
-from .base import ScopedAdminMixin
+from .base import KeepLedgerIntactMixin, ScopedAdminMixin
 
 POLICY_DOCS = settings.BASE_DIR / "docs" / "policy.md"
 
@@ -227,8 +228,12 @@ class UsageChangeList(ChangeList):
 
 
 @admin.register(License)
-class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
+class LicenseAdmin(AuditedSaveMixin, KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = LicenseForm
+    deactivate_hint = _lazy(
+        "Deactivate it instead: untick “active” on its page and save. Its keys and its users' "
+        "requests are refused from then on; its ledger, wallets and budget alerts stay."
+    )
     list_display = (
         "name",
         "institution",
@@ -280,6 +285,9 @@ class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     def get_changelist(self, request, **kwargs):
         return UsageChangeList
+
+    def ledger_rows(self, obj):
+        return Transaction.objects.filter(license=obj)
 
     def _usage(self, obj):
         usage = getattr(obj, "_usage", None)

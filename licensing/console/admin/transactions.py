@@ -10,12 +10,14 @@ from django.http import HttpResponseBadRequest
 from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
 
 from ...access.scoping import scope_of
 from ...ledger.record import detail_fieldsets
 from ...models import Transaction
 from .. import review_admin
 from ..money import institution_rate
+from ..people import end_user_person
 from ..review import csv_response, export_filename, iso_utc, scoped_ledger
 from .base import ReadOnlyAdminMixin, ScopedAdminMixin, _time_heading
 
@@ -130,14 +132,24 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     def license_name(self, obj):
         return _truncated(obj.license.name, 18)
 
-    @admin.display(description="holder")
+    @admin.display(description=_("holder"))
     def holder(self, obj):
+        """The person (name or e-mail, the subject only when nothing else is known) and the
+        key; each in full in the tooltip."""
+        person = getattr(obj, "_person", None)
+        if person is None and obj.end_user_id is not None:
+            person = end_user_person(obj.end_user).label()
+        key = ""
         if obj.api_key_id is not None:
+            key = _("API key %(name)s") % {"name": obj.api_key.name or f"{obj.api_key.prefix}…"}
+        if person:
             return format_html(
-                '<span title="API key {}">{}…</span>', obj.api_key.name, obj.api_key.prefix
+                '<span title="{}">{}</span>',
+                " · ".join(filter(None, (person, key))),
+                _cut(person, 22),
             )
-        if obj.end_user_id is not None:
-            return _truncated(obj.end_user.subject, 14)
+        if key:
+            return format_html('<span title="{}">{}…</span>', key, obj.api_key.prefix)
         return "-"
 
     @admin.display(description="model")
@@ -205,6 +217,10 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     def request(self, obj):
         title = obj.request_id + (f" · answer {obj.upstream_id}" if obj.upstream_id else "")
         return format_html('<code title="{}">{}</code>', title, obj.request_id[:8])
+
+
+def _cut(text: str, length: int) -> str:
+    return text if len(text) <= length else text[: length - 1] + "…"
 
 
 def _truncated(text: str, length: int):

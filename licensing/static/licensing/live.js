@@ -57,6 +57,7 @@
   }
 
   function holderOf(row) {
+    if (row.holder) return row.holder;  // named by the server (licensing/console/live.py)
     const parts = [];
     if (row.api_key_id !== null && row.api_key_id !== undefined) parts.push("key " + row.api_key_id);
     if (row.end_user_id !== null && row.end_user_id !== undefined) parts.push("user " + row.end_user_id);
@@ -77,7 +78,7 @@
     const iso = String(row.created_at);
     cell(tr, localTime(iso), "live-time").title = iso;
     cell(tr, row.license, "live-wrap");
-    cell(tr, holderOf(row), "live-holder");
+    cell(tr, holderOf(row), "live-wrap live-holder");  // a name and a key: may wrap
     cell(tr, row.service);
     cell(tr, row.requested_model || "-", "live-wrap live-model");
     cell(tr, row.provider || "-");
