@@ -291,6 +291,8 @@ if CONFIG.SECURE_PROXY_SSL_HEADER:
 # The security, CSRF and clickjacking middlewares (and axes') run in ADMIN_MIDDLEWARE, not
 # MIDDLEWARE; gateway_site.checks verifies them there instead.
 SILENCED_SYSTEM_CHECKS += ["security.W001", "security.W002", "security.W003", "axes.W002"]
+# A refused form (no or an old CSRF token): the site's page saying what to do (gateway_site.errors).
+CSRF_FAILURE_VIEW = "gateway_site.errors.csrf_failure"
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Inference Gateway management API",
