@@ -22,8 +22,10 @@ from __future__ import annotations
 import datetime
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import get_token
 from django.template import loader
 from django.urls import reverse
 
@@ -57,15 +59,22 @@ def _manage(status: int, detail: str | None = None) -> JsonResponse:
 
 
 def _area(request: HttpRequest) -> dict[str, str | bool]:
-    """Which part of the site the page belongs to: its start page and its sign-in page."""
+    """Which part of the site the page belongs to: its start page, and how to change accounts.
+    Whether someone is signed in is read from the session cookie's presence, not the session
+    (a query): a stale cookie only means a sign-out button that signs out nobody."""
     portal = request.path.startswith(PORTAL_PREFIX)
     login = reverse("portal:login" if portal else "admin:login")
     if request.method == "GET":
         login += "?" + urlencode({"next": request.get_full_path()})
+    signed_in = settings.SESSION_COOKIE_NAME in request.COOKIES
     return {
         "portal": portal,
         "start_url": reverse("portal:dashboard" if portal else "admin:index"),
         "sign_in_url": login,
+        "signed_in": signed_in,
+        "sign_out_url": reverse("portal:logout" if portal else "admin:logout"),
+        # The sign-out form's token (the cookie's, or a new one the CSRF middleware sets).
+        "csrf_token": get_token(request) if signed_in else "",
     }
 
 

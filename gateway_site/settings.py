@@ -305,6 +305,9 @@ SPECTACULAR_SETTINGS = {
     'out" uses your session. Errors are DRF\'s shapes: `{"detail": ...}`, or field errors by '
     "name.",
     "SWAGGER_UI_SETTINGS": {"deepLinking": True},
+    # The one scheme a script uses (Bearer); the admin's session works on the docs page too, as
+    # the description says, without a second "Authorize" form for a cookie.
+    "AUTHENTICATION_WHITELIST": ["licensing.console.manage_auth.ManagementTokenAuthentication"],
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/manage/v1",

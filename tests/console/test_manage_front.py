@@ -131,6 +131,7 @@ def test_the_docs_page_is_swagger_ui_from_the_sites_own_files(world):  # noqa: F
 
 def test_the_openapi_document_says_bearer(world):  # noqa: F811
     document = Client().get(BASE + "/openapi.json").json()
+    assert list(document["components"]["securitySchemes"]) == ["managementToken"]
     scheme = document["components"]["securitySchemes"]["managementToken"]
     assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
     assert "Authorization: Bearer <token>" in document["info"]["description"]

@@ -97,14 +97,27 @@ def test_a_student_gets_the_portals_404(db):
     response = signed_in(user).get("/portal/courses/999999/")
     text = assert_page(response, 404, "Page not found", start="/portal/")
     assert "Student portal" in text
-    sign_in = 'href="/portal/login/?next=%2Fportal%2Fcourses%2F999999%2F"'
-    assert sign_in in response.content.decode()
+    # Signed in: a sign-out button, with its CSRF token, to come back with another account.
+    body = response.content.decode()
+    assert '<form method="post" action="/portal/logout/"' in body
+    token = re.search(r'name="csrfmiddlewaretoken" value="(\w+)"', body).group(1)
+    assert len(token) == 64
+    anonymous = Client().get("/portal/courses/999999/?x=1")  # the login page for them
+    assert anonymous.status_code == 302
+
+
+def test_signed_out_a_page_offers_to_sign_in_and_come_back(db):
+    body = Client().get("/no/such/page/?a=b").content.decode()
+    assert 'href="/admin/login/?next=%2Fno%2Fsuch%2Fpage%2F%3Fa%3Db" id="error-sign-in"' in body
+    assert "error-sign-out" not in body
 
 
 def test_a_role_without_the_page_gets_403_saying_whom_to_ask(two):
     reviewer = role_client(two["a"], "reviewer", "rev-a")
-    text = assert_page(reviewer.get(url(ApiKey, "add")), 403, "You cannot open this page")
-    assert "ask your institution's admin" in text and "sign in again" in text
+    response = reviewer.get(url(ApiKey, "add"))
+    text = assert_page(response, 403, "You cannot open this page")
+    assert "ask your institution's admin" in text and "sign out and sign in" in text
+    assert '<form method="post" action="/admin/logout/"' in response.content.decode()
     teacher = role_client(two["a"], "teacher", "teach-a")
     assert_page(teacher.get(url(License, "changelist")), 403, "You cannot open this page")
 
