@@ -58,13 +58,14 @@ def _manage(status: int, detail: str | None = None) -> JsonResponse:
     return JsonResponse({"detail": detail or MANAGE_DETAIL[status]}, status=status)
 
 
-def _area(request: HttpRequest) -> dict[str, str | bool]:
-    """Which part of the site the page belongs to: its start page, and how to change accounts.
-    Whether someone is signed in is read from the session cookie's presence, not the session
-    (a query): a stale cookie only means a sign-out button that signs out nobody."""
+def _area(request: HttpRequest, come_back: bool) -> dict[str, str | bool]:
+    """Which part of the site the page belongs to: its start page, and how to change accounts
+    (the sign-in page brings them back here if `come_back`). Whether someone is signed in is
+    read from the session cookie's presence, not the session (a query): a stale cookie only
+    means a sign-out button that signs out nobody."""
     portal = request.path.startswith(PORTAL_PREFIX)
     login = reverse("portal:login" if portal else "admin:login")
-    if request.method == "GET":
+    if come_back and request.method == "GET":
         login += "?" + urlencode({"next": request.get_full_path()})
     signed_in = settings.SESSION_COOKIE_NAME in request.COOKIES
     return {
@@ -79,8 +80,11 @@ def _area(request: HttpRequest) -> dict[str, str | bool]:
 
 
 def error_page(request: HttpRequest, template: str, status: int, **context) -> HttpResponse:
-    """The page, rendered with no request context: nothing in it may need the database."""
-    context = {**_area(request), "status": status, **context}
+    """The page, rendered with no request context: nothing in it may need the database. A 404
+    is the same page whatever the path (nothing in it tells one missing page from another:
+    gateway_site.metrics hands a refused /metrics to Django's 404 for that reason), so its
+    sign-in link does not come back to the path."""
+    context = {**_area(request, come_back=status != 404), "status": status, **context}
     return HttpResponse(loader.render_to_string(template, context), status=status)
 
 

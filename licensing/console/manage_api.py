@@ -595,3 +595,9 @@ class ManageDocsView(SpectacularSwaggerView):
     template_name = "licensing/manage_docs.html"
     url_name = "manage-openapi"
     authentication_classes: list = []
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        if response.status_code >= 400:  # (`?format=csv`): DRF's JSON, never a page's template
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)

@@ -127,6 +127,11 @@ def test_the_docs_page_is_swagger_ui_from_the_sites_own_files(world):  # noqa: F
         assert 'href="/static/ninja/swagger-ui.css"' in body
         assert '"/manage/v1/openapi.json"' in body
         assert "cdn" not in body.lower() and "https://" not in body  # nothing from elsewhere
+    for query in ("?lang=%00", "?lang=%ED%A0%80", "?version=" + "v" * 10_000):
+        assert Client().get(BASE + "/docs" + query).status_code == 200
+    for query in ("?format=csv", "?format=%00"):
+        wrong = Client().get(BASE + "/docs" + query)  # DRF's JSON, not a page
+        assert (wrong.status_code, wrong.json()) == (404, {"detail": "Not found."})
 
 
 def test_the_openapi_document_says_bearer(world):  # noqa: F811

@@ -106,10 +106,11 @@ def test_a_student_gets_the_portals_404(db):
     assert anonymous.status_code == 302
 
 
-def test_signed_out_a_page_offers_to_sign_in_and_come_back(db):
+def test_signed_out_a_page_offers_to_sign_in(db):
     body = Client().get("/no/such/page/?a=b").content.decode()
-    assert 'href="/admin/login/?next=%2Fno%2Fsuch%2Fpage%2F%3Fa%3Db" id="error-sign-in"' in body
-    assert "error-sign-out" not in body
+    assert 'href="/admin/login/" id="error-sign-in"' in body and "error-sign-out" not in body
+    # A 404 is the same page whatever the path: nothing tells one missing page from another.
+    assert Client().get("/metrics-or-not/").content == Client().get("/no/such/page/").content
 
 
 def test_a_role_without_the_page_gets_403_saying_whom_to_ask(two):
@@ -230,15 +231,18 @@ def test_the_500_page_renders_with_the_database_down(gateway, logged, transactio
 def test_rendering_an_error_page_makes_no_query(db, rf):
     from gateway_site import errors
 
-    request = rf.get("/admin/anything/")
-    request.request_id = "0123abcd"
+    signed_out = rf.get("/admin/anything/")
+    signed_in = rf.get("/portal/anything/", HTTP_COOKIE="sessionid=stale-or-not")
     with CaptureQueriesContext(connection) as queries:
-        for response in (
-            errors.server_error(request),
-            errors.page_not_found(request, Exception("x")),
-            errors.permission_denied(request, Exception("x")),
-            errors.bad_request(request, Exception("x")),
-            errors.csrf_failure(request, reason="CSRF cookie not set."),
-        ):
-            assert response.status_code in (400, 403, 404, 500)
+        for request in (signed_out, signed_in):
+            request.request_id = "0123abcd"
+            for response in (
+                errors.server_error(request),
+                errors.page_not_found(request, Exception("x")),
+                errors.permission_denied(request, Exception("x")),
+                errors.bad_request(request, Exception("x")),
+                errors.csrf_failure(request, reason="CSRF cookie not set."),
+            ):
+                assert response.status_code in (400, 403, 404, 500)
     assert len(queries) == 0
+    assert b"error-sign-out" in errors.page_not_found(signed_in, Exception("x")).content
