@@ -147,8 +147,14 @@ def test_a_bad_host_and_a_body_over_the_limit(db, settings):
     assert_page(big, 413, "What you sent is too large")
 
 
-def test_the_apis_keep_their_json(two, settings):
+def test_the_apis_keep_their_json(two, settings, monkeypatch):
     assert Client().get("/v1/nope").json() == {"error": {"message": "Not found"}}
+    monkeypatch.setattr("licensing.console.manage_api.licenses_usage", boom)
+    superuser = get_user_model().objects.create_superuser("root", password="pw")
+    client = Client(raise_request_exception=False)
+    client.force_login(superuser)
+    failed = client.get("/manage/v1/licenses")
+    assert (failed.status_code, failed.json()) == (500, {"detail": "A server error occurred."})
     manage = Client().get("/manage/v1/no-such-endpoint")
     assert (manage.status_code, manage.json()) == (404, {"detail": "Not found."})
     settings.ALLOWED_HOSTS = ["gateway.example"]
