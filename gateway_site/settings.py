@@ -226,8 +226,9 @@ SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410", "models.W040
 # The management API (/manage/v1/, licensing.console.manage_api): DRF's own error shapes, not
 # /v1's.
 REST_FRAMEWORK = {
+    # A management token as `Bearer <token>` or `Token <token>`, or the admin's session.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "licensing.console.manage_auth.ManagementTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
@@ -242,6 +243,8 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
+    # DRF's, with Django's own refusals of a body (too large: 413) in DRF's shape.
+    "EXCEPTION_HANDLER": "licensing.console.manage_parsers.exception_handler",
 }
 
 # --- Secrets at rest, cache invalidation, admin hardening (docs/deployment.md, "Production") ---
@@ -291,11 +294,23 @@ if CONFIG.SECURE_PROXY_SSL_HEADER:
 # The security, CSRF and clickjacking middlewares (and axes') run in ADMIN_MIDDLEWARE, not
 # MIDDLEWARE; gateway_site.checks verifies them there instead.
 SILENCED_SYSTEM_CHECKS += ["security.W001", "security.W002", "security.W003", "axes.W002"]
+# A refused form (no or an old CSRF token): the site's page saying what to do (gateway_site.errors).
+CSRF_FAILURE_VIEW = "gateway_site.errors.csrf_failure"
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Inference Gateway management API",
-    "DESCRIPTION": "Licenses, API keys, end users and transactions of the caller's institution; "
-    "for superusers, the catalog's connections and their circuits.",
+    "DESCRIPTION": "For institution admins' scripts and LMS integrations: the licenses, API keys, "
+    "end users, usage, ledger, audit log and courses of the caller's institution; for superusers, "
+    "the catalog's connections and their circuits.\n\n"
+    "**Authentication**: `Authorization: Bearer <token>` with your management token (the "
+    'admin\'s "My API token" page, `/admin/my-token/`, or `manage.py create_management_token '
+    'USERNAME`); `Authorization: Token <token>` works too. Signed in to the admin, "Try it '
+    'out" uses your session. Errors are DRF\'s shapes: `{"detail": ...}`, or field errors by '
+    "name.",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True},
+    # The one scheme a script uses (Bearer); the admin's session works on the docs page too, as
+    # the description says, without a second "Authorize" form for a cookie.
+    "AUTHENTICATION_WHITELIST": ["licensing.console.manage_auth.ManagementTokenAuthentication"],
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/manage/v1",

@@ -4,7 +4,9 @@ API keys (create, revoke, rotate; the key is shown once), end users, and the led
 the catalog's connections with their circuits. For institution admins' scripts and LMS
 integrations; scoped exactly like the admin (licensing.access.scoping): a row of another
 institution is a 404. Errors are DRF's own shapes (this is not the /v1 contract).
-Authentication: `Authorization: Token <token>` (DRF tokens) or the admin's session."""
+Authentication: a management token as `Authorization: Bearer <token>` or `Token <token>`
+(licensing.console.manage_auth), or the admin's session. Described by /manage/v1/openapi.json
+(drf-spectacular) and its page, /manage/v1/docs."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import cast
 import django_filters
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.views import SpectacularSwaggerView
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
@@ -577,3 +580,24 @@ class ConnectionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         return Response(
             self.get_serializer(connection_row(row, connections_health([row])[row.pk])).data
         )
+
+
+# --- the docs page -----------------------------------------------------------------------------
+
+
+class ManageDocsView(SpectacularSwaggerView):
+    """`/manage/v1/docs`: Swagger UI over `/manage/v1/openapi.json`, as `/v1/docs` is over
+    `/v1/openapi.json`: the same Swagger UI files (django-ninja's, served from the site's static
+    files: no CDN, nothing fetched from elsewhere), drf-spectacular's set-up script. "Try it out"
+    sends the admin's session with its CSRF header when signed in, or the token given under
+    "Authorize" (`Bearer`). The page itself reads no credential: a stray header never breaks it."""
+
+    template_name = "licensing/manage_docs.html"
+    url_name = "manage-openapi"
+    authentication_classes: list = []
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        if response.status_code >= 400:  # (`?format=csv`): DRF's JSON, never a page's template
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
