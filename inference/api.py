@@ -32,6 +32,7 @@ from core.errors import (
 )
 from core.jsonio import dumps, json_invalid_item, json_response, parse_json
 from licensing.access.credentials import authenticate
+from licensing.access.frontend import acting_for
 
 from .providers.pool import current_license
 
@@ -74,10 +75,13 @@ class BearerAuth(HttpAuthBase):
         if header is None or not header.strip():
             request.principal = None
             return ANONYMOUS
-        request.principal = await authenticate(header)
+        principal = await authenticate(header)
+        if principal.front_end:  # names the person it acts for (only this kind reads headers)
+            principal = await acting_for(principal, request.headers)
+        request.principal = principal
         # Its license's share of every provider pool (providers.pool): the calls below it ask.
-        current_license.set(request.principal.license.id)
-        return request.principal
+        current_license.set(principal.license.id)
+        return principal
 
 
 class GatewayAPI(NinjaAPI):
