@@ -37,16 +37,17 @@ class School:
 
     def student(self, email: str, *, sub: str | None = None) -> EndUser:
         """A student as their first sign-in leaves them (a verified e-mail, the student group)."""
+        sub = sub or f"sub-{next(_serial)}"
         sign_in_complete(
             provider=self.provider,
             claims={
-                "sub": sub or f"sub-{next(_serial)}",
+                "sub": sub,
                 "email": email,
                 "email_verified": True,
                 "groups": ["students"],
             },
         )
-        end_user = EndUser.objects.get(license=self.license, user__sso_identity__email=email)
+        end_user = EndUser.objects.get(license=self.license, user__sso_identity__subject=sub)
         self.students[email] = end_user
         return end_user
 

@@ -46,9 +46,7 @@ def chat(gateway, school, email, model=MINI, **headers):
 def test_two_students_each_pay_from_their_own_wallets(gateway, catalog, school):
     ana = school.student("ana@front.example")
     ben = school.student("ben@front.example")
-    course = school.course(
-        "BIO-7A", members=[ana, ben], allowance=5_000_000, pool_limit=9_000_000
-    )
+    course = school.course("BIO-7A", members=[ana, ben], allowance=5_000_000, pool_limit=9_000_000)
     for email, times in (("ana@front.example", 2), ("ben@front.example", 1)):
         for _ in range(times):
             assert chat(gateway, school, email).choices[0].message.content
