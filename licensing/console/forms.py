@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
 from catalog.selectors import policy_choices, service_providers
@@ -146,11 +147,34 @@ class LicenseForm(AdminModelFormMixin, forms.ModelForm):
 
 class ApiKeyForm(forms.ModelForm):
     """Prefix and digest are not model-editable: the add view creates them through
-    `licensing.access.credentials.api_key_create`."""
+    `licensing.access.credentials.api_key_create`. A key's kind and course are chosen when it is
+    made (a front-end key: docs/open-webui.md)."""
 
     class Meta:
         model = ApiKey
-        fields = ("license", "name", "active", "expires_at")
+        fields = ("license", "kind", "course", "name", "active", "expires_at")
+        labels = {"course": _("course")}
+        help_texts = {
+            "course": _(
+                "Optional: the key acts only within this course of the license (a front-end "
+                "key: for the course's members only)."
+            )
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "kind" in self.fields:
+            self.fields["kind"].required = False  # left out: an ordinary key, as before
+
+    def clean_kind(self):
+        return self.cleaned_data.get("kind") or ApiKey.Kind.STANDARD
+
+    def clean(self):
+        cleaned = super().clean()
+        license, course = cleaned.get("license"), cleaned.get("course")
+        if license is not None and course is not None and course.license_id != license.pk:
+            self.add_error("course", _("The course is not on this license."))
+        return cleaned
 
 
 class JwtIssuerForm(AdminModelFormMixin, forms.ModelForm):

@@ -5,6 +5,7 @@ JWT issuers (HS256 secrets write-only, see `catalog.forms.AdminModelFormMixin`) 
 instead)."""
 
 from django.contrib import admin, messages
+from django.utils.translation import gettext
 
 from catalog.forms import FORMFIELD_OVERRIDES
 from core.localcache import clear_all
@@ -21,15 +22,17 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = ApiKeyForm
     list_display = (
         "key_prefix",
+        "kind",
         "license",
+        "course",
         "name",
         "active",
         "expires",
         "last_used",
         "created",
     )
-    list_filter = ("active", "license__institution", "license")
-    list_select_related = ("license",)
+    list_filter = ("kind", "active", "license__institution", "license")
+    list_select_related = ("license", "course")
     search_fields = ("prefix", "name", "license__name")
     autocomplete_fields = ("license",)
     date_hierarchy = "created_at"
@@ -37,10 +40,12 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return ("license", "name", "active", "expires_at")
+            return ("license", "kind", "course", "name", "active", "expires_at")
         return (
             "key_prefix",
+            "kind",
             "license",
+            "course",
             "name",
             "active",
             "expires_at",
@@ -52,7 +57,8 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
-        return ("key_prefix", "license", "last_used_at", "created_at", "updated_at")
+        fixed = ("key_prefix", "kind", "license", "course")
+        return (*fixed, "last_used_at", "created_at", "updated_at")
 
     def ledger_rows(self, obj):
         return Transaction.objects.filter(api_key=obj)
@@ -86,7 +92,13 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                     extra={"before": {"active": was_active}, "after": {"active": obj.active}},
                 )
             return
-        row, key = api_key_create(license=obj.license, name=obj.name, expires_at=obj.expires_at)
+        row, key = api_key_create(
+            license=obj.license,
+            name=obj.name,
+            expires_at=obj.expires_at,
+            kind=obj.kind,
+            course=obj.course,
+        )
         if not obj.active:
             row.active = False
             row.save(update_fields=["active", "updated_at"])
@@ -101,6 +113,8 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
             f"The new API key is {key} — copy it now: it is not stored and will not be "
             "shown again.",
         )
+        if row.is_front_end:
+            messages.info(request, front_end_hint())
 
     def delete_model(self, request, obj):
         # Only an unused key can be deleted (KeepLedgerIntactMixin); it is revoked for good.
@@ -130,6 +144,14 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     @admin.action(description="Deactivate selected API keys", permissions=["change"])
     def deactivate(self, request, queryset):
         self._set_active(request, queryset, False)
+
+
+def front_end_hint() -> str:
+    return gettext(
+        "A front-end key: give it to Open WebUI as its OpenAI API key, with "
+        "ENABLE_FORWARD_USER_INFO_HEADERS=true. Each student then pays from their own allowance "
+        "(the guide: docs/open-webui.md)."
+    )
 
 
 @admin.register(JwtIssuer)
