@@ -22,7 +22,8 @@ from tests.kit import error, wait_for_ledger
 
 from .conftest import CHAT, MINI, as_user, chat_client
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The wallets and the ledger are written by the two databases' own writers: both passes.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.both_databases]
 
 
 def wallets(license) -> dict[str, int]:
