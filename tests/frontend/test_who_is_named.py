@@ -56,6 +56,20 @@ def test_another_institutions_student_by_e_mail_is_unknown(
     nothing_charged()
 
 
+def test_a_student_of_another_license_of_the_institution_is_unknown(
+    gateway, catalog, school, client
+):
+    from licensing.access.credentials import api_key_create
+    from licensing.access.services import license_create
+    from licensing.models import ApiKey
+
+    school.student("ana@front.example")  # on the students' license
+    staff = license_create(name="Front School staff", institution="Front School")
+    _, key = api_key_create(license=staff, kind=ApiKey.Kind.FRONT_END)
+    unknown(chat(client, key, "ana@front.example"))
+    nothing_charged()
+
+
 def test_one_address_at_two_institutions_is_each_keys_own_student(
     gateway, catalog, school, other_school, client
 ):
