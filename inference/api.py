@@ -74,11 +74,10 @@ class BearerAuth(HttpAuthBase):
         if header is None or not header.strip():
             request.principal = None
             return ANONYMOUS
-        principal = await authenticate(header)
-        request.principal = principal
+        request.principal = await authenticate(header)
         # Its license's share of every provider pool (providers.pool): the calls below it ask.
-        current_license.set(principal.license.id)
-        return principal
+        current_license.set(request.principal.license.id)
+        return request.principal
 
 
 class GatewayAPI(NinjaAPI):
