@@ -93,13 +93,20 @@ def api_key_revoke(*, key_id: int) -> None:
 
 @transaction.atomic
 def api_key_rotate(*, key_id: int):
-    """A new key on the same license, with the same name and expiry; the old one is revoked.
-    Returns (new row, full new key)."""
+    """A new key of the same kind on the same license (and end user and course), with the same
+    name and expiry; the old one is revoked. Returns (new row, full new key)."""
     from ..models import ApiKey
     from .credentials import api_key_create
 
     old = ApiKey.objects.select_for_update().select_related("license").get(pk=key_id)
-    row, key = api_key_create(license=old.license, name=old.name, expires_at=old.expires_at)
+    row, key = api_key_create(
+        license=old.license,
+        name=old.name,
+        expires_at=old.expires_at,
+        kind=old.kind,
+        end_user=old.end_user,
+        course=old.course,
+    )
     if old.active:
         old.active = False
         old.save(update_fields=["active", "updated_at"])

@@ -237,20 +237,47 @@ class LicenseForm(MoneyFormMixin, AdminModelFormMixin, forms.ModelForm):
 class ApiKeyForm(forms.ModelForm):
     """Prefix and digest are not model-editable: the add view creates them through
     `licensing.access.credentials.api_key_create`. The end user (optional, chosen by name and
-    e-mail) must be on the key's license."""
+    e-mail) must be on the key's license. A key's kind and course are chosen when it is made (a
+    front-end key: docs/open-webui.md; it names its people per request, never one end user)."""
 
     class Meta:
         model = ApiKey
-        fields = ("license", "end_user", "name", "active", "expires_at")
+        fields = ("license", "end_user", "kind", "course", "name", "active", "expires_at")
+        labels = {"course": _("Course")}
+        help_texts = {
+            "course": _(
+                "Optional: the key acts only within this course of the license (a front-end "
+                "key: for the course's members only)."
+            )
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "kind" in self.fields:
+            self.fields["kind"].required = False  # left out: an ordinary key, as before
+
+    def clean_kind(self):
+        return self.cleaned_data.get("kind") or ApiKey.Kind.STANDARD
 
     def clean(self):
         cleaned = super().clean() or {}
         license, end_user = cleaned.get("license"), cleaned.get("end_user")
+        course = cleaned.get("course")
         if license is not None and end_user is not None and end_user.license_id != license.pk:
             self.add_error(
                 "end_user",
                 _("This end user is on the license “%(license)s”, not on this key's.")
                 % {"license": end_user.license.name},
+            )
+        if license is not None and course is not None and course.license_id != license.pk:
+            self.add_error("course", _("The course is not on this license."))
+        if end_user is not None and cleaned.get("kind") == ApiKey.Kind.FRONT_END:
+            self.add_error(
+                "end_user",
+                _(
+                    "A front-end key acts for the people its requests name: leave the end "
+                    "user empty."
+                ),
             )
         return cleaned
 

@@ -7,8 +7,8 @@ instead)."""
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.urls import path, reverse
+from django.utils.translation import gettext, gettext_lazy
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
 from catalog.forms import FORMFIELD_OVERRIDES
 from core.localcache import clear_all
@@ -34,15 +34,17 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = ApiKeyForm
     list_display = (
         "key_prefix",
+        "kind",
         "license",
+        "course",
         "name",
         "active",
         "expires",
         "last_used",
         "created",
     )
-    list_filter = ("active", "license__institution", "license")
-    list_select_related = ("license",)
+    list_filter = ("kind", "active", "license__institution", "license")
+    list_select_related = ("license", "course")
     search_fields = ("prefix", "name", "license__name")
     autocomplete_fields = ("license",)
     date_hierarchy = "created_at"
@@ -54,9 +56,10 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return ("license", "end_user", "name", "active", "expires_at")
+            return ("license", "end_user", "kind", "course", "name", "active", "expires_at")
         return (
             "key_prefix",
+            "kind",
             "license",
             "person",
             "course",
@@ -71,15 +74,8 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
-        return (
-            "key_prefix",
-            "license",
-            "person",
-            "course",
-            "last_used_at",
-            "created_at",
-            "updated_at",
-        )
+        fixed = ("key_prefix", "kind", "license", "person", "course")
+        return (*fixed, "last_used_at", "created_at", "updated_at")
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change, **kwargs)
@@ -148,7 +144,12 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                 )
             return
         row, key = api_key_create(
-            license=obj.license, name=obj.name, expires_at=obj.expires_at, end_user=obj.end_user
+            license=obj.license,
+            name=obj.name,
+            expires_at=obj.expires_at,
+            end_user=obj.end_user,
+            kind=obj.kind,
+            course=obj.course,
         )
         if not obj.active:
             row.active = False
@@ -164,6 +165,8 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
             f"The new API key is {key} — copy it now: it is not stored and will not be "
             "shown again.",
         )
+        if row.is_front_end:
+            messages.info(request, front_end_hint())
 
     def delete_model(self, request, obj):
         # Only an unused key can be deleted (KeepLedgerIntactMixin); it is revoked for good.
@@ -193,6 +196,14 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     @admin.action(description="Deactivate selected API keys", permissions=["change"])
     def deactivate(self, request, queryset):
         self._set_active(request, queryset, False)
+
+
+def front_end_hint() -> str:
+    return gettext(
+        "A front-end key: give it to Open WebUI as its OpenAI API key, with "
+        "ENABLE_FORWARD_USER_INFO_HEADERS=true. Each student then pays from their own allowance "
+        "(the guide: docs/open-webui.md)."
+    )
 
 
 @admin.register(JwtIssuer)

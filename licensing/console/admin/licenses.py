@@ -198,7 +198,7 @@ class ApiKeyInline(admin.TabularInline):
     """The license's keys, listed read-only; keys are created from the API key admin."""
 
     model = ApiKey
-    fields = ("prefix", "name", "active", "expires_at", "last_used_at", "created_at")
+    fields = ("prefix", "kind", "name", "active", "expires_at", "last_used_at", "created_at")
     readonly_fields = fields
     extra = 0
     can_delete = False
