@@ -1,10 +1,12 @@
 """The order of checks of every provider-backed endpoint, in one place (spec: Errors).
 
  1. credentials (malformed header / unknown key: 401)   -- inference.api.BearerAuth
+    (a front-end key: the person its headers name, licensing.access.frontend)
  2. body validation (422)                               -- django-ninja, before the view
- 3. missing Authorization header (401)
+ 3. missing Authorization header (401); a front-end key naming no person (401)
  4. X-Service-Provider / X-Service-Metadata (400)
     fair use (429 with Retry-After; only when the policy sets limits)
+    a front-end key's course: its own, or the model's alias, or the person's only one (403)
  5. budget (400 out of budget, 500 misconfigured)
  6. policy: a course member's course rules, then the license type's document (403; 503)
  7. provider selection (400)

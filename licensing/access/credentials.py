@@ -248,9 +248,27 @@ def _resolve_api_key(credential: str) -> Principal | None:
         except UNREACHABLE:
             info = _stale(_key_cache, digest)
             return _key_principal(info, _license_info(info.license_id))
-        for *fields, kind in rows:
-            if hmac.compare_digest(fields[1], digest):
-                info = _KeyInfo(*fields, front_end=kind == ApiKey.Kind.FRONT_END)
+        for (
+            key_id,
+            row_digest,
+            license_id,
+            active,
+            expires_at,
+            end_user_id,
+            course_id,
+            kind,
+        ) in rows:
+            if hmac.compare_digest(row_digest, digest):
+                info = _KeyInfo(
+                    key_id,
+                    row_digest,
+                    license_id,
+                    active,
+                    expires_at,
+                    end_user_id,
+                    course_id,
+                    front_end=kind == ApiKey.Kind.FRONT_END,
+                )
                 break
         if info is None:
             return None

@@ -170,7 +170,7 @@ class ApiKeyForm(forms.ModelForm):
         return self.cleaned_data.get("kind") or ApiKey.Kind.STANDARD
 
     def clean(self):
-        cleaned = super().clean()
+        cleaned = super().clean() or {}
         license, course = cleaned.get("license"), cleaned.get("course")
         if license is not None and course is not None and course.license_id != license.pk:
             self.add_error("course", _("The course is not on this license."))
