@@ -410,6 +410,8 @@ def teacher_switches_exam_mode_on(browser, gateway, idp, course) -> None:
     page.goto(f"{gateway.url}/portal/courses/{course.pk}/")
     page.get_by_role("button", name="Switch exam mode on").click()
     page.get_by_role("button", name="Switch exam mode off").wait_for()
+    for email in STUDENTS:  # the per-student usage: each student's chats, by name
+        page.get_by_role("cell", name=email, exact=True).wait_for()
     page.screenshot(path=str(SHOTS / "open-webui-teacher-exam-on.png"), full_page=True)
 
 
@@ -419,7 +421,9 @@ def next_message_is_refused(student, license, course) -> None:
     before = orm(wallets, license)
     rows = orm(Transaction.objects.count)
     send(page, "Is this on the exam?")
-    page.get_by_text(f"course '{COURSE}' is in exam mode").wait_for(timeout=60_000)
+    # In the chat, under the student's message (and in a notification beside it).
+    refused = page.locator("#messages-container").get_by_text(f"course '{COURSE}' is in exam mode")
+    refused.wait_for(timeout=60_000)
     page.screenshot(path=str(SHOTS / "open-webui-exam-refused.png"))
     orm(wait_for_ledger, rows + 1)
     refusal = orm(Transaction.objects.get, Q(status_code=403))
