@@ -6,7 +6,8 @@
 # disk, found through pip's find-links folder). A separate lock, not an extra of pyproject.toml:
 # Open WebUI pins ~240 packages of its own, many at other versions than the gateway's, and runs
 # in a virtualenv of its own (scripts/install_open_webui.sh).
-#   bash scripts/lock_open_webui.sh                  after changing requirements.in
+#   bash scripts/lock_open_webui.sh                  after changing requirements.in: a package
+#                                                    it does not pin keeps its locked version
 #   bash scripts/lock_open_webui.sh --upgrade        every package to its newest allowed version
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,7 +20,13 @@ if [ ! -x "$TOOLS/bin/uv" ]; then
 fi
 DIR=tests/clients/open_webui
 FIND_LINKS="${PIP_FIND_LINKS:-/opt/wheels}"
-"$TOOLS/bin/uv" pip compile "$DIR/requirements.in" --find-links "$FIND_LINKS" \
+# The previous lock's versions (hashes stripped) hold what requirements.in leaves open.
+PREVIOUS="$(mktemp)"
+trap 'rm -f "$PREVIOUS"' EXIT
+if [ -f "$DIR/requirements.txt" ] && [ "${1:-}" != "--upgrade" ]; then
+    grep -E '^[A-Za-z0-9]' "$DIR/requirements.txt" | sed -E 's/ *(;.*)?\\?$//' >"$PREVIOUS"
+fi
+"$TOOLS/bin/uv" pip compile "$DIR/requirements.in" -c "$PREVIOUS" --find-links "$FIND_LINKS" \
     --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes \
     --no-header --no-annotate --quiet "$@" -o "$DIR/requirements.txt.new"
 {

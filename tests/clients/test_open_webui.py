@@ -9,12 +9,14 @@ PKCE). Open WebUI reaches the gateway with a front-end key and forwards who is c
 once (that is how the gateway knows them), then to Open WebUI through the same IdP, and each
 chats: each student's wallets move by exactly their own ledger rows. The teacher signs in to the
 course page and switches exam mode on; the student's next message is refused, and the chat
-shows the gateway's message. Screenshots: var/screenshots/open-webui-*.png.
+shows the gateway's message. A third student, who never signed in to the gateway, reads in the
+chat where to. Screenshots: var/screenshots/open-webui-*.png.
 
 Open WebUI is installed once per lock into a virtualenv of its own (scripts/install_open_webui.sh:
 `var/open-webui-<version>-<digest>/`, or under OPEN_WEBUI_HOME, where CI keeps it between runs)
 and started for the test with its own data folder under the test's tmp, on a free port, with no
-telemetry, no update check and nothing fetched from outside (docs/testing.md, "Open WebUI").
+telemetry, no update check and nothing fetched from outside (docs/testing.md, "Open WebUI: a
+large install, once").
 It starts processes of its own and takes minutes on a cold machine: `slow`."""
 
 from __future__ import annotations
