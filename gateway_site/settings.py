@@ -296,6 +296,11 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/manage/v1",
+    # Two fields named `kind` (a key's, a course window's): each enum named by its model.
+    "ENUM_NAME_OVERRIDES": {
+        "ApiKeyKindEnum": "licensing.models.keys.ApiKey.Kind",
+        "CourseWindowKindEnum": "licensing.models.courses.CourseWindow.Kind",
+    },
 }
 
 # Budget alerts and other mail (Django's email framework). The console backend prints the

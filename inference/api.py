@@ -32,7 +32,6 @@ from core.errors import (
 )
 from core.jsonio import dumps, json_invalid_item, json_response, parse_json
 from licensing.access.credentials import authenticate
-from licensing.access.frontend import acting_for
 
 from .providers.pool import current_license
 
@@ -76,8 +75,6 @@ class BearerAuth(HttpAuthBase):
             request.principal = None
             return ANONYMOUS
         principal = await authenticate(header)
-        if principal.front_end:  # names the person it acts for (only this kind reads headers)
-            principal = await acting_for(principal, request.headers)
         request.principal = principal
         # Its license's share of every provider pool (providers.pool): the calls below it ask.
         current_license.set(principal.license.id)

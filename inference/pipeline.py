@@ -1,9 +1,9 @@
 """The order of checks of every provider-backed endpoint, in one place (spec: Errors).
 
  1. credentials (malformed header / unknown key: 401)   -- inference.api.BearerAuth
-    (a front-end key: the person its headers name, licensing.access.frontend)
  2. body validation (422)                               -- django-ninja, before the view
- 3. missing Authorization header (401); a front-end key naming no person (401)
+ 3. missing Authorization header (401); a front-end key's person: its header names no one it
+    may act for (401)                                   -- licensing.access.frontend
  4. X-Service-Provider / X-Service-Metadata (400)
     fair use (429 with Retry-After; only when the policy sets limits)
     a front-end key's course: its own, or the model's alias, or the person's only one (403)
@@ -183,8 +183,8 @@ async def current_catalog() -> Catalog:
 
 async def run(request, operation: Operation, body) -> HttpResponse:
     principal = require_principal(request)  # 3
-    if principal.front_end:
-        frontend.require_person(principal)  # 3: a front-end key names whom it acts for
+    if principal.front_end:  # 3: whom a front-end key acts for (only this kind reads headers)
+        principal = await frontend.acting_for(principal, request.headers)
     pin, metadata = parse_service_headers(request)  # 4
     call = Call(
         request=request,

@@ -195,6 +195,8 @@ async def model(request, model: str):
 @router.get("/license", response={200: LicenseOut, **error_responses(400, 401, 500, 503)})
 async def license_info(request):
     principal = require_principal(request)
+    if principal.front_end:  # the budget of the person it names, if it names one
+        principal = await frontend.acting_for(principal, request.headers, required=False)
     parse_service_headers(request)
     license = principal.license
     policy = license.policy

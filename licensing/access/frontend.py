@@ -16,9 +16,10 @@ plain model id is the person's only active course of the license, or the license
 they are in none; a person in several courses chooses by alias (403 otherwise).
 
 **On the request path**, only for a front-end key (an ordinary key's request never comes here):
-`acting_for` at check 1 (the header, then the person from a cache per license and address),
-`require_person` at check 3 (no provider call without a person: never a shared wallet by
+`acting_for` at check 3, like a missing Authorization header (the header, then the person from
+a cache per license and address; no provider call without a person: never a shared wallet by
 accident), `act_in_course` before the budget (the course that pays and the model it names).
+`GET /v1/models` reads no header: its list is the same for everyone (Open WebUI keeps one).
 """
 
 from __future__ import annotations
@@ -73,16 +74,17 @@ class Person:
     courses: tuple[tuple[int, str, bool], ...]
 
 
-# --- check 1: the header names a person ------------------------------------------------------
+# --- check 3: the header names a person ------------------------------------------------------
 
 
-async def acting_for(principal: Principal, headers) -> Principal:
+async def acting_for(principal: Principal, headers, *, required: bool = True) -> Principal:
     """A front-end key's principal with the person its request names, from `headers` (Django's
-    request headers). Without the header it stays unnamed: the information endpoints answer
-    (Open WebUI lists models without a user), a provider call is refused (`require_person`).
-    401 for a header that holds no address, or an address that names no one or several."""
+    request headers). 401 without the header (unless not `required`: the principal as it is),
+    for a header that holds no address, and for an address that names no one or several."""
     raw = headers.get(EMAIL_HEADER)
     if raw is None:
+        if required:
+            raise AuthenticationFailed(UNNAMED)
         return principal
     email = address_of(raw)
     person = _person_cache.get((principal.license.id, email))
@@ -175,17 +177,6 @@ def _ambiguous(license: LicenseInfo) -> str:
         f"More than one account of {license.institution} has your e-mail address on this AI "
         "gateway: ask your school's IT to remove the old one."
     )
-
-
-# --- check 3: no provider call without a person ----------------------------------------------
-
-
-def require_person(principal: Principal) -> Principal:
-    """A front-end key's request for a provider call must name its person (401 otherwise): the
-    key's own wallet is never spent."""
-    if principal.end_user_id is None:
-        raise AuthenticationFailed(UNNAMED)
-    return principal
 
 
 # --- before the budget: the course that pays, the model it names -----------------------------

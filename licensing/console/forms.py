@@ -153,7 +153,7 @@ class ApiKeyForm(forms.ModelForm):
     class Meta:
         model = ApiKey
         fields = ("license", "kind", "course", "name", "active", "expires_at")
-        labels = {"course": _("course")}
+        labels = {"course": _("Course")}
         help_texts = {
             "course": _(
                 "Optional: the key acts only within this course of the license (a front-end "

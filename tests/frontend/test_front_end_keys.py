@@ -22,7 +22,8 @@ from tests.kit import error, wait_for_ledger
 
 from .conftest import CHAT, MINI, as_user, chat_client
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The wallets and the ledger are written by the two databases' own writers: both passes.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.both_databases]
 
 
 def wallets(license) -> dict[str, int]:
@@ -134,6 +135,36 @@ def test_a_front_end_key_without_the_headers_spends_nothing(gateway, catalog, sc
     assert not Transaction.objects.exists() and not Wallet.objects.exists()
     # Open WebUI lists the models without a user: that answers.
     assert client.get("/v1/models", headers=as_user(school.key)).status_code == 200
+
+
+def test_the_model_list_never_depends_on_who_asks(gateway, catalog, school, client):
+    """Open WebUI refreshes its one model list with the headers of whoever's page asked: a
+    teacher unknown to the gateway, or an odd address, still gets the list, the same one."""
+    school.student("ana@front.example")
+    school.course("BIO-7A")
+    lists = [
+        client.get("/v1/models", headers=as_user(school.key, email)).json()
+        for email in (None, "ana@front.example", "teacher@front.example", "not an address")
+    ]
+    assert lists[0]["data"] and all(listed == lists[0] for listed in lists)
+
+
+def test_the_license_answer_is_the_named_students(gateway, catalog, school, client):
+    ana = school.student("ana@front.example")
+    assert (
+        client.post(
+            "/v1/chat/completions", headers=as_user(school.key, "ana@front.example"), json=CHAT
+        ).status_code
+        == 200
+    )
+    wait_for_ledger(1)
+    spent = Wallet.objects.get(holder=f"user:{ana.pk}").spent
+    mine = client.get("/v1/license", headers=as_user(school.key, "ana@front.example")).json()
+    assert mine["budget"]["used"] == spent > 0
+    keys = client.get("/v1/license", headers=as_user(school.key)).json()
+    assert keys["budget"]["used"] == 0  # the key's own view: nothing spent from it
+    unknown = client.get("/v1/license", headers=as_user(school.key, "who@front.example"))
+    assert unknown.status_code == 401
 
 
 def test_an_ordinary_key_ignores_the_headers(gateway, catalog, school, client, make_key):

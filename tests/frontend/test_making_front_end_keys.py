@@ -19,7 +19,8 @@ from ..console.test_admin import url
 from ..console.test_manage_api import token_client, user_with
 from .conftest import make_school
 
-pytestmark = pytest.mark.django_db
+# The admin's and the management API's queries: both databases.
+pytestmark = [pytest.mark.django_db, pytest.mark.both_databases]
 
 KEY_RE = re.compile(r"sk-svc-[A-Za-z0-9_-]{43}")
 
