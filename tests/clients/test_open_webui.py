@@ -119,10 +119,6 @@ class OpenWebUI:
             # Students see the models the gateway lists (the gateway's rules decide what each
             # may use); without it Open WebUI shows a model to users only once an admin shares it.
             "BYPASS_MODEL_ACCESS_CONTROL": "true",
-            # The model list asked once, at start, with no user: without it Open WebUI asks it
-            # with each user's headers, and a student unknown to the gateway gets Open WebUI's
-            # "Model '' was not found" instead of the gateway's message (docs/open-webui.md).
-            "ENABLE_BASE_MODELS_CACHE": "true",
             "DEFAULT_MODELS": MODEL,
             "DEFAULT_USER_ROLE": "user",
             # Sign-in: the school's IdP only.
@@ -404,6 +400,7 @@ def _each_paid_their_own(students, license, course) -> None:
     charged = Transaction.objects.filter(license=license)
     assert charged.count() == 3 and set(charged.values_list("status_code", flat=True)) == {200}
     assert set(charged.values_list("course_id", flat=True)) == {course.pk}
+    assert set(charged.values_list("api_key__kind", flat=True)) == {ApiKey.Kind.FRONT_END}
     for email, questions in QUESTIONS.items():
         _, end_user = students[email]
         mine = credits_of(end_user)
@@ -416,7 +413,10 @@ def _each_paid_their_own(students, license, course) -> None:
 
 def newcomer_is_told_to_sign_in_once(browser, gateway, idp, open_webui) -> None:
     """A student who never signed in to the gateway: the chat shows where to sign in, and
-    nothing is charged (the refusal comes before the gateway knows anyone to charge)."""
+    nothing is charged (the refusal comes before the gateway knows anyone to charge). Open
+    WebUI asks the model list with this student's headers too: the gateway answers it whoever
+    they name (else Open WebUI would show its own "Model '' was not found" and never send the
+    message)."""
     page = new_page(browser)
     open_webui_sign_in(page, open_webui, idp, NEWCOMER)
     rows = orm(Transaction.objects.count)
