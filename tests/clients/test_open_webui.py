@@ -283,14 +283,6 @@ def open_webui_sign_in(page, server: OpenWebUI, idp, email: str) -> None:
     page.goto(server.url + "/auth")
     page.get_by_role("button", name=f"Continue with {SCHOOL}").click()
     page.wait_for_selector("#chat-input", timeout=120_000)
-    dismiss_whats_new(page)
-
-
-def dismiss_whats_new(page) -> None:
-    """The release notes Open WebUI shows a new user once."""
-    button = page.get_by_role("button", name=re.compile("Okay, Let's Go!", re.I))
-    if button.count():
-        button.first.click()
 
 
 def send(page, text: str) -> None:
