@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db.models import Case, Count, F, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, NullIf, TruncDate
+from django.utils.translation import gettext
 
 from ..models import ApiKey, EndUser, License, Outcome
 
@@ -296,7 +297,12 @@ def _by_model(rows: QuerySet, days: list[date], top_models: int) -> list[Series]
 # Each kind's (pk, *label parts) rows for a list of pks.
 _NAMES: dict[str, Callable[[list[int]], Any]] = {
     "license": lambda ids: License.objects.filter(pk__in=ids).values_list("pk", "name"),
-    "api_key": lambda ids: ApiKey.objects.filter(pk__in=ids).values_list("pk", "prefix", "name"),
+    "api_key": lambda ids: [
+        (pk, prefix, _key_name(name, kind))
+        for pk, prefix, name, kind in ApiKey.objects.filter(pk__in=ids).values_list(
+            "pk", "prefix", "name", "kind"
+        )
+    ],
     "end_user": lambda ids: EndUser.objects.filter(pk__in=ids).values_list("pk", "subject"),
 }
 
@@ -329,6 +335,13 @@ def _ranked(kind: str, cells: dict[int, list[int]]) -> list[TopRow]:
         TopRow(id=pk, label=names.get(pk, f"#{pk}"), credits=credits, requests=requests)
         for pk, (credits, requests) in ranked
     ]
+
+
+def _key_name(name: str, kind: str) -> str:
+    """A key's name, and "front-end key" for one (it stands for many students)."""
+    if kind != ApiKey.Kind.FRONT_END:
+        return name
+    return ", ".join(part for part in (name, gettext("front-end key")) if part)
 
 
 def _label(name: str, extra: str | None = None) -> str:

@@ -154,3 +154,23 @@ def test_a_front_end_key_is_never_one_students_own(schools):
     with pytest.raises(IntegrityError), transaction.atomic():
         ApiKey.objects.filter(pk=front.key_row.pk).update(end_user=ana)
     assert "front-end key" in str(front.key_row)
+
+
+def test_the_usage_page_names_it_a_front_end_key(schools):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from licensing.console.usage_report import usage_report
+    from licensing.models import Transaction
+
+    front, _ = schools
+    ana = front.student("ana@front.example")
+    Transaction.objects.create(
+        request_id="r1", license=front.license, api_key=front.key_row, end_user=ana,
+        service="chat_completions", requested_model="gpt-4o-mini", status_code=200, credits=7,
+    )  # fmt: skip
+    today = timezone.now().date()
+    report = usage_report(Transaction.objects.all(), today, today + timedelta(days=1))
+    (row,) = report.top_api_keys
+    assert row.label == f"{front.key_row.prefix}… (Open WebUI, front-end key)"
