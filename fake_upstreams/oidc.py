@@ -3,7 +3,9 @@ RSA and an EC P-256 key, an authorize endpoint without any page (the test says w
 next; DevIdentityProvider, at the end, is the first run's with a sign-in page), and a token
 endpoint that checks what a real one checks (client id and secret, basic or post; the redirect
 URI; the PKCE S256 verifier; a code used once and within its lifetime) and
-answers an id_token signed RS256 or ES256.
+answers an id_token signed RS256 or ES256. `more_clients` registers other applications of the
+same IdP (client id -> secret: Open WebUI beside the gateway, tests/clients/test_open_webui.py);
+each code is bound to the client that asked for it and its id_token's `aud` is that client.
 
 Switches for the hostile cases (`failure`): "down" (every answer a 503), "garbage" (the
 discovery document and the token answer are not JSON), "wrong_key" (the id_token is signed by a
@@ -88,10 +90,17 @@ class OidcFake(FakeUpstream):
         "claims_at": "id_token",  # or "userinfo": the e-mail and the groups there only
     }
 
-    def __init__(self, client_id: str = "gateway", client_secret: str = "s3cret", clock=None):
+    def __init__(
+        self,
+        client_id: str = "gateway",
+        client_secret: str = "s3cret",
+        clock=None,
+        more_clients: dict[str, str] | None = None,
+    ):
         super().__init__()
         self.client_id = client_id
         self.client_secret = client_secret
+        self.clients = {**(more_clients or {}), client_id: client_secret}
         self.clock = clock or time.time
         self.rsa = RSAKey.generate_key(2048, parameters={"kid": "rsa-1", "use": "sig"})
         self.ec = ECKey.generate_key("P-256", parameters={"kid": "ec-1", "use": "sig"})
@@ -196,7 +205,8 @@ class OidcFake(FakeUpstream):
         """Why an authorization request is refused (an error, or the error sent back to the
         client's redirect URI), or None."""
         redirect_uri = query.get("redirect_uri", "")
-        if query.get("client_id") != self.client_id or not redirect_uri:
+        client_id = query.get("client_id", "")
+        if client_id not in self.clients or not redirect_uri:
             return self.error(400, "invalid_request", error_description="unknown client")
         if (
             query.get("response_type") != "code"
@@ -213,7 +223,7 @@ class OidcFake(FakeUpstream):
         with self._state_lock:
             self._codes[code] = _Code(
                 user=user,
-                client_id=self.client_id,
+                client_id=query["client_id"],
                 redirect_uri=query["redirect_uri"],
                 nonce=query.get("nonce"),
                 challenge=query["code_challenge"],
@@ -231,13 +241,16 @@ class OidcFake(FakeUpstream):
         if down is not None:
             return down
         form = dict(parse_qsl(request.text, keep_blank_values=True))
-        if not self._client_authenticated(request, form):
+        client_id = self._client_authenticated(request, form)
+        if client_id is None:
             return self.error(401, "invalid_client")
         if form.get("grant_type") != "authorization_code":
             return self.error(400, "unsupported_grant_type")
         grant = self._redeem(form)
         if isinstance(grant, Response):
             return grant
+        if grant.client_id != client_id:
+            return self.error(400, "invalid_grant", error_description="another client's code")
         if self.failure == "garbage":
             return Response(200, b"{not json", [("content-type", "application/json")])
         access_token = secrets.token_urlsafe(24)
@@ -252,17 +265,18 @@ class OidcFake(FakeUpstream):
             }
         )
 
-    def _client_authenticated(self, request: RecordedRequest, form: dict[str, str]) -> bool:
-        """The client's id and secret, from the form or (winning) HTTP Basic, are ours."""
+    def _client_authenticated(self, request: RecordedRequest, form: dict[str, str]) -> str | None:
+        """The client whose id and secret the form or (winning) HTTP Basic holds, if ours."""
         client_id, secret = form.get("client_id"), form.get("client_secret")
         basic = request.headers.get("authorization", "")
         if basic.lower().startswith("basic "):
             try:
                 pair = base64.b64decode(basic[6:]).decode()
             except ValueError:
-                return False
+                return None
             client_id, _, secret = pair.partition(":")
-        return client_id == self.client_id and secret == self.client_secret
+        known = client_id is not None and self.clients.get(client_id) is not None
+        return client_id if known and self.clients[client_id] == secret else None
 
     def _redeem(self, form: dict[str, str]) -> _Code | Response:
         """The grant of the form's code, used up whatever follows; or why it is refused."""
