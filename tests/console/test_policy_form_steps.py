@@ -235,3 +235,16 @@ def test_a_split_is_refused_until_confirmed_and_one_saved_before_is_only_noted()
     assert overlay.is_valid()
     with pytest.raises(ValidationError):
         overlay.document_for({"version": 1, "services": {"chat_completions": {}, "responses": {}}})
+
+
+def test_under_a_ceiling_with_models_rules_only_what_they_admit_is_offered():
+    """A course's overlay form under a license type whose `models.text` allows one model:
+    chat's list and the overlay's own models lists offer that model only."""
+    ceiling = {**OPEN, "models": {"text": {"allowed": ["gpt-4o"]}}}
+    form = _text_form(document=OPEN, ceiling=ceiling)
+    assert [v for v, _ in form.fields["chat_completions__models"].choices] == ["gpt-4o"]
+    assert [v for v, _ in form.fields["models__text"].choices] == ["gpt-4o"]
+    assert [v for v, _ in form.fields["models__all"].choices] == ["gpt-4o"]
+    # A ceiling that enables no text service offers no text list.
+    form = _text_form(document=OPEN, ceiling={"version": 1, "services": {"embeddings": {}}})
+    assert "models__text" not in form.fields
