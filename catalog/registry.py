@@ -218,7 +218,7 @@ SERVICES: tuple[Service, ...] = (
         _E + "responses.Responses",
         "direct",
         "chat",
-        label=_("Responses (chat with tools and reasoning, the Responses API)"),
+        label=_("Responses (the Responses API: chat with tools and reasoning)"),
         purpose=_("responses"),
     ),
     Service(

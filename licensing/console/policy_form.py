@@ -491,7 +491,7 @@ class PolicyForm(forms.Form):
                 "%(split)s A student could use through one service a model the other refuses. "
                 "To allow the same models in both, tick them under “Models for chat and "
                 "responses” and untick the lists under chat and under responses; or tick “Save "
-                "anyway” below the message."
+                "anyway” at the top of the policy form."
             ),
             params={"split": words},
             code="split",

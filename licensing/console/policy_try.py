@@ -13,6 +13,7 @@ from core.errors import PolicyDenied, validation_error_body
 
 from ..rules.policy import ALIASES, PolicyDocumentError, _lookup, compile_policy
 from ..rules.policy_schema import BodyInvalid, parser_for
+from ..rules.scopes import MODEL, model_rule_sources
 
 
 def _active_providers() -> list[str]:
@@ -74,12 +75,7 @@ def _evaluate(policy_document: Any, service: str, body_text: str) -> dict:
             try:
                 rule.check(field_name, _lookup(fields, field_name))
             except PolicyDenied as exc:
-                spec = policy_document["services"][service]["params"][rule.name]
-                return _denied(
-                    exc,
-                    rule=f"services.{service}.params.{rule.name}: "
-                    + json.dumps(spec, ensure_ascii=False),
-                )
+                return _denied(exc, rule=_rule_text(policy_document, service, rule.name))
     active = _active_providers()
     if service_policy.providers is None:
         providers, note = active, "every provider (the policy names none)"
@@ -93,6 +89,17 @@ def _evaluate(policy_document: Any, service: str, body_text: str) -> dict:
         "providers_note": note,
         "inactive": sorted(set(providers) - set(active)),
     }
+
+
+def _rule_text(document: dict, service: str, name: str) -> str:
+    """The rule that refused as the document writes it: a model's every rule in force (the
+    service's own and the `models` rules, checked merged: licensing.rules.scopes)."""
+    if name == MODEL:
+        sources = model_rule_sources(document, service)
+    else:
+        where = f"services.{service}.params.{name}"
+        sources = [(where, document["services"][service]["params"][name])]
+    return "; ".join(f"{where}: {json.dumps(spec, ensure_ascii=False)}" for where, spec in sources)
 
 
 def _denied(exc: PolicyDenied, *, rule: str) -> dict:

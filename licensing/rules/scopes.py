@@ -59,11 +59,17 @@ def own_model_rule(document: Any, service: str) -> dict | None:
     return rule if isinstance(rule, dict) else None
 
 
+def model_rule_sources(document: Any, service: str) -> list[tuple[str, dict]]:
+    """Every model rule in force for the service with where the document writes it, in the
+    order they are checked."""
+    found = [(f"services.{service}.params.{MODEL}", own_model_rule(document, service))]
+    found += [(f"models.{scope}", scope_rule(document, scope)) for scope in scopes_of(service)]
+    return [(where, rule) for where, rule in found if rule]
+
+
 def model_rules(document: Any, service: str) -> list[dict]:
     """Every model rule in force for the service, in the order they are checked."""
-    found = [own_model_rule(document, service)]
-    found += [scope_rule(document, scope) for scope in scopes_of(service)]
-    return [rule for rule in found if rule]
+    return [rule for _where, rule in model_rule_sources(document, service)]
 
 
 def intersect_rule(base: Mapping, overlay: Mapping) -> dict:

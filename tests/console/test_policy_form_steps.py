@@ -5,8 +5,11 @@ admin: tests/console/test_policy_form.py."""
 
 from __future__ import annotations
 
+import pytest
 from django import forms
+from django.core.exceptions import ValidationError
 
+from catalog.selectors import Connected
 from licensing.console.policy_form import (
     LIMITS,
     MAX,
@@ -152,3 +155,96 @@ def test_a_minimum_above_the_maximum_is_a_form_error():
     assert form.errors["chat_completions__temperature__min"] == [
         "The minimum is above the maximum."
     ]
+
+
+# --- issue 37: models of several services, what a connection serves, the split -------------------
+
+TEXT = {"chat_completions": ["gpt-4o", "gpt-4o-mini", "claude"], "responses": ["gpt-4o", "claude"]}
+CONNECTED = Connected(
+    providers=frozenset({"direct"}),
+    models={"chat_completions": frozenset({"gpt-4o", "gpt-4o-mini"}), "responses": frozenset()},
+    provider_labels={"direct": "OpenAI REST API", "cloud": "AWS Bedrock Runtime"},
+)
+OPEN = {"version": 1, "services": {"chat_completions": {}, "responses": {}}}
+
+
+def _text_form(data=None, document=OPEN, **kwargs) -> PolicyForm:
+    return PolicyForm(
+        data, document=document, models=TEXT, providers=PROVIDERS, connected=CONNECTED, **kwargs
+    )
+
+
+def test_the_models_lists_offer_their_services_models_and_fold_what_no_connection_serves():
+    form = _text_form()
+    text = form.fields["models__text"]
+    assert [value for value, _ in text.choices] == ["claude", "gpt-4o", "gpt-4o-mini"]
+    assert dict(text.choices)["claude"] == "claude (no connection)"
+    assert text.more == frozenset({"claude"})
+    chat = form.fields["chat_completions__models"]
+    assert chat.more == frozenset({"claude"})
+    providers = form.fields["chat_completions__providers"]
+    assert providers.choices == [
+        ("direct", "direct: OpenAI REST API"),
+        ("cloud", "cloud: AWS Bedrock Runtime (not connected)"),
+    ]
+    assert providers.more == frozenset({"cloud"})
+    # Without `connected` (no catalog at hand) everything is offered as served.
+    assert _form().fields["chat_completions__models"].more == frozenset()
+
+
+def test_the_models_lists_write_the_models_section_and_clear_it():
+    data = {"policyform-shown": "1", "policyform-chat_completions__enabled": "on"}
+    data |= {"policyform-responses__enabled": "on", "policyform-models__text": ["gpt-4o-mini"]}
+    form = _text_form(data)
+    assert form.is_valid(), form.errors
+    document = form.apply(OPEN)
+    assert document["models"] == {"text": {"allowed": ["gpt-4o-mini"]}}
+    form.check_split(document)  # one list for both: they agree
+    cleared = _text_form({**data, "policyform-models__text": []}, document=document)
+    assert cleared.is_valid()
+    assert "models" not in cleared.apply(document)
+    # A `models` rule with keys the form does not write keeps them.
+    kept = {**OPEN, "models": {"text": {"allowed": ["gpt-4o"], "excluded": ["x"]}}}
+    form = _text_form({**data, "policyform-models__text": []}, document=kept)
+    assert form.is_valid()
+    assert form.apply(kept)["models"] == {"text": {"excluded": ["x"]}}
+
+
+def test_a_split_is_refused_until_confirmed_and_one_saved_before_is_only_noted():
+    data = {"policyform-shown": "1", "policyform-chat_completions__enabled": "on"}
+    data |= {"policyform-responses__enabled": "on"}
+    data["policyform-chat_completions__models"] = ["gpt-4o-mini"]
+    form = _text_form(data)
+    assert form.is_valid() and form.split_notice == ""
+    split = form.apply(OPEN)
+    with pytest.raises(ValidationError) as refused:
+        form.check_split(split)
+    assert form.split_warning == (
+        "Chat and responses allow different models (chat: gpt-4o-mini; responses: every model)."
+    )
+    assert "Models for chat and responses" in refused.value.messages[0]
+    confirmed = _text_form({**data, "policyform-confirm_split": "on"})
+    assert confirmed.is_valid()
+    confirmed.check_split(split)  # confirmed: saved
+    # The same split saved before: noted on the page, not refused again.
+    again = _text_form(data, document=split)
+    assert again.is_valid() and again.split_notice.startswith("Chat and responses allow")
+    again.check_split(again.apply(split))
+    # Under a ceiling the split is the course's rules in force: an overlay narrowing chat alone.
+    overlay = _text_form(data, ceiling=OPEN)
+    assert overlay.is_valid()
+    with pytest.raises(ValidationError):
+        overlay.document_for({"version": 1, "services": {"chat_completions": {}, "responses": {}}})
+
+
+def test_under_a_ceiling_with_models_rules_only_what_they_admit_is_offered():
+    """A course's overlay form under a license type whose `models.text` allows one model:
+    chat's list and the overlay's own models lists offer that model only."""
+    ceiling = {**OPEN, "models": {"text": {"allowed": ["gpt-4o"]}}}
+    form = _text_form(document=OPEN, ceiling=ceiling)
+    assert [v for v, _ in form.fields["chat_completions__models"].choices] == ["gpt-4o"]
+    assert [v for v, _ in form.fields["models__text"].choices] == ["gpt-4o"]
+    assert [v for v, _ in form.fields["models__all"].choices] == ["gpt-4o"]
+    # A ceiling that enables no text service offers no text list.
+    form = _text_form(document=OPEN, ceiling={"version": 1, "services": {"embeddings": {}}})
+    assert "models__text" not in form.fields

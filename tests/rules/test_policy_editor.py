@@ -156,6 +156,29 @@ def test_try_a_request_denied_shows_the_exact_403_and_the_rule(
     assert answer["rule"] == rule
 
 
+def test_try_a_request_names_every_model_rule_in_force(admin_client, license_type):
+    """A model refused by the merged rules (the service's own and `models`): the panel shows
+    the exact 403 and every rule that was in force, as the document writes them."""
+    license_type.policy = {
+        "version": 1,
+        "models": {"text": {"allowed": ["gpt-4o-mini", "gpt-4o"]}},
+        "services": {
+            "chat_completions": {"params": {"model": {"allowed": ["gpt-4o", "gpt-4.1"]}}},
+            "responses": {},
+        },
+    }
+    license_type.save()
+    body = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}
+    answer = _try(admin_client, license_type, "chat_completions", body).json()
+    assert answer["body"]["error"]["message"] == "'model' must be one of: [gpt-4o]"
+    assert answer["rule"] == (
+        'services.chat_completions.params.model: {"allowed": ["gpt-4o", "gpt-4.1"]}; '
+        'models.text: {"allowed": ["gpt-4o-mini", "gpt-4o"]}'
+    )
+    answer = _try(admin_client, license_type, "responses", {"model": "o3", "input": "hi"}).json()
+    assert answer["rule"] == 'models.text: {"allowed": ["gpt-4o-mini", "gpt-4o"]}'
+
+
 def test_try_a_request_invalid_body_is_the_api_422(admin_client, license_type):
     answer = _try(
         admin_client, license_type, "embeddings", {"model": "m", "input": "x", "dimensions": "5"}
