@@ -183,7 +183,8 @@ async def current_catalog() -> Catalog:
 
 async def run(request, operation: Operation, body) -> HttpResponse:
     principal = require_principal(request)  # 3
-    if isinstance(principal, FrontEndPrincipal):  # 3: whom it acts for (no other reads headers)
+    # `type(...) is`: the cheapest test for every other key's request (half an isinstance).
+    if type(principal) is FrontEndPrincipal:  # 3: whom it acts for (no other reads headers)
         principal = await frontend.acting_for(principal, request.headers)
     pin, metadata = parse_service_headers(request)  # 4
     call = Call(
@@ -231,7 +232,7 @@ async def _admit(call: Call, operation: Operation, pin) -> tuple[Catalog, Guardr
         call.stage = _FAIR_USE
         call.fair_use = fairuse.window_of(limits, license.id, principal.holder)
         await fairuse.admit(call.fair_use)
-    if isinstance(principal, FrontEndPrincipal):
+    if type(principal) is FrontEndPrincipal:
         call.stage = _POLICY
         principal, body = _act_in_course(call, principal)
     # 5: an unlimited budget needs no read before the call; a course member's reads the
