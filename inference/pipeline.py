@@ -48,7 +48,7 @@ from core.errors import (
     ServiceUnavailable,
 )
 from licensing.access import frontend
-from licensing.access.credentials import Principal
+from licensing.access.credentials import FrontEndPrincipal, Principal
 from licensing.courses import rules as course_rules
 from licensing.courses.selectors import course_rules_async
 from licensing.ledger import record
@@ -183,7 +183,8 @@ async def current_catalog() -> Catalog:
 
 async def run(request, operation: Operation, body) -> HttpResponse:
     principal = require_principal(request)  # 3
-    if principal.front_end:  # 3: whom a front-end key acts for (only this kind reads headers)
+    # `type(...) is`: the cheapest test for every other key's request (half an isinstance).
+    if type(principal) is FrontEndPrincipal:  # 3: whom it acts for (no other reads headers)
         principal = await frontend.acting_for(principal, request.headers)
     pin, metadata = parse_service_headers(request)  # 4
     call = Call(
@@ -231,9 +232,9 @@ async def _admit(call: Call, operation: Operation, pin) -> tuple[Catalog, Guardr
         call.stage = _FAIR_USE
         call.fair_use = fairuse.window_of(limits, license.id, principal.holder)
         await fairuse.admit(call.fair_use)
-    if principal.front_end:
+    if type(principal) is FrontEndPrincipal:
         call.stage = _POLICY
-        principal, body = _act_in_course(call, operation)
+        principal, body = _act_in_course(call, principal)
     # 5: an unlimited budget needs no read before the call; a course member's reads the
     # student's allowance and the course pool too, which must have some left.
     call.stage = _BUDGET
@@ -269,15 +270,13 @@ async def _admit(call: Call, operation: Operation, pin) -> tuple[Catalog, Guardr
     return catalog, guardrails
 
 
-def _act_in_course(call: Call, operation: Operation) -> tuple[Principal, Any]:
+def _act_in_course(call: Call, principal: FrontEndPrincipal) -> tuple[Principal, Any]:
     """A front-end key's request: the course that pays for its person (the key's, or the one its
     model's alias or the person's only course names; 403 when they may not work there) and the
     model the alias stands for, in the body every later step reads."""
     body = call.body
     model = getattr(body, "model", None)
-    principal, real = frontend.act_in_course(
-        call.principal, model if isinstance(model, str) else None
-    )
+    principal, real = frontend.act_in_course(principal, model if isinstance(model, str) else None)
     if real != model:
         body = body.model_copy(update={"model": real})
         call.body_fields = {**call.body_fields, "model": real}

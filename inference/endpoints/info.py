@@ -13,7 +13,7 @@ from core.db import run_db
 from core.errors import NotFound
 from core.jsonio import json_response
 from licensing.access import frontend
-from licensing.access.credentials import LicenseInfo
+from licensing.access.credentials import FrontEndPrincipal, LicenseInfo
 from licensing.courses.selectors import course_rules_async, course_summary
 from licensing.ledger.budget import budget_usage
 from licensing.ledger.spool import note_database_down, note_database_up
@@ -147,7 +147,7 @@ async def _usable_models(request) -> dict[str, ModelEntry]:
     if principal.course_id is not None:
         return await _course_models(catalog, pin, license, principal.course_id)
     usable = usable_models(catalog, license.policy, pin, license_id=license.id)
-    if not principal.front_end:
+    if not isinstance(principal, FrontEndPrincipal):
         return usable
     # A front-end key for every course of its license: also `<code> · <model>` for each course
     # (licensing.access.frontend), the same list whoever the request names.
@@ -195,7 +195,7 @@ async def model(request, model: str):
 @router.get("/license", response={200: LicenseOut, **error_responses(400, 401, 500, 503)})
 async def license_info(request):
     principal = require_principal(request)
-    if principal.front_end:  # the budget of the person it names, if it names one
+    if isinstance(principal, FrontEndPrincipal):  # the budget of the person it names, if any
         principal = await frontend.acting_for(principal, request.headers, required=False)
     parse_service_headers(request)
     license = principal.license

@@ -150,12 +150,6 @@ class Principal:
     api_key_id: int | None = None
     end_user_id: int | None = None
     course_id: int | None = None  # the course that pays beside the license (issue 26)
-    # A front-end key (issue 37, licensing.access.frontend): it acts for the person its request
-    # names (`end_user_id`, once named), within `course_id` when the key has one, else in the
-    # course the request's model chooses among `courses`: that person's courses on the license,
-    # as (id, code, active).
-    front_end: bool = False
-    courses: tuple[tuple[int, str, bool], ...] = ()
 
     @property
     def license_name(self) -> str:
@@ -167,6 +161,18 @@ class Principal:
         if self.end_user_id is not None:
             return f"user:{self.end_user_id}"
         return f"key:{self.api_key_id}"
+
+
+@dataclass(frozen=True)
+class FrontEndPrincipal(Principal):
+    """A front-end key's request (issue 37, licensing.access.frontend): it acts for the person
+    it names (`end_user_id`, once named), within `course_id` when the key has one, else in the
+    course the request's model chooses among `courses`: that person's courses on the license,
+    as (id, code, active). A subclass, not fields of Principal: an ordinary key's principal is
+    built exactly as before (each field of a frozen dataclass is a setattr in its __init__, on
+    every request), and `isinstance` tells the two apart."""
+
+    courses: tuple[tuple[int, str, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -273,12 +279,11 @@ def _key_principal(info: _KeyInfo, license_info: LicenseInfo | None) -> Principa
         return None
     if license_info is None or not license_info.usable:
         return None
-    return Principal(
+    return (FrontEndPrincipal if info.front_end else Principal)(
         license=license_info,
         api_key_id=info.id,
         end_user_id=info.end_user_id,
         course_id=info.course_id,
-        front_end=info.front_end,
     )
 
 

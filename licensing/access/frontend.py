@@ -37,7 +37,7 @@ from core.localcache import TTLCache
 from core.text import is_storable_text
 
 from ..models import Course, CourseMember, EndUser
-from .credentials import LicenseInfo, Principal
+from .credentials import FrontEndPrincipal, LicenseInfo
 
 logger = logging.getLogger("gateway")
 
@@ -77,7 +77,9 @@ class Person:
 # --- check 3: the header names a person ------------------------------------------------------
 
 
-async def acting_for(principal: Principal, headers, *, required: bool = True) -> Principal:
+async def acting_for(
+    principal: FrontEndPrincipal, headers, *, required: bool = True
+) -> FrontEndPrincipal:
     """A front-end key's principal with the person its request names, from `headers` (Django's
     request headers). 401 without the header (unless not `required`: the principal as it is),
     for a header that holds no address, and for an address that names no one or several."""
@@ -182,7 +184,9 @@ def _ambiguous(license: LicenseInfo) -> str:
 # --- before the budget: the course that pays, the model it names -----------------------------
 
 
-def act_in_course(principal: Principal, model: str | None) -> tuple[Principal, str | None]:
+def act_in_course(
+    principal: FrontEndPrincipal, model: str | None
+) -> tuple[FrontEndPrincipal, str | None]:
     """The principal with the course that pays (None: the license alone) and the model the
     request means (an alias's model part). 403 `policy_denied` (param `model`) when the person
     may not work in the course the request names. A course that is switched off stays theirs:

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
 from django.test import Client
 
-from licensing.access.credentials import api_key_create, resolve_credential
+from licensing.access.credentials import FrontEndPrincipal, api_key_create, resolve_credential
 from licensing.models import ApiKey, AuditEvent
 
 from ..console.test_admin import url
@@ -57,7 +57,7 @@ def test_an_institution_admin_makes_one_in_the_admin(schools):
     assert (row.kind, row.course_id, row.license_id) == ("front_end", course.pk, front.license.pk)
     assert "ENABLE_FORWARD_USER_INFO_HEADERS=true" in answer.content.decode()
     principal = resolve_credential(key)
-    assert principal is not None and principal.front_end and principal.course_id == course.pk
+    assert isinstance(principal, FrontEndPrincipal) and principal.course_id == course.pk
     audit = AuditEvent.objects.get(
         action=AuditEvent.Action.API_KEY_CREATED, target=f"api_key:{row.pk}"
     )
@@ -97,7 +97,7 @@ def test_the_command_makes_one(schools):
     key = out.getvalue().strip()
     assert KEY_RE.fullmatch(key)
     principal = resolve_credential(key)
-    assert principal is not None and principal.front_end and principal.course_id is None
+    assert isinstance(principal, FrontEndPrincipal) and principal.course_id is None
     out = StringIO()
     call_command(
         "create_api_key", front.license.name, "--front-end", "--course", "BIO-7A", stdout=out
@@ -111,7 +111,7 @@ def test_the_command_makes_one(schools):
     out = StringIO()
     call_command("create_api_key", front.license.name, stdout=out)  # an ordinary one, as before
     principal = resolve_credential(out.getvalue().strip())
-    assert principal is not None and not principal.front_end
+    assert principal is not None and not isinstance(principal, FrontEndPrincipal)
 
 
 def test_the_management_api_makes_lists_and_rotates_them(schools):
