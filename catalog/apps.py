@@ -6,4 +6,8 @@ class CatalogConfig(AppConfig):
     verbose_name = "Model catalog"
 
     def ready(self):
+        from core.languages import translate_derived_names
+
         from . import signals  # noqa: F401
+
+        translate_derived_names(self)

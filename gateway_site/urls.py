@@ -5,6 +5,7 @@ from django.views.generic import RedirectView
 from inference.api import api
 from licensing.signin import lti_views, sso_views
 
+from .languages import set_language
 from .middleware import api_not_found_view
 
 admin.site.site_header = "Inference Gateway"
@@ -25,5 +26,6 @@ urlpatterns = [
     path("lti/launch/", lti_views.lti_launch, name="lti-launch"),
     path("manage/v1/", include("licensing.manage_urls")),
     path("portal/", include("licensing.portal.urls")),
+    path("language/", set_language, name="set_language"),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

@@ -187,6 +187,9 @@ class AdminProfile(models.Model):
     # Set by the identity provider at each sign-in (licensing.signin.sso): the admin's forms
     # leave such a role alone, the next sign-in would undo a change.
     managed_by_idp = models.BooleanField(default=False, db_default=False)
+    # The person's own choice of language (the language menu), following them to every device;
+    # empty = none (their browser's, else their institution's). Checked against LANGUAGES.
+    language = models.CharField(max_length=16, blank=True, default="", db_default="")
 
     class Meta:
         verbose_name = "institution role"

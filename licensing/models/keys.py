@@ -133,6 +133,8 @@ class EndUser(models.Model):
         default=True, db_default=True, help_text="Off: the student lost the role; keys refused"
     )
     terms_accepted_at = models.DateTimeField(null=True, blank=True)
+    # The student's own choice of language (the portal's menu; as AdminProfile.language).
+    language = models.CharField(max_length=16, blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
