@@ -37,7 +37,6 @@ def browser_language(header: str) -> str | None:
     return None
 
 
-
 def derived_names(app_config) -> list[tuple[object, str, str]]:
     """The names Django derived from Python names in `app_config`'s models (a model's
     "license type", a field's "budget limit"): (the owner, its attribute, the English name)."""

@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
+from django.utils.translation import gettext_lazy as _
 from django.views.generic import RedirectView
 
 from inference.api import api
@@ -9,7 +10,7 @@ from .languages import set_language
 from .middleware import api_not_found_view
 
 admin.site.site_header = "Inference Gateway"
-admin.site.site_title = "Inference Gateway admin"
+admin.site.site_title = _("Inference Gateway admin")
 
 urlpatterns = [
     path("v1/", api.urls),

@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class LicensingConfig(AppConfig):
     name = "licensing"
-    verbose_name = "Licensing and ledger"
+    verbose_name = _("Licensing and ledger")
 
     def ready(self):
         from core.languages import translate_derived_names

@@ -32,7 +32,8 @@ def derived_names_module() -> str:
 
     from core.languages import derived_names
 
-    names = sorted({english for app in apps.get_app_configs() for _, _, english in derived_names(app)})
+    apps_ = apps.get_app_configs()
+    names = sorted({english for app in apps_ for _owner, _name, english in derived_names(app)})
     lines = [
         '"""Written by scripts/messages.py for makemessages, removed after it: the names Django',
         'derives for models and fields (core.languages.translate_derived_names)."""',

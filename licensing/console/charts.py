@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from datetime import date
 from html import escape
 
+from django.utils import dateformat
+from django.utils.translation import gettext
+
 PALETTE = (
     "#4e79a7",
     "#f28e2b",
@@ -33,7 +36,6 @@ OUTCOME_COLOURS = {
     "denied": "#e15759",
     "failure": "#b07aa1",
 }
-MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 FONT = 11
 CHAR_W = 6.5  # a generous average glyph width at FONT px: labels never collide
 LINE = 16
@@ -108,7 +110,8 @@ def nice_ticks(maximum: int, count: int = 4) -> list[int]:
 
 
 def day_label(day: date) -> str:
-    return f"{MONTHS[day.month - 1]} {day.day}"
+    # The month's short name in the page's language (Django's own catalogue: Mär, Okt...).
+    return gettext("%(month)s %(day)s") % {"month": dateformat.format(day, "M"), "day": day.day}
 
 
 def _svg(width: float, height: float, label: str, body: list[str]) -> str:
@@ -158,7 +161,7 @@ def stacked_bars(
     body = [*legend, *plot.y_axis(ticks), *plot.x_axis(days)]
     body += [plot.day_columns(days, totals, unit), *plot.bands(days, bands, unit)]
     if not any(totals):
-        body.append(plot.note("No usage in this range"))
+        body.append(plot.note(gettext("No usage in this range")))
     return _svg(width, height, title, body)
 
 
@@ -209,10 +212,12 @@ class _Plot:
 
     def day_columns(self, days: Sequence[date], totals: list[int], unit: str) -> str:
         """An invisible column per day whose tooltip gives the day's total."""
+        in_total = gettext("%(n)s %(unit)s in total")
         columns = "".join(
             f'<rect x="{num(self.left + i * self.slot)}" y="{num(self.top)}" '
             f'width="{num(self.slot)}" height="{num(self.height)}">'
-            f"<title>{day.isoformat()}: {totals[i]:,} {esc(unit)} in total</title></rect>"
+            f"<title>{day.isoformat()}: {esc(in_total % {'n': f'{totals[i]:,}', 'unit': unit})}"
+            "</title></rect>"
             for i, day in enumerate(days)
         )
         return f'<g class="days" fill="transparent">{columns}</g>'
@@ -254,11 +259,12 @@ def hbars(rows: Sequence[HBar], *, title: str, unit: str, width: int = WIDTH) ->
     """One bar per row, longest first as given, the value at its end."""
     row_h, label_chars = 22, 30
     if not rows:
+        nothing = gettext("Nothing in this range")
         return _svg(
             width,
             30,
             title,
-            [f'<text x="0" y="18" fill-opacity="0.7">{esc("Nothing in this range")}</text>'],
+            [f'<text x="0" y="18" fill-opacity="0.7">{esc(nothing)}</text>'],
         )
     label_w = max(len(short(r.label, label_chars)) for r in rows) * CHAR_W + 12
     value_w = max(len(f"{r.value:,}") for r in rows) * CHAR_W + 8

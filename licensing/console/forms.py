@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 
 from django import forms
+from django.conf import settings
+from django.utils.translation import gettext_lazy as _
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
 from catalog.selectors import policy_choices, service_providers
@@ -25,8 +27,21 @@ SUPPORTED_BUDGET_UNITS = ("micro_credits",)
 MAX_CREDITS_PER_UNIT = 10**12
 
 
+def _language_choices() -> list[tuple[str, str]]:
+    return [("", _("The gateway's default")), *settings.LANGUAGES]
+
+
 class InstitutionForm(forms.ModelForm):
     """The display currency (three capitals) and rate, checked before anything is saved."""
+
+    # A language of settings.LANGUAGES (docs/languages.md): not `choices` on the model, so
+    # that a new catalogue needs no migration.
+    language = forms.ChoiceField(
+        choices=_language_choices,
+        required=False,
+        label=_("language"),
+        help_text=_("Default language of the institution's pages, e.g. de; empty = the gateway's"),
+    )
 
     class Meta:
         model = Institution
@@ -36,20 +51,21 @@ class InstitutionForm(forms.ModelForm):
             "portal_key_limit",
             "currency",
             "micro_credits_per_currency_unit",
+            "language",
         )
 
     def clean_currency(self):
         currency = (self.cleaned_data.get("currency") or "").strip()
         if currency and not (len(currency) == 3 and currency.isascii() and currency.isupper()):
-            raise forms.ValidationError("Three capital letters (ISO 4217), e.g. EUR.")
+            raise forms.ValidationError(_("Three capital letters (ISO 4217), e.g. EUR."))
         return currency
 
     def clean_micro_credits_per_currency_unit(self):
         rate = self.cleaned_data.get("micro_credits_per_currency_unit")
         if rate is not None and not 1 <= rate <= MAX_CREDITS_PER_UNIT:
             raise forms.ValidationError(
-                f"Between 1 and {MAX_CREDITS_PER_UNIT:,} micro-credits per unit "
-                "(empty = the gateway's rate)."
+                _("Between 1 and %(max)s micro-credits per unit (empty = the gateway's rate).")
+                % {"max": f"{MAX_CREDITS_PER_UNIT:,}"}
             )
         return rate
 
@@ -59,10 +75,13 @@ def _storable_document(document, name: str):
     Unicode; SQLite would keep it, so both databases refuse it here): a form error, not a 500
     on save."""
     if json_holds(document, _NUL):
-        raise forms.ValidationError(f"The {name} may not contain NUL characters (\\u0000).")
+        raise forms.ValidationError(
+            _("The %(name)s may not contain NUL characters (\\u0000).") % {"name": _(name)}
+        )
     if json_holds(document, SURROGATE):
         raise forms.ValidationError(
-            f"The {name} may not contain lone surrogates (\\ud800 to \\udfff)."
+            _("The %(name)s may not contain lone surrogates (\\ud800 to \\udfff).")
+            % {"name": _(name)}
         )
     return document
 
@@ -98,7 +117,7 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
         if "policy" not in self.fields or not self.policy_form.submitted:
             return cleaned
         if not self.policy_form.is_valid():
-            self.add_error(None, "The policy form has errors: see the marked fields below.")
+            self.add_error(None, _("The policy form has errors: see the marked fields below."))
         elif "policy" in self.cleaned_data:
             self.cleaned_data["policy"] = self.policy_form.apply(self.cleaned_data["policy"])
         return self.cleaned_data
@@ -121,7 +140,7 @@ class LicenseForm(AdminModelFormMixin, forms.ModelForm):
     def clean_budget_limit(self):
         limit = self.cleaned_data.get("budget_limit")
         if limit is not None and limit < 0:
-            raise forms.ValidationError("The limit must be >= 0 (empty = unlimited).")
+            raise forms.ValidationError(_("The limit must be >= 0 (empty = unlimited)."))
         return limit
 
     def clean_budget_unit(self):
@@ -140,7 +159,7 @@ class LicenseForm(AdminModelFormMixin, forms.ModelForm):
             and license_type.institution_id is not None
             and license_type.institution_id != institution.pk
         ):
-            self.add_error("license_type", "This license type belongs to another institution.")
+            self.add_error("license_type", _("This license type belongs to another institution."))
         return cleaned
 
 
@@ -156,7 +175,9 @@ class ApiKeyForm(forms.ModelForm):
 class JwtIssuerForm(AdminModelFormMixin, forms.ModelForm):
     secret_fields = ("hs256_secret",)
 
-    clear_hs256_secret = forms.BooleanField(required=False, label="Clear the stored HS256 secret")
+    clear_hs256_secret = forms.BooleanField(
+        required=False, label=_("Clear the stored HS256 secret")
+    )
 
     class Meta:
         model = JwtIssuer
@@ -181,5 +202,5 @@ class JwtIssuerForm(AdminModelFormMixin, forms.ModelForm):
         license = cleaned.get("license")
         if institution is not None and license is not None:
             if license.institution_id != institution.pk:
-                self.add_error("license", "This license belongs to another institution.")
+                self.add_error("license", _("This license belongs to another institution."))
         return cleaned

@@ -9,13 +9,19 @@ import functools
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.translation import gettext_lazy as _
 
 from ..ledger.feed import event_of
 
 PATH = "/ws/admin/transactions/"  # the page's websocket, served by consumers.TransactionFeed
 PAGE_ROWS = 50  # rows the page starts with
 PAGE_MAX_ROWS = 300  # rows the page keeps as new ones arrive
-OUTCOME_LABELS = {"client_error": "client error"}
+OUTCOME_LABELS = {
+    "success": _("success"),
+    "client_error": _("client error"),
+    "denied": _("denied"),
+    "failure": _("failure"),
+}
 
 
 # --- the page ----------------------------------------------------------------------------
@@ -39,7 +45,7 @@ def live_page(request, model_admin):
     context = {
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.model._meta,
-        "title": "Live transactions",
+        "title": _("Live transactions"),
         "is_nav_sidebar_enabled": False,  # the table needs the whole width
         "rows": [_shown(event_of(row, row.license.name)) for row in latest],
         "max_rows": PAGE_MAX_ROWS,
@@ -52,13 +58,15 @@ def live_page(request, model_admin):
 
 def _shown(event: dict) -> dict:
     """The event with the texts live.js makes of it (live.js: holderOf, usageOf)."""
-    holder = [f"key {event['api_key_id']}"] if event["api_key_id"] is not None else []
+    holder = (
+        [_("key %(id)s") % {"id": event["api_key_id"]}] if event["api_key_id"] is not None else []
+    )
     if event["end_user_id"] is not None:
-        holder.append(f"user {event['end_user_id']}")
+        holder.append(_("user %(id)s") % {"id": event["end_user_id"]})
     if event["total_tokens"] is not None:
-        usage = f"{event['total_tokens']} tok"
+        usage = _("%(n)s tok") % {"n": event["total_tokens"]}
     else:
-        usage = f"{event['images']} img" if event["images"] is not None else "-"
+        usage = _("%(n)s img") % {"n": event["images"]} if event["images"] is not None else "-"
     return {
         **event,
         "holder": " · ".join(holder) or "-",

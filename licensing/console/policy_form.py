@@ -21,6 +21,8 @@ from typing import Any, cast
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext, gettext_noop
+from django.utils.translation import gettext_lazy as _
 
 from catalog.registry import POLICY_SERVICES
 
@@ -60,21 +62,34 @@ class Limit:
 
 
 _TEMPERATURE = (
-    Limit("temperature", MIN, "Temperature at least", whole=False, high=2),
-    Limit("temperature", MAX, "Temperature at most", whole=False, high=2),
+    Limit("temperature", MIN, _("Temperature at least"), whole=False, high=2),
+    Limit("temperature", MAX, _("Temperature at most"), whole=False, high=2),
 )
 LIMITS: dict[str, tuple[Limit, ...]] = {
-    "chat_completions": (Limit("max_tokens", MAX, "Max tokens per answer"), *_TEMPERATURE),
-    "responses": (Limit("max_output_tokens", MAX, "Max tokens per answer"), *_TEMPERATURE),
-    "image_generation": (Limit("n", MAX, "Images per request (n) at most", low=1),),
-    "web_search": (Limit("num_results", MAX, "Results per search at most", low=1),),
+    "chat_completions": (Limit("max_tokens", MAX, _("Max tokens per answer")), *_TEMPERATURE),
+    "responses": (Limit("max_output_tokens", MAX, _("Max tokens per answer")), *_TEMPERATURE),
+    "image_generation": (Limit("n", MAX, _("Images per request (n) at most"), low=1),),
+    "web_search": (Limit("num_results", MAX, _("Results per search at most"), low=1),),
 }
+# The help text of a checklist left empty: every model or provider (that the ceiling allows).
+EVERY = {"model": _("None ticked: every model."), "provider": _("None ticked: every provider.")}
+EVERY_WITHIN = {
+    "model": _("None ticked: every model %(ceiling)s allows."),
+    "provider": _("None ticked: every provider %(ceiling)s allows."),
+}
+# The ceilings' names, translated where they are shown (ceiling_name).
+CEILING_NAMES = (
+    gettext_noop("the license type"),
+    gettext_noop("license type"),
+    gettext_noop("the course"),
+    gettext_noop("course"),
+)
 # Parameters the form offers as a checklist of their `allowed` values: (param, label, values).
 VALUE_LISTS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
     "image_generation": (
         (
             "size",
-            "Image sizes allowed",
+            _("Image sizes allowed"),
             (
                 "256x256",
                 "512x512",
@@ -178,20 +193,23 @@ class PolicyForm(forms.Form):
             section["fields"].append(key)
 
         enabled = service in _services(self.document)
-        add("enabled", forms.BooleanField(required=False, label="Enabled"), enabled, _ENABLED)
+        add("enabled", forms.BooleanField(required=False, label=_("Enabled")), enabled, _ENABLED)
         choices, current = self._model_choices(service, models)
         if choices:  # search and fetch have no models to choose (their entries are unlisted)
-            field = self._checklist("Allowed models", choices, self._every("model"))
+            field = self._checklist(_("Allowed models"), choices, self._every("model"))
             add("models", field, current, ("model", ALLOWED.name))
         choices, current = self._provider_choices(service, providers)
-        field = self._checklist("Providers", choices, self._every("provider"))
+        field = self._checklist(_("Providers"), choices, self._every("provider"))
         add("providers", field, current, _PROVIDERS)
         for limit in LIMITS.get(service, ()):
             value = _rule(self.document, service, limit.param).get(limit.key.name)
             add(limit.name, self._limit_field(service, limit, value), value, limit.target)
         for param, label, values in VALUE_LISTS.get(service, ()):
             choices, current = self._value_choices(service, param, values)
-            help_text = f"Rule: params.{param}.{ALLOWED.name}. None ticked: any."
+            help_text = gettext("Rule: params.%(param)s.%(key)s. None ticked: any.") % {
+                "param": param,
+                "key": ALLOWED.name,
+            }
             add(
                 f"{param}__{ALLOWED.name}",
                 self._checklist(label, choices, help_text),
@@ -203,8 +221,9 @@ class PolicyForm(forms.Form):
 
     def _every(self, what: str) -> str:
         """The help text of a checklist left empty."""
-        within = f" {self.ceiling_name} allows" if self.ceiling is not None else ""
-        return f"None ticked: every {what}{within}."
+        if self.ceiling is None:
+            return EVERY[what] % {}
+        return EVERY_WITHIN[what] % {"ceiling": gettext(self.ceiling_name)}
 
     @staticmethod
     def _checklist(label: str, choices: list, help_text: str) -> forms.MultipleChoiceField:
@@ -226,7 +245,9 @@ class PolicyForm(forms.Form):
         current = _rule(self.document, service, "model").get(ALLOWED.name) or []
         current = [m for m in current if isinstance(m, str)]
         choices = [(m, m) for m in offered] + [
-            (m, f"{m} (not in the catalog)") for m in current if m not in offered
+            (m, gettext("%(model)s (not in the catalog)") % {"model": m})
+            for m in current
+            if m not in offered
         ]
         return choices, current
 
@@ -261,12 +282,19 @@ class PolicyForm(forms.Form):
     def _limit_field(self, service: str, limit: Limit, value: Any) -> forms.Field:
         """A number field for one bound, its range narrowed by the ceiling's value."""
         low, high, whole = _limit_range(limit, value)
-        help_text = f"Rule: params.{limit.param}.{limit.key.name}. Empty: no limit"
+        help_text = gettext("Rule: params.%(param)s.%(key)s. Empty: no limit") % {
+            "param": limit.param,
+            "key": limit.key.name,
+        }
         ceiling_value = self._ceiling_rule(service, limit.param).get(limit.key.name)
         if ceiling_value is not None:
-            whose = self.ceiling_name.removeprefix("the ")
+            whose = gettext(self.ceiling_name.removeprefix("the "))
             whose = whose[:1].upper() + whose[1:]
-            help_text = f"{whose}: {ceiling_value}. Empty: {self.ceiling_name}'s"
+            help_text = gettext("%(whose)s: %(value)s. Empty: %(ceiling)s's") % {
+                "whose": whose,
+                "value": ceiling_value,
+                "ceiling": gettext(self.ceiling_name),
+            }
             # The narrower of the form's bound and the ceiling's, as an overlay's would be.
             if limit.key.side == "high":
                 high = limit.key.intersect(ceiling_value, high)
@@ -287,7 +315,9 @@ class PolicyForm(forms.Form):
             low = cleaned.get(f"{service}__temperature__min")
             high = cleaned.get(f"{service}__temperature__max")
             if low is not None and high is not None and MAX.contradicts({"min": low, "max": high}):
-                self.add_error(f"{service}__temperature__min", "The minimum is above the maximum.")
+                self.add_error(
+                    f"{service}__temperature__min", _("The minimum is above the maximum.")
+                )
         return cleaned
 
     def apply(self, document: Any) -> dict:

@@ -18,6 +18,7 @@ from django.db.models import Q
 from django.http import HttpResponseBadRequest, JsonResponse
 from django.urls import reverse
 from django.utils import formats
+from django.utils.translation import gettext_lazy as _
 
 from ..access.scoping import scope_of, scoped
 from ..models import ApiKey, EndUser, Institution, License, Transaction
@@ -141,7 +142,7 @@ def admin_filterset(request, queryset) -> TransactionFilter:
     )
     fields["model"].widget.attrs["placeholder"] = "requested or billed"
     fields["q"].widget.attrs.update(
-        placeholder="request id, answer id, key=value, value", spellcheck="false"
+        placeholder=_("request id, answer id, key=value, value"), spellcheck="false"
     )
     return filterset
 
@@ -212,7 +213,7 @@ class DateDrillDown:
             for m in range(1, 13)
             if self._within(date(year, m, 1), date(year, m, monthrange(year, m)[1]))
         ]
-        return {"link": self._link(), "title": "All dates"}, choices
+        return {"link": self._link(), "title": _("All dates")}, choices
 
     def _years(self):
         first, last = self.first, self.last

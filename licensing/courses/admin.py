@@ -23,6 +23,7 @@ from django.http import Http404, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES
@@ -99,7 +100,7 @@ class _CheckedFormSet(BaseInlineFormSet):
             if form.instance.pk is None:
                 # The posted id is not one of this course's rows (another course's, or none):
                 # Django would quietly treat it as a new row.
-                form.add_error(None, "This row is not one of this course's.")
+                form.add_error(None, _("This row is not one of this course's."))
         for form in self.forms:
             if not form.has_changed() or form in self.deleted_forms or form.errors:
                 continue
@@ -107,14 +108,14 @@ class _CheckedFormSet(BaseInlineFormSet):
             if problem is not None:
                 form.add_error(*problem)
         if any(form.errors for form in self.forms):
-            raise ValidationError("Please correct the errors below.")
+            raise ValidationError(_("Please correct the errors below."))
 
 
 class MemberFormSet(_CheckedFormSet):
     def problem(self, form):
         end_user = form.cleaned_data.get("end_user")
         if form.instance.pk is not None and "end_user" in form.changed_data:
-            return "end_user", "A member's student cannot change; remove the row and add one."
+            return "end_user", _("A member's student cannot change; remove the row and add one.")
         if end_user is not None and form.instance.pk is None:
             why = member_problem(self.instance, end_user)
             return ("end_user", why) if why else None
@@ -135,7 +136,7 @@ class CourseWindowInline(ScopedInlineMixin, admin.TabularInline):
     formset = _CheckedFormSet
     extra = 0
     fields = ("kind", "starts_at", "ends_at")
-    verbose_name_plural = "Windows (open and exam)"
+    verbose_name_plural = _("Windows (open and exam)")
 
 
 class CourseTeacherInline(ScopedInlineMixin, admin.TabularInline):
@@ -152,7 +153,7 @@ class CourseMemberInline(ScopedInlineMixin, admin.TabularInline):
     extra = 0
     raw_id_fields = ("end_user",)
     fields = ("end_user", "paused", "top_up", "top_up_window_start")
-    verbose_name_plural = "Members (pauses and top-ups)"
+    verbose_name_plural = _("Members (pauses and top-ups)")
 
     def get_readonly_fields(self, request, obj=None):
         if scope_of(request.user).role == TEACHER:
@@ -230,15 +231,15 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     # A teacher runs their course (course_services.TEACHER_FIELDS): which license pays, its
     # code and whether it is active stay with the institution's admins.
     TEACHER_READ_ONLY = ("license", "code", "active")
-    MONEY_FIELDSET = "Allowance and pool"
-    EXAM_FIELDSET = "Exam mode"
+    MONEY_FIELDSET = _("Allowance and pool")
+    EXAM_FIELDSET = _("Exam mode")
 
     def get_fieldsets(self, request, obj=None):
         if obj is None:
             return (
                 (None, {"fields": ("license", "code", "name")}),
                 (self.MONEY_FIELDSET, {"fields": ("allowance", "allowance_period", "pool_limit")}),
-                ("Overlay and exam policy as JSON", {"fields": ("policy", "exam_policy")}),
+                (_("Overlay and exam policy as JSON"), {"fields": ("policy", "exam_policy")}),
             )
         return (
             (
@@ -247,26 +248,30 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
             ),
             (self.MONEY_FIELDSET, {"fields": ("allowance", "allowance_period", "pool_limit")}),
             (
-                "Overlay as JSON",
+                _("Overlay as JSON"),
                 {
                     "classes": ("collapse",),
                     "fields": ("policy",),
-                    "description": "The course's overlay: it may only narrow the license type's "
-                    "policy. Rules the form above does not cover are edited here; saving the "
-                    "form keeps them. {} = the license type's policy as it is.",
+                    "description": _(
+                        "The course's overlay: it may only narrow the license type's "
+                        "policy. Rules the form above does not cover are edited here; saving the "
+                        "form keeps them. {} = the license type's policy as it is."
+                    ),
                 },
             ),
             (self.EXAM_FIELDSET, {"fields": ("exam_mode", "exam_does")}),
             (
-                "Exam policy as JSON",
+                _("Exam policy as JSON"),
                 {
                     "classes": ("collapse",),
                     "fields": ("exam_policy",),
-                    "description": "Used in exam mode when “allow only” is chosen; it may only "
-                    "narrow the course's policy. Empty = every service off.",
+                    "description": _(
+                        "Used in exam mode when “allow only” is chosen; it may only "
+                        "narrow the course's policy. Empty = every service off."
+                    ),
                 },
             ),
-            ("LMS link (LTI)", {"classes": ("collapse",), "fields": ("lti_context_id",)}),
+            (_("LMS link (LTI)"), {"classes": ("collapse",), "fields": ("lti_context_id",)}),
         )
 
     def get_readonly_fields(self, request, obj=None):
@@ -281,14 +286,16 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
         # are added on its page once the license, so the institution, is known.
         return self.inlines if obj is not None else ()
 
-    @admin.display(description="in exam mode")
+    @admin.display(description=_("in exam mode"))
     def exam_does(self, obj):
         """For a read-only view of the page (the form's radio otherwise)."""
-        return "allow only the exam policy" if obj.exam_policy else "all services off"
+        return _("allow only the exam policy") if obj.exam_policy else _("all services off")
 
-    @admin.display(description="time zone")
+    @admin.display(description=_("time zone"))
     def time_zone(self, obj):
-        return f"{_zone(obj)} (the institution's: windows and periods are in this zone)"
+        return _("%(zone)s (the institution's: windows and periods are in this zone)") % {
+            "zone": _zone(obj)
+        }
 
     def ledger_rows(self, obj):
         return obj.transactions.all()
@@ -435,7 +442,9 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
         course = self._viewable(request, object_id)
         service = request.POST.get("service", "")
         if service not in SERVICES:
-            return JsonResponse({"outcome": "invalid", "message": "Choose a service"}, status=400)
+            return JsonResponse(
+                {"outcome": "invalid", "message": _("Choose a service")}, status=400
+            )
         body = request.POST.get("body", "")
         return JsonResponse(course_try_request(course, service, body, now=clock.utcnow()))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from catalog.forms import AdminModelFormMixin
 from catalog.selectors import policy_choices, service_providers
@@ -55,11 +56,14 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
     license type is known; a new course is created with the JSON views only."""
 
     exam_does = forms.ChoiceField(
-        label="In exam mode",
+        label=_("In exam mode"),
         required=False,
         choices=[
-            (EXAM_OFF, "All services off (every request is refused: “course … is in exam mode”)"),
-            (EXAM_ONLY, "Allow only what the exam form below allows"),
+            (
+                EXAM_OFF,
+                _("All services off (every request is refused: “course … is in exam mode”)"),
+            ),
+            (EXAM_ONLY, _("Allow only what the exam form below allows")),
         ],
         widget=forms.RadioSelect,
     )
@@ -123,7 +127,10 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
         institution = course.institution if course.institution_id else None
         rate = institution_rate(institution)
         unit = rate.micro_credits_per_unit
-        one_unit = f"{unit:,} micro-credits = {rate.format(unit)}"
+        one_unit = _("%(credits)s micro-credits = %(money)s") % {
+            "credits": f"{unit:,}",
+            "money": rate.format(unit),
+        }
         for name in ("allowance", "pool_limit"):
             field = self.fields.get(name)
             if field is None:
@@ -131,7 +138,7 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
             field.help_text = f"{str(field.help_text).rstrip('.')}. {one_unit}"
             current = getattr(course, name)
             if course.pk is not None and current is not None:
-                field.help_text += f"; now {rate.format(current)}"
+                field.help_text += "; " + _("now %(money)s") % {"money": rate.format(current)}
             field.help_text += "."
 
     def _refuse_unstorable(self, name: str):
@@ -139,8 +146,10 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
         # PostgreSQL's jsonb refuses NUL (\u0000) and lone surrogates (\ud800): form errors.
         if not is_storable_json(value):
             raise forms.ValidationError(
-                "The document may not contain NUL characters (\\u0000) or lone surrogates "
-                "(\\ud800-\\udfff)."
+                _(
+                    "The document may not contain NUL characters (\\u0000) or lone surrogates "
+                    "(\\ud800-\\udfff)."
+                )
             )
         return value
 
@@ -171,12 +180,12 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
         if code and institution_id is not None:
             taken = Course.objects.filter(institution_id=institution_id, code=code)
             if taken.exclude(pk=self.instance.pk).exists():
-                self.add_error("code", "The institution has a course with this code already.")
+                self.add_error("code", _("The institution has a course with this code already."))
 
     def _clean_overlay(self, cleaned: dict[str, Any], overlay_form: PolicyForm) -> None:
         """The overlay form's changes written onto the JSON view's overlay."""
         if not overlay_form.is_valid():
-            self.add_error(None, "The overlay form has errors: see the marked fields below.")
+            self.add_error(None, _("The overlay form has errors: see the marked fields below."))
         elif "policy" in cleaned and overlay_form.changed_data:
             base = self.instance.license.license_type.policy
             start = overlay_as_document(base, cleaned["policy"])
@@ -194,7 +203,7 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
             if "exam_does" in self.changed_data or not cleaned.get("exam_policy"):
                 cleaned["exam_policy"] = None
         elif not exam_form.is_valid():
-            self.add_error(None, "The exam form has errors: see the marked fields below.")
+            self.add_error(None, _("The exam form has errors: see the marked fields below."))
         elif "exam_policy" in cleaned:
             start = exam_as_document(cleaned["exam_policy"])
             if exam_form.changed_data:

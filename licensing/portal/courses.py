@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext_noop
+
 from core import clock
 
 from ..access.scoping import owns, scope_of
@@ -132,9 +135,9 @@ class CourseLevels:
         if remaining is None:
             return ""
         for name, value in (
-            ("your allowance", self.allowance.remaining),
-            ("the course pool", self.pool.remaining if self.pool else None),
-            ("the license", self.license.remaining),
+            (gettext_noop("your allowance"), self.allowance.remaining),
+            (gettext_noop("the course pool"), self.pool.remaining if self.pool else None),
+            (gettext_noop("the license"), self.license.remaining),
         ):
             if value == remaining:
                 return name
@@ -240,9 +243,13 @@ def policy_in_words(policy: Policy | None) -> list[ServiceWords]:
             elif rule.allowed is not None:
                 models = ", ".join(str(v) for v in rule.allowed)
             elif rule.patterns is not None:
-                models = "matching " + ", ".join(p.pattern for p in rule.patterns)
+                models = _("matching %(patterns)s") % {
+                    "patterns": ", ".join(p.pattern for p in rule.patterns)
+                }
             elif rule.excluded is not None:
-                models = "any but " + ", ".join(str(v) for v in rule.excluded)
+                models = _("any but %(models)s") % {
+                    "models": ", ".join(str(v) for v in rule.excluded)
+                }
         found.append(ServiceWords(service, providers, models))
     return found
 
@@ -265,7 +272,12 @@ class CourseSettings:
 
     @staticmethod
     def credits(rate: Rate, value: int | None) -> str:
-        return "no limit" if value is None else f"{value:,} micro-credits ({rate.format(value)})"
+        if value is None:
+            return _("no limit")
+        return _("%(credits)s micro-credits (%(money)s)") % {
+            "credits": f"{value:,}",
+            "money": rate.format(value),
+        }
 
 
 def course_settings(course: Course, now: datetime | None = None) -> CourseSettings:

@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from django.db.models import Count, Sum
 from django.db.models.functions import TruncDate
+from django.utils.translation import gettext_noop
 
 from catalog.registry import SERVICES, Service
 from catalog.routing import (
@@ -154,6 +155,19 @@ class SpendFigures:
         if not self.limit:
             return 0
         return min(100, self.used * 100 // self.limit)
+
+
+# The period words the pages translate where they show a period ({% translate wallet.period %}):
+# licenses' budget periods and courses' allowance periods.
+PERIOD_WORDS = (
+    gettext_noop("daily"),
+    gettext_noop("weekly"),
+    gettext_noop("monthly"),
+    gettext_noop("lifetime"),
+    gettext_noop("day"),
+    gettext_noop("week"),
+    gettext_noop("month"),
+)
 
 
 @dataclass(frozen=True)

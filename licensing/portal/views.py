@@ -14,6 +14,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -46,7 +47,7 @@ def student_required(view):
             return render(
                 request,
                 "portal/no_access.html",
-                {"title": "No student access", "contact": contact},
+                {"title": _("No student access"), "contact": contact},
                 status=403,
             )
         return view(request, end_user, *args, **kwargs)
@@ -77,7 +78,7 @@ def login(request):
         request,
         "portal/login.html",
         {
-            "title": "Sign in",
+            "title": _("Sign in"),
             "providers": providers,
             "find_by_email": len(providers) > PROVIDERS_LISTED_ALONE,
             "next": _next_of(request),
@@ -123,7 +124,9 @@ def dashboard(request, end_user: EndUser):
     bands = [charts.Band("Credits", [row.credits for row in usage.by_day], charts.PALETTE[0])]
     # Safe: licensing.console.charts escapes every label it writes.
     chart = mark_safe(
-        charts.stacked_bars(usage.days, bands, title="Micro-credits by day", unit="micro-credits")
+        charts.stacked_bars(
+            usage.days, bands, title=_("Micro-credits by day"), unit="micro-credits"
+        )
     )
     return _page(
         request,
@@ -150,7 +153,7 @@ def data_flow(request, end_user: EndUser):
         end_user,
         "portal/data.html",
         {
-            "title": "Where your requests go",
+            "title": _("Where your requests go"),
             "models": models,
             "destinations": selectors.destinations_of(models),
         },
@@ -169,12 +172,12 @@ def terms(request, end_user: EndUser):
                 request,
                 end_user,
                 "portal/terms.html",
-                {"title": "Terms of use", "error": "Tick the box to accept the terms."},
+                {"title": _("Terms of use"), "error": _("Tick the box to accept the terms.")},
                 status=400,
             )
         services.terms_accept(end_user=end_user, request=request)
         return HttpResponseRedirect(reverse("portal:keys"))
-    return _page(request, end_user, "portal/terms.html", {"title": "Terms of use"})
+    return _page(request, end_user, "portal/terms.html", {"title": _("Terms of use")})
 
 
 def _key_name_valid(value: str) -> None:
@@ -187,7 +190,7 @@ class KeyForm(forms.Form):
         max_length=services.MAX_KEY_NAME,
         strip=True,
         validators=[_key_name_valid],
-        widget=forms.TextInput(attrs={"placeholder": "e.g. laptop, thesis project"}),
+        widget=forms.TextInput(attrs={"placeholder": _("e.g. laptop, thesis project")}),
     )
 
 
@@ -220,7 +223,7 @@ def keys(request, end_user: EndUser):
         end_user,
         "portal/keys.html",
         {
-            "title": "Your API keys",
+            "title": _("Your API keys"),
             "form": form,
             "error": error,
             "keys": rows,
@@ -378,7 +381,11 @@ def _instructor_page(request, access: courses.CourseAccess, error: str = "", sta
                 "money": rate.format(row.credits),
                 "credits": f"{row.credits:,}",
                 "period": f"{row.period_used:,}"
-                + ("" if row.allowance is None else f" of {row.allowance:,}"),
+                + (
+                    ""
+                    if row.allowance is None
+                    else " " + _("of %(allowance)s") % {"allowance": f"{row.allowance:,}"}
+                ),
             }
             for row in usage.rows
         ],
@@ -400,7 +407,7 @@ def course_exam(request, course_id: str):
         raise Http404("No such course")
     wanted = request.POST.get("exam_mode")
     if wanted not in ("on", "off"):
-        return _instructor_page(request, access, "Choose exam mode on or off.", status=400)
+        return _instructor_page(request, access, _("Choose exam mode on or off."), status=400)
     try:
         course_update(
             course=access.course,

@@ -3,6 +3,7 @@
 launch rows a launch leaves behind, view only. Scoped to the institution like every page."""
 
 from django.contrib import admin
+from django.utils.translation import gettext_lazy as _
 
 from ..access.audit import audit_event_record
 from ..console.admin.base import ReadOnlyAdminMixin, ScopedAdminMixin
@@ -33,7 +34,7 @@ class LtiPlatformAdmin(ScopedAdminMixin, admin.ModelAdmin):
         "updated_at",
     )
 
-    @admin.display(description="paste into the LMS")
+    @admin.display(description=_("paste into the LMS"))
     def tool_urls(self, obj):
         login_url, launch_url = lti_urls()
         return f"login_url: {login_url}  launch_url: {launch_url}"

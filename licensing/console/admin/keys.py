@@ -5,6 +5,7 @@ JWT issuers (HS256 secrets write-only, see `catalog.forms.AdminModelFormMixin`) 
 instead)."""
 
 from django.contrib import admin, messages
+from django.utils.translation import gettext_lazy as _
 
 from catalog.forms import FORMFIELD_OVERRIDES
 from core.localcache import clear_all
@@ -57,19 +58,19 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     def ledger_rows(self, obj):
         return Transaction.objects.filter(api_key=obj)
 
-    @admin.display(description="key", ordering="prefix")
+    @admin.display(description=_("key"), ordering="prefix")
     def key_prefix(self, obj):
         return f"{obj.prefix}…" if obj.prefix else "-"
 
-    @admin.display(description="expires", ordering="expires_at")
+    @admin.display(description=_("expires"), ordering="expires_at")
     def expires(self, obj):
         return _short_time(obj.expires_at)
 
-    @admin.display(description="last used", ordering="last_used_at")
+    @admin.display(description=_("last used"), ordering="last_used_at")
     def last_used(self, obj):
         return _short_time(obj.last_used_at)
 
-    @admin.display(description="created", ordering="created_at")
+    @admin.display(description=_("created"), ordering="created_at")
     def created(self, obj):
         return _short_time(obj.created_at)
 
@@ -98,8 +99,11 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
         obj._state.db = row._state.db
         messages.success(
             request,
-            f"The new API key is {key} — copy it now: it is not stored and will not be "
-            "shown again.",
+            _(
+                "The new API key is %(key)s — copy it now: it is not stored and will not be "
+                "shown again."
+            )
+            % {"key": key},
         )
 
     def delete_model(self, request, obj):
@@ -120,14 +124,14 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                 request=request,
                 extra={"before": {"active": not active}, "after": {"active": active}},
             )
-        state = "activated" if active else "deactivated"
-        self.message_user(request, f"{updated} API key(s) {state}.", messages.SUCCESS)
+        text = _("%(n)s API key(s) activated.") if active else _("%(n)s API key(s) deactivated.")
+        self.message_user(request, text % {"n": updated}, messages.SUCCESS)
 
-    @admin.action(description="Activate selected API keys", permissions=["change"])
+    @admin.action(description=_("Activate selected API keys"), permissions=["change"])
     def activate(self, request, queryset):
         self._set_active(request, queryset, True)
 
-    @admin.action(description="Deactivate selected API keys", permissions=["change"])
+    @admin.action(description=_("Deactivate selected API keys"), permissions=["change"])
     def deactivate(self, request, queryset):
         self._set_active(request, queryset, False)
 
@@ -169,12 +173,12 @@ class JwtIssuerAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     def ledger_rows(self, obj):
         return Transaction.objects.filter(end_user__issuer=obj)
 
-    @admin.display(description="algorithms")
+    @admin.display(description=_("algorithms"))
     def algorithm_list(self, obj):
         algs = obj.algorithms
         return ", ".join(str(a) for a in algs) if isinstance(algs, list) else str(algs)
 
-    @admin.display(description="keys from")
+    @admin.display(description=_("keys from"))
     def key_source(self, obj):
         sources = []
         if obj.jwks_url:

@@ -10,6 +10,7 @@ from django.db.models import Count
 from django.http import Http404, HttpResponse, JsonResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES
@@ -55,15 +56,15 @@ class InstitutionAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
             .order_by("name")  # GROUP BY drops Meta.ordering
         )
 
-    @admin.display(description="licenses", ordering="_licenses")
+    @admin.display(description=_("licenses"), ordering="_licenses")
     def license_count(self, obj):
         return obj._licenses
 
-    @admin.display(description="license types", ordering="_types")
+    @admin.display(description=_("license types"), ordering="_types")
     def license_type_count(self, obj):
         return obj._types
 
-    @admin.display(description="JWT issuers", ordering="_issuers")
+    @admin.display(description=_("JWT issuers"), ordering="_issuers")
     def issuer_count(self, obj):
         return obj._issuers
 
@@ -83,7 +84,7 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "institution", "active", "guardrails", "updated_at")}),
         (
-            "Policy as JSON",
+            _("Policy as JSON"),
             {
                 "classes": ("collapse",),
                 "fields": ("policy",),
@@ -135,7 +136,9 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
             raise Http404("No license type with this id")
         service = request.POST.get("service", "")
         if service not in SERVICES:
-            return JsonResponse({"outcome": "invalid", "message": "Choose a service"}, status=400)
+            return JsonResponse(
+                {"outcome": "invalid", "message": _("Choose a service")}, status=400
+            )
         return JsonResponse(try_request(obj.policy, service, request.POST.get("body", "")))
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
@@ -146,14 +149,14 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
             context["try_url"] = reverse("admin:licensing_licensetype_try", args=[obj.pk])
         return super().render_change_form(request, context, add, change, form_url, obj)
 
-    @admin.display(description="enabled services")
+    @admin.display(description=_("enabled services"))
     def services(self, obj):
         policy = obj.policy
         if not isinstance(policy, dict) or not isinstance(policy.get("services"), dict):
             return "(invalid document)"
         return ", ".join(sorted(policy["services"])) or "(none)"
 
-    @admin.display(description="licenses", ordering="_licenses")
+    @admin.display(description=_("licenses"), ordering="_licenses")
     def license_count(self, obj):
         return obj._licenses
 
@@ -229,7 +232,7 @@ class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
         ]
         fieldsets = [
             (None, {"fields": ["name", "institution", "license_type", "active"]}),
-            ("Budget", {"fields": budget}),
+            (_("Budget"), {"fields": budget}),
         ]
         if obj is not None:
             usage = [
@@ -239,7 +242,7 @@ class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
                 "resets_display",
                 "transactions_link",
             ]
-            fieldsets.append(("Usage in the current window", {"fields": usage}))
+            fieldsets.append((_("Usage in the current window"), {"fields": usage}))
             fieldsets.append(("Dates", {"fields": ["created_at", "updated_at"]}))
         return fieldsets
 
@@ -252,39 +255,46 @@ class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
             usage = obj._usage = licenses_usage([obj])[obj.pk]
         return usage
 
-    @admin.display(description="limit", ordering="budget_limit")
+    @admin.display(description=_("limit"), ordering="budget_limit")
     def budget_limit_display(self, obj):
         limit = with_money(obj.budget_limit, obj.institution)
         if obj.budget_limit is not None:
             limit = f"{limit} {obj.get_budget_period_display().lower()}"
             if obj.budget_strategy == License.Strategy.PER_USER:
-                limit += " per holder"
+                limit += " " + _("per holder")
         return limit
 
-    @admin.display(description="spent")
+    @admin.display(description=_("spent"))
     def spent_display(self, obj):
         usage = self._usage(obj)
         spent = with_money(usage.spent, obj.institution)
         if not usage.pooled and usage.holders:
-            return f"{spent}; {usage.holders} holders, highest {usage.highest:,}"
+            return _("%(spent)s; %(holders)s holders, highest %(highest)s") % {
+                "spent": spent,
+                "holders": usage.holders,
+                "highest": f"{usage.highest:,}",
+            }
         return spent
 
-    @admin.display(description="remaining")
+    @admin.display(description=_("remaining"))
     def remaining_display(self, obj):
         usage = self._usage(obj)
         text = with_money(usage.remaining, obj.institution)
         if usage.remaining is not None and not usage.pooled:
-            return f"{text} (least-left holder)"
+            return _("%(remaining)s (least-left holder)") % {"remaining": text}
         return text
 
-    @admin.display(description="window")
+    @admin.display(description=_("window"))
     def window_display(self, obj):
         usage = self._usage(obj)
         if usage.window_start is None:
-            return "lifetime (never resets)"
-        return f"{usage.period} from {usage.window_start:%Y-%m-%d %H:%M} UTC"
+            return _("lifetime (never resets)")
+        return _("%(period)s from %(start)s UTC") % {
+            "period": _(usage.period),
+            "start": f"{usage.window_start:%Y-%m-%d %H:%M}",
+        }
 
-    @admin.display(description="resets")
+    @admin.display(description=_("resets"))
     def resets_display(self, obj):
         usage = self._usage(obj)
         if usage.resets_at is None:
@@ -294,7 +304,7 @@ class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
             usage.resets_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         )
 
-    @admin.display(description="ledger")
+    @admin.display(description=_("ledger"))
     def transactions_link(self, obj):
         transactions = reverse("admin:licensing_transaction_changelist")
         wallets = reverse("admin:licensing_wallet_changelist")

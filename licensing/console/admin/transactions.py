@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseBadRequest
 from django.urls import path
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
 
 from ...access.scoping import scope_of
 from ...ledger.record import detail_fieldsets
@@ -119,18 +120,18 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             raise PermissionDenied
         return review_admin.choices_json(request, field)
 
-    @admin.display(description="time (UTC)", ordering="created_at")
+    @admin.display(description=_("time (UTC)"), ordering="created_at")
     def time(self, obj):
         at = obj.created_at.astimezone(UTC)
         return format_html(
             '<span title="{}">{}</span>', iso_utc(obj.created_at), at.strftime("%Y-%m-%d %H:%M")
         )
 
-    @admin.display(description="license")
+    @admin.display(description=_("license"))
     def license_name(self, obj):
         return _truncated(obj.license.name, 18)
 
-    @admin.display(description="holder")
+    @admin.display(description=_("holder"))
     def holder(self, obj):
         if obj.api_key_id is not None:
             return format_html(
@@ -140,17 +141,17 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             return _truncated(obj.end_user.subject, 14)
         return "-"
 
-    @admin.display(description="model")
+    @admin.display(description=_("model"))
     def model_name(self, obj):
         shown = obj.billed_model or obj.requested_model
-        title = f"requested {obj.requested_model}"
+        title = _("requested %(model)s") % {"model": obj.requested_model}
         if obj.billed_model and obj.billed_model != obj.requested_model:
-            title += f", billed {obj.billed_model}"
+            title += ", " + _("billed %(model)s") % {"model": obj.billed_model}
         if len(shown) > 20:
             shown = shown[:19] + "…"
         return format_html('<span title="{}">{}</span>', title, shown)
 
-    @admin.display(description="status")
+    @admin.display(description=_("status"))
     def status(self, obj):
         return format_html(
             '<span class="outcome outcome-{}" title="{}">{} {}</span>',
@@ -160,7 +161,7 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             obj.outcome.replace("_", " "),
         )
 
-    @admin.display(description="provider")
+    @admin.display(description=_("provider"))
     def served_by(self, obj):
         """The provider and the connection that answered (or was tried last)."""
         if not obj.provider:
@@ -169,7 +170,7 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             return obj.provider
         return f"{obj.provider}/{obj.connection}"
 
-    @admin.display(description="attempts")
+    @admin.display(description=_("attempts"))
     def attempts_display(self, obj):
         if obj.attempts <= 1:
             return str(obj.attempts)
@@ -179,29 +180,29 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             obj.attempts,
         )
 
-    @admin.display(description="credits", ordering="credits")
+    @admin.display(description=_("credits"), ordering="credits")
     def credits_display(self, obj):
         return f"{obj.credits:,}"
 
-    @admin.display(description="cost")
+    @admin.display(description=_("cost"))
     def cost(self, obj):
         return institution_rate(obj.license.institution).format(obj.credits)
 
-    @admin.display(description="tokens")
+    @admin.display(description=_("tokens"))
     def tokens(self, obj):
         parts = [] if obj.total_tokens is None else [f"{obj.total_tokens:,}"]
         if obj.images:
             parts.append(f"{obj.images} img")
         return " · ".join(parts) or "-"
 
-    @admin.display(description="reason")
+    @admin.display(description=_("reason"))
     def reason(self, obj):
         if not (obj.error_code or obj.error_message):
             return ""
         full = ": ".join(part for part in (obj.error_code, obj.error_message) if part)
         return _truncated(full, 26)
 
-    @admin.display(description="request id")
+    @admin.display(description=_("request id"))
     def request(self, obj):
         title = obj.request_id + (f" · answer {obj.upstream_id}" if obj.upstream_id else "")
         return format_html('<code title="{}">{}</code>', title, obj.request_id[:8])
