@@ -6,6 +6,9 @@ never an exception. Django's own helpers do the matching (a regional variant suc
 falls back to de) and bound the lengths they parse (docs/languages.md).
 """
 
+from decimal import Decimal
+
+from django.utils import formats, numberformat
 from django.utils.translation import get_supported_language_variant, gettext_lazy
 from django.utils.translation.trans_real import language_code_re, parse_accept_lang_header
 
@@ -20,7 +23,7 @@ def supported_language(code: object) -> str | None:
     if not language_code_re.match(code):  # letters, digits and dashes only: no NUL, no surrogate
         return None
     try:
-        return get_supported_language_variant(code)
+        return get_supported_language_variant(code.lower())
     except LookupError:
         return None
 
@@ -59,3 +62,16 @@ def translate_derived_names(app_config) -> None:
     not change; scripts/messages.py puts them in the catalogues."""
     for owner, attribute, english in derived_names(app_config):
         setattr(owner, attribute, gettext_lazy(english))
+
+
+def grouped(value: int | float | Decimal, places: int | None = None) -> str:
+    """A number as the active language writes it: 1,500,000.50 in English, 1.500.000,50 in
+    German (Django's formats for the language; `places` decimals when given, else as it is)."""
+    return numberformat.format(
+        value,
+        formats.get_format("DECIMAL_SEPARATOR"),
+        decimal_pos=places,
+        grouping=3,
+        thousand_sep=formats.get_format("THOUSAND_SEPARATOR"),
+        force_grouping=True,
+    )

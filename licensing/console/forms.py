@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
 from catalog.selectors import policy_choices, service_providers
+from core.languages import grouped
 from core.text import SURROGATE, json_holds
 
 from ..models import ApiKey, Institution, JwtIssuer, License, LicenseType
@@ -65,7 +66,7 @@ class InstitutionForm(forms.ModelForm):
         if rate is not None and not 1 <= rate <= MAX_CREDITS_PER_UNIT:
             raise forms.ValidationError(
                 _("Between 1 and %(max)s micro-credits per unit (empty = the gateway's rate).")
-                % {"max": f"{MAX_CREDITS_PER_UNIT:,}"}
+                % {"max": grouped(MAX_CREDITS_PER_UNIT)}
             )
         return rate
 

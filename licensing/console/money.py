@@ -7,6 +7,9 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.db.models import Sum
+from django.utils.translation import gettext
+
+from core.languages import grouped
 
 from ..models import Institution
 from ..rules.money import Rate, format_amount, rate_of
@@ -21,8 +24,8 @@ def institution_rate(institution: Institution | None) -> Rate:
 def with_money(micro_credits: int | None, institution: Institution | None) -> str:
     """`1,500,000 (1.50 USD)`: the exact credits first, their worth beside them."""
     if micro_credits is None:
-        return "unlimited"
-    return f"{micro_credits:,} ({institution_rate(institution).format(micro_credits)})"
+        return gettext("unlimited")
+    return f"{grouped(micro_credits)} ({institution_rate(institution).format(micro_credits)})"
 
 
 def ledger_money(queryset) -> str:

@@ -20,6 +20,8 @@ from django.urls import reverse
 from django.utils import formats
 from django.utils.translation import gettext_lazy as _
 
+from core.languages import grouped
+
 from ..access.scoping import scope_of, scoped
 from ..models import ApiKey, EndUser, Institution, License, Transaction
 from .money import ledger_money
@@ -222,7 +224,7 @@ class DateDrillDown:
 
 
 def _number(value: int) -> str:
-    return f"{value:,}"
+    return grouped(value)
 
 
 class ReviewChangeList(ChangeList):

@@ -20,6 +20,8 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from core.languages import grouped
+
 from ..access.scoping import scope_of, scoped
 from ..models import Institution, License, Outcome, Transaction
 from . import charts
@@ -218,7 +220,7 @@ def _totals(report: UsageReport) -> list[dict]:
     ]
     described = dict(Outcome.choices)
     return [
-        {"key": key, "label": label, "value": f"{value:,}", "title": described.get(key, label)}
+        {"key": key, "label": label, "value": grouped(value), "title": described.get(key, label)}
         for key, label, value in totals
     ]
 
@@ -281,7 +283,7 @@ def _tops(report: UsageReport) -> list[dict]:
                 label=row.label,
                 value=row.credits,
                 href=changelist + _query({param: row.id, **span}),
-                note=gettext("%(n)s requests") % {"n": f"{row.requests:,}"},
+                note=gettext("%(n)s requests") % {"n": grouped(row.requests)},
             )
             for row in rows
         ]

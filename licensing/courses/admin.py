@@ -23,12 +23,14 @@ from django.http import Http404, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES
 from catalog.registry import POLICY_SERVICES
 from core import clock
+from core.languages import grouped
 
 from ..access.scoping import TEACHER, owns, scope_of
 from ..console.admin.base import KeepLedgerIntactMixin, ScopedAdminMixin
@@ -541,12 +543,14 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                 "paused": row.paused,
                 "requests": row.requests,
                 "refusals": row.refusals,
-                "credits": f"{row.credits:,}",
+                "credits": grouped(row.credits),
                 "money": rate.format(row.credits),
                 "models": ", ".join(row.models),
                 "last_at": _local(row.last_at, zone) if row.last_at else "",
-                "period_used": f"{row.period_used:,}",
-                "allowance": "unlimited" if row.allowance is None else f"{row.allowance:,}",
+                "period_used": grouped(row.period_used),
+                "allowance": gettext("unlimited")
+                if row.allowance is None
+                else grouped(row.allowance),
             }
             for row in usage.rows
         ]
@@ -556,7 +560,7 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
             "period_start": _local(usage.period_start, zone),
             "requests": usage.requests,
             "refusals": usage.refusals,
-            "credits": f"{usage.credits:,}",
+            "credits": grouped(usage.credits),
             "money": rate.format(usage.credits),
         }
 

@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 from catalog.forms import AdminModelFormMixin
 from catalog.selectors import policy_choices, service_providers
+from core.languages import grouped
 from core.text import is_storable_json
 
 from ..console.money import institution_rate
@@ -128,7 +129,7 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
         rate = institution_rate(institution)
         unit = rate.micro_credits_per_unit
         one_unit = _("%(credits)s micro-credits = %(money)s") % {
-            "credits": f"{unit:,}",
+            "credits": grouped(unit),
             "money": rate.format(unit),
         }
         for name in ("allowance", "pool_limit"):

@@ -27,7 +27,7 @@ from django.db import DatabaseError, close_old_connections, connection, connecti
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
-from core.languages import supported_language
+from core.languages import grouped, supported_language
 
 from ..models import AdminProfile, BudgetAlert
 from .budget import BudgetState
@@ -212,10 +212,10 @@ def _alert_mail(alert: BudgetAlert, lic) -> tuple[str, str]:
         "name": lic.name,
         "institution": lic.institution.name,
         "holder": holder,
-        "spent": f"{alert.spent:,}",
-        "limit": f"{alert.limit:,}",
+        "spent": grouped(alert.spent),
+        "limit": grouped(alert.limit),
         "window": window,
-        "threshold": f"{alert.threshold:,}",
+        "threshold": grouped(alert.threshold),
     }
     return subject, message
 

@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import gettext_noop
 
 from core import clock
+from core.languages import grouped
 
 from ..access.scoping import owns, scope_of
 from ..courses.rules import in_exam, is_open, next_opening
@@ -122,7 +123,7 @@ class CourseLevels:
 
     @property
     def remaining_text(self) -> str:
-        return "" if self.remaining is None else f"{self.remaining:,}"
+        return "" if self.remaining is None else grouped(self.remaining)
 
     @property
     def remaining_money(self) -> str:
@@ -275,7 +276,7 @@ class CourseSettings:
         if value is None:
             return _("no limit")
         return _("%(credits)s micro-credits (%(money)s)") % {
-            "credits": f"{value:,}",
+            "credits": grouped(value),
             "money": rate.format(value),
         }
 

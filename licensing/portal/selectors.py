@@ -23,6 +23,7 @@ from catalog.routing import (
 )
 from core import clock
 from core.errors import GatewayError
+from core.languages import grouped
 
 from ..courses.selectors import course_rules
 from ..ledger.budget import BudgetConfig, budget_usage, window_start
@@ -128,15 +129,15 @@ class SpendFigures:
 
     @property
     def used_text(self) -> str:
-        return f"{self.used:,}"
+        return grouped(self.used)
 
     @property
     def remaining_text(self) -> str:
-        return "" if self.remaining is None else f"{self.remaining:,}"
+        return "" if self.remaining is None else grouped(self.remaining)
 
     @property
     def limit_text(self) -> str:
-        return "" if self.limit is None else f"{self.limit:,}"
+        return "" if self.limit is None else grouped(self.limit)
 
     @property
     def remaining_money(self) -> str:
@@ -242,11 +243,11 @@ class UsageRow:
 
     @property
     def credits_text(self) -> str:
-        return f"{self.credits:,}"
+        return grouped(self.credits)
 
     @property
     def requests_text(self) -> str:
-        return f"{self.requests:,}"
+        return grouped(self.requests)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core.languages import grouped
+
 from ..access.scoping import scope_of
 from ..console import charts
 from ..courses.services import course_update
@@ -379,18 +381,18 @@ def _instructor_page(request, access: courses.CourseAccess, error: str = "", sta
             {
                 "row": row,
                 "money": rate.format(row.credits),
-                "credits": f"{row.credits:,}",
-                "period": f"{row.period_used:,}"
+                "credits": grouped(row.credits),
+                "period": grouped(row.period_used)
                 + (
                     ""
                     if row.allowance is None
-                    else " " + _("of %(allowance)s") % {"allowance": f"{row.allowance:,}"}
+                    else " " + _("of %(allowance)s") % {"allowance": grouped(row.allowance)}
                 ),
             }
             for row in usage.rows
         ],
         "total_money": rate.format(usage.credits),
-        "total_credits": f"{usage.credits:,}",
+        "total_credits": grouped(usage.credits),
         "admin_url": reverse("admin:licensing_course_change", args=[course.pk]),
         "error": error,
     }

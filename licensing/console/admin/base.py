@@ -8,13 +8,16 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin
 from django.http import Http404, HttpResponseBadRequest
 from django.utils.html import format_html
+from django.utils.translation import gettext
+
+from core.languages import grouped
 
 from ...access.scoping import TEACHER, institution_id_of, owns, scope_of, scoped
 from ...models import Institution
 
 
 def _credits(value) -> str:
-    return "unlimited" if value is None else f"{value:,}"
+    return gettext("unlimited") if value is None else grouped(value)
 
 
 def _short_time(value):

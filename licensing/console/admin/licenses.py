@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES
+from core.languages import grouped
 
 from ...access.changes import audit_row_change, stored_snapshot
 from ...access.scoping import scope_of
@@ -272,7 +273,7 @@ class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
             return _("%(spent)s; %(holders)s holders, highest %(highest)s") % {
                 "spent": spent,
                 "holders": usage.holders,
-                "highest": f"{usage.highest:,}",
+                "highest": grouped(usage.highest),
             }
         return spent
 

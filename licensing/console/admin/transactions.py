@@ -12,6 +12,8 @@ from django.urls import path
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
+from core.languages import grouped
+
 from ...access.scoping import scope_of
 from ...ledger.record import detail_fieldsets
 from ...models import Transaction
@@ -182,7 +184,7 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("credits"), ordering="credits")
     def credits_display(self, obj):
-        return f"{obj.credits:,}"
+        return grouped(obj.credits)
 
     @admin.display(description=_("cost"))
     def cost(self, obj):
@@ -190,7 +192,7 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("tokens"))
     def tokens(self, obj):
-        parts = [] if obj.total_tokens is None else [f"{obj.total_tokens:,}"]
+        parts = [] if obj.total_tokens is None else [grouped(obj.total_tokens)]
         if obj.images:
             parts.append(f"{obj.images} img")
         return " · ".join(parts) or "-"

@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from ...models import BudgetAlert, Wallet
@@ -62,7 +63,7 @@ class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     def remaining_display(self, obj):
         limit = obj.license.budget_limit
         if limit is None:
-            return "unlimited"
+            return gettext("unlimited")
         return with_money(max(limit - obj.spent, 0), obj.license.institution)
 
 
