@@ -128,7 +128,8 @@ def test_the_institutions_default_when_the_browser_names_no_language_we_speak(sc
     assert page_language(get(head, ADMIN, browser="en-GB")) == "en"  # the browser comes first
     pupil = signed_in(student("lena", school))
     dashboard = get(pupil, PORTAL)
-    assert page_language(dashboard) == "de" and "Was in diesem Zeitraum übrig ist (Monat)" in dashboard.text
+    assert page_language(dashboard) == "de"
+    assert "Was in diesem Zeitraum übrig ist (Monat)" in dashboard.text
 
 
 def test_the_persons_own_choice_beats_their_browser_and_their_cookie(school):
