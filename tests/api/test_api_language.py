@@ -35,3 +35,30 @@ def test_a_refusal_of_a_known_key_is_the_english_one(client, auth, catalog):
     german = client.post("/v1/chat/completions", headers={**auth, **GERMAN}, json=body)
     assert english.status_code >= 400 and english.json()["error"]["message"].isascii()
     assert (german.status_code, german.content) == (english.status_code, english.content)
+
+
+def test_the_hot_path_reads_no_catalogue_and_asks_no_language(client, auth, catalog, monkeypatch):
+    """`USE_I18N = True` costs /v1 nothing: a charged request, a refused one and an unknown
+    key's go through no gettext and no language lookup (the live server runs in this process,
+    so the counters see its threads)."""
+    from django.utils import translation
+
+    calls: list[str] = []
+    for name in ("gettext", "ngettext", "pgettext", "get_language", "activate"):
+        real = getattr(translation._trans, name)  # Django caches the backend's functions here
+
+        def counting(*args, _name=name, _real=real, **kwargs):
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(translation._trans, name, counting)
+    body = {"model": "text-embedding-3-small", "input": "eins zwei drei"}
+    for headers in (auth, {**auth, **GERMAN}):
+        assert client.post("/v1/embeddings", headers=headers, json=body).status_code == 200
+        refused = client.post("/v1/embeddings", headers=headers, json={**body, "model": "nope"})
+        assert refused.status_code >= 400
+        assert (
+            client.get("/v1/models", headers={"Authorization": "Bearer sk-svc-x"}).status_code
+            == 401
+        )
+    assert calls == []
