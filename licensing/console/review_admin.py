@@ -132,17 +132,17 @@ def admin_filterset(request, queryset) -> TransactionFilter:
     for name in CHOICE_SOURCES:
         field = fields[name]
         field.label_from_instance = choice_label
-        field.widget = ScopedAutocomplete(name, attrs={"data-placeholder": "any"})
+        field.widget = ScopedAutocomplete(name, attrs={"data-placeholder": _("any")})
         field.widget.choices = field.choices
     for name in ("since", "until"):
         fields[name].widget = UtcDateTimeInput()
     fields["status"].widget = forms.NumberInput(
-        attrs={"min": 100, "max": 599, "placeholder": "any"}
+        attrs={"min": 100, "max": 599, "placeholder": _("any")}
     )
     fields["failed_over"].widget = forms.Select(
-        choices=[("", "any"), ("true", "yes"), ("false", "no")]
+        choices=[("", _("any")), ("true", _("yes")), ("false", _("no"))]
     )
-    fields["model"].widget.attrs["placeholder"] = "requested or billed"
+    fields["model"].widget.attrs["placeholder"] = _("requested or billed")
     fields["q"].widget.attrs.update(
         placeholder=_("request id, answer id, key=value, value"), spellcheck="false"
     )
