@@ -11,25 +11,23 @@ from django.db import transaction
 from core.languages import supported_language
 
 from ..models import AdminProfile, EndUser
+from .scoping import scope_of
 
 
 def person_languages(user) -> tuple[str, str]:
     """(their own choice, their institution's default), each "" where there is none: a staff
-    user's profile, else a student's most recent active end user."""
-    if user is None or not getattr(user, "is_authenticated", False):
-        return "", ""
+    user's institution role, a student's most recent active end user."""
+    if user is None or not getattr(user, "is_authenticated", False) or user.is_superuser:
+        return "", ""  # a superuser has no profile: their cookie keeps their choice
+    if user.is_staff:  # read with their scope, which the admin's pages need anyway
+        scope_of(user)
+        return getattr(user, "_gateway_languages", ("", ""))
     row = (
-        AdminProfile.objects.filter(user_id=user.pk)
-        .values_list("language", "institution__language")
+        EndUser.objects.filter(user_id=user.pk)
+        .order_by("-active", "-created_at")
+        .values_list("language", "license__institution__language")
         .first()
     )
-    if row is None:
-        row = (
-            EndUser.objects.filter(user_id=user.pk)
-            .order_by("-active", "-created_at")
-            .values_list("language", "license__institution__language")
-            .first()
-        )
     return row or ("", "")
 
 

@@ -138,13 +138,18 @@ def scope_of(user) -> Scope:
     elif user.is_superuser:
         scope = Scope(superuser=True)
     else:
-        profile = AdminProfile.objects.filter(user_id=user.pk).values_list("institution_id", "role")
+        # The person's language and their institution's in the same query, for the pages'
+        # language (licensing.access.languages): one query a page for both.
+        profile = AdminProfile.objects.filter(user_id=user.pk).values_list(
+            "institution_id", "role", "language", "institution__language"
+        )
         row = profile.first()
         scope = (
             Scope(superuser=False, institution_id=row[0], role=row[1], user_id=user.pk)
             if row
             else NOBODY
         )
+        user._gateway_languages = (row[2], row[3]) if row else ("", "")
     user._gateway_scope = scope
     return scope
 

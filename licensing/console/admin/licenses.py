@@ -10,6 +10,7 @@ from django.db.models import Count
 from django.http import Http404, HttpResponse, JsonResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
@@ -122,10 +123,12 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
         field = super().formfield_for_dbfield(db_field, request, **kwargs)
         if db_field.name == "policy" and field is not None:
             field.help_text = format_html(
-                "The policy document: which services, providers and parameter values are "
-                "allowed. Format, rule keys, the exact 403 messages and examples: "
-                '<a href="{}" target="_blank">docs/policy.md</a>. Rules must name parameters '
-                "of the service's request (unknown names are refused).",
+                gettext(
+                    "The policy document: which services, providers and parameter values are "
+                    "allowed. Format, rule keys, the exact 403 messages and examples: "
+                    '<a href="{}" target="_blank">docs/policy.md</a>. Rules must name parameters '
+                    "of the service's request (unknown names are refused)."
+                ),
                 reverse("admin:licensing_policy_docs"),
             )
         return field
@@ -310,10 +313,11 @@ class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
         transactions = reverse("admin:licensing_transaction_changelist")
         wallets = reverse("admin:licensing_wallet_changelist")
         return format_html(
-            '<a href="{}?license={}">transactions</a> · '
-            '<a href="{}?license__id__exact={}">wallets</a>',
+            '<a href="{}?license={}">{}</a> · <a href="{}?license__id__exact={}">{}</a>',
             transactions,
             obj.pk,
+            gettext("transactions"),
             wallets,
             obj.pk,
+            gettext("wallets"),
         )

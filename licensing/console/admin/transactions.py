@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseBadRequest
 from django.urls import path
 from django.utils.html import format_html
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from core.languages import grouped
@@ -137,7 +138,9 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     def holder(self, obj):
         if obj.api_key_id is not None:
             return format_html(
-                '<span title="API key {}">{}…</span>', obj.api_key.name, obj.api_key.prefix
+                '<span title="{}">{}…</span>',
+                gettext("API key %(name)s") % {"name": obj.api_key.name},
+                obj.api_key.prefix,
             )
         if obj.end_user_id is not None:
             return _truncated(obj.end_user.subject, 14)
@@ -177,8 +180,8 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
         if obj.attempts <= 1:
             return str(obj.attempts)
         return format_html(
-            '<span class="failed-over" title="failed over: {}">{} ↻</span>',
-            obj.failovers or "-",
+            '<span class="failed-over" title="{}">{} ↻</span>',
+            gettext("failed over: %(why)s") % {"why": obj.failovers or "-"},
             obj.attempts,
         )
 
@@ -194,7 +197,7 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     def tokens(self, obj):
         parts = [] if obj.total_tokens is None else [grouped(obj.total_tokens)]
         if obj.images:
-            parts.append(f"{obj.images} img")
+            parts.append(gettext("%(n)s img") % {"n": obj.images})
         return " · ".join(parts) or "-"
 
     @admin.display(description=_("reason"))
@@ -206,7 +209,8 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("request id"))
     def request(self, obj):
-        title = obj.request_id + (f" · answer {obj.upstream_id}" if obj.upstream_id else "")
+        answer = gettext("answer %(id)s") % {"id": obj.upstream_id} if obj.upstream_id else ""
+        title = obj.request_id + (f" · {answer}" if answer else "")
         return format_html('<code title="{}">{}</code>', title, obj.request_id[:8])
 
 
