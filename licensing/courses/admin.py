@@ -200,15 +200,19 @@ def describe_service(document: Any, service: str) -> str:
     providers and limits."""
     services = document.get("services") if isinstance(document, dict) else None
     if not isinstance(services, dict) or service not in services:
-        return "off"
+        return gettext("off")
     config = services[service] if isinstance(services[service], dict) else {}
     params: dict = config["params"] if isinstance(config.get("params"), dict) else {}
     parts = []
     model_rule = params.get("model")
     models = model_rule.get("allowed") if isinstance(model_rule, dict) else None
-    parts.append("models: " + ", ".join(models) if models else "any model")
+    if models:
+        parts.append(gettext("models: %(models)s") % {"models": ", ".join(models)})
+    else:
+        parts.append(gettext("any model"))
     if config.get("providers") is not None:
-        parts.append("providers: " + (", ".join(config["providers"]) or "(none)"))
+        names = ", ".join(config["providers"]) or gettext("(none)")
+        parts.append(gettext("providers: %(providers)s") % {"providers": names})
     for name, rule in params.items():
         if name == "model" and isinstance(rule, dict) and set(rule) == {"allowed"}:
             continue
@@ -528,7 +532,7 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                 "service": service,
                 "license_type": describe_service(base, service),
                 "course": describe_service(course_doc, service),
-                "exam": describe_service(exam_doc, service) if exam_doc else "off",
+                "exam": describe_service(exam_doc, service) if exam_doc else gettext("off"),
             }
             for service in names
         ]

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django.utils.translation import gettext, gettext_noop
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import gettext_noop
 
 from core import clock
 from core.languages import grouped
@@ -234,13 +234,14 @@ def policy_in_words(policy: Policy | None) -> list[ServiceWords]:
         return []
     found = []
     for service, rules in sorted(policy.services.items()):
-        providers = "any" if rules.providers is None else ", ".join(sorted(rules.providers))
-        models = "any"
+        every = gettext("any")
+        providers = every if rules.providers is None else ", ".join(sorted(rules.providers))
+        models = every
         for rule in rules.rules:
             if rule.name != "model":
                 continue
             if rule.forbidden:
-                models = "none"
+                models = gettext("none")
             elif rule.allowed is not None:
                 models = ", ".join(str(v) for v in rule.allowed)
             elif rule.patterns is not None:
