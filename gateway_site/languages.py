@@ -6,6 +6,8 @@ their institution's default, settings.LANGUAGE_CODE. The management API (/manage
 API: it answers in LANGUAGE_CODE whatever the caller's choice, as /v1 does.
 """
 
+from typing import Any, cast
+
 from django.conf import settings
 from django.http import HttpResponseBadRequest, HttpResponseRedirect
 from django.middleware.locale import LocaleMiddleware
@@ -64,6 +66,6 @@ def set_language(request):
         domain=settings.LANGUAGE_COOKIE_DOMAIN,
         secure=settings.LANGUAGE_COOKIE_SECURE or settings.SESSION_COOKIE_SECURE,
         httponly=settings.LANGUAGE_COOKIE_HTTPONLY,
-        samesite=settings.LANGUAGE_COOKIE_SAMESITE,
+        samesite=cast(Any, settings.LANGUAGE_COOKIE_SAMESITE),  # "Lax" (settings)
     )
     return response

@@ -4,12 +4,17 @@ password (Django's password-reset views and the admin's templates for them)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path, reverse_lazy
 from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise  # str or a lazy translation
 
 from ..access.tokens import (
     NO_TOKEN,
@@ -40,7 +45,7 @@ def my_token_view(request):
 class _AdminLook:
     """The admin's header and title on the invitation pages (Django's own templates)."""
 
-    title = ""
+    title: StrOrPromise = ""
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)  # type: ignore[misc]

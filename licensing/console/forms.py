@@ -10,6 +10,7 @@ import re
 
 from django import forms
 from django.conf import settings
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
@@ -29,7 +30,7 @@ MAX_CREDITS_PER_UNIT = 10**12
 
 
 def _language_choices() -> list[tuple[str, str]]:
-    return [("", _("The gateway's default")), *settings.LANGUAGES]
+    return [("", gettext("The gateway's default")), *settings.LANGUAGES]
 
 
 class InstitutionForm(forms.ModelForm):

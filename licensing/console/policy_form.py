@@ -17,12 +17,15 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext, gettext_noop
 from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise  # str or a lazy translation
 
 from catalog.registry import POLICY_SERVICES
 
@@ -46,7 +49,7 @@ MIN, MAX = cast(Min, RULES["min"]), cast(Max, RULES["max"])
 class Limit:
     param: str  # the rule's parameter
     key: Min | Max  # its rule key
-    label: str
+    label: StrOrPromise  # translated where it is shown
     whole: bool = True  # whole numbers; otherwise decimals (temperature)
     low: float = 0
     high: float = MAX_WHOLE
@@ -85,7 +88,7 @@ CEILING_NAMES = (
     gettext_noop("course"),
 )
 # Parameters the form offers as a checklist of their `allowed` values: (param, label, values).
-VALUE_LISTS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
+VALUE_LISTS: dict[str, tuple[tuple[str, StrOrPromise, tuple[str, ...]], ...]] = {
     "image_generation": (
         (
             "size",
@@ -226,7 +229,7 @@ class PolicyForm(forms.Form):
         return EVERY_WITHIN[what] % {"ceiling": gettext(self.ceiling_name)}
 
     @staticmethod
-    def _checklist(label: str, choices: list, help_text: str) -> forms.MultipleChoiceField:
+    def _checklist(label: StrOrPromise, choices: list, help_text: str) -> forms.MultipleChoiceField:
         return forms.MultipleChoiceField(
             required=False,
             choices=choices,

@@ -8,7 +8,7 @@ superusers every institution or the one they pick. Bad parameters are a message 
 from __future__ import annotations
 
 from functools import partial
-from typing import cast
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlencode
 
 from django import forms
@@ -19,6 +19,9 @@ from django.urls import path, reverse
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise  # str or a lazy translation
 
 from core.languages import grouped
 
@@ -39,7 +42,7 @@ from .usage_report import (
 TEMPLATE = "admin/licensing/transaction/usage.html"
 DATE_FORMAT = "%Y-%m-%d"
 UNIT = _("micro-credits")
-SHORT_OUTCOMES: dict[str, str] = {
+SHORT_OUTCOMES: dict[str, StrOrPromise] = {
     Outcome.SUCCESS: _("Succeeded"),
     Outcome.CLIENT_ERROR: _("Client errors"),
     Outcome.DENIED: _("Denied"),

@@ -8,6 +8,7 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .institutions import Institution, License
@@ -97,7 +98,7 @@ class Course(models.Model):
         errors: dict[str, str] = {}
         if self.license_id is not None and self.institution_id is not None:
             if self.license.institution_id != self.institution_id:
-                errors["license"] = _("The license belongs to another institution.")
+                errors["license"] = gettext("The license belongs to another institution.")
             else:
                 errors.update(
                     _overlay_problems(

@@ -6,6 +6,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from core.fields import EncryptedTextField
@@ -161,13 +162,13 @@ class LtiPlatform(models.Model):
         if not isinstance(ids, list) or not all(
             isinstance(i, str) and 0 < len(i) <= 255 for i in ids
         ):
-            errors["deployment_ids"] = _("A list of deployment ids (strings).")
+            errors["deployment_ids"] = gettext("A list of deployment ids (strings).")
         if (
             self.license_id
             and self.institution_id
             and self.license.institution_id != self.institution_id
         ):
-            errors["license"] = _("The license must belong to the platform's institution.")
+            errors["license"] = gettext("The license must belong to the platform's institution.")
         if errors:
             raise ValidationError(errors)
 

@@ -275,8 +275,8 @@ class CourseSettings:
     @staticmethod
     def credits(rate: Rate, value: int | None) -> str:
         if value is None:
-            return _("no limit")
-        return _("%(credits)s micro-credits (%(money)s)") % {
+            return gettext("no limit")
+        return gettext("%(credits)s micro-credits (%(money)s)") % {
             "credits": grouped(value),
             "money": rate.format(value),
         }

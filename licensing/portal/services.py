@@ -9,8 +9,8 @@ import unicodedata
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
 from core.text import is_storable_text
 
@@ -82,9 +82,9 @@ def portal_key_create(
     which audits it), paying at their allowance, the course pool and the license."""
     locked = _locked(end_user)
     if not locked.active:
-        raise PortalRefused(_("Your student access has ended."), status=403)
+        raise PortalRefused(gettext("Your student access has ended."), status=403)
     if terms_pending(locked):
-        raise PortalRefused(_("Accept the terms of use before you create a key."), status=403)
+        raise PortalRefused(gettext("Accept the terms of use before you create a key."), status=403)
     limit = locked.license.institution.portal_key_limit
     if active_key_count(locked) >= limit:
         raise PortalRefused(
@@ -103,7 +103,9 @@ def portal_key_create(
                 course=course, end_user=locked, name=clean_name, via="portal", request=request
             )
         except ValidationError as exc:  # not (or no longer) a member
-            raise PortalRefused(_("You are not a member of this course."), status=404) from exc
+            raise PortalRefused(
+                gettext("You are not a member of this course."), status=404
+            ) from exc
     row, key = api_key_create(license=locked.license, end_user=locked, name=clean_name)
     audit_event_record(
         action=AuditEvent.Action.API_KEY_CREATED,

@@ -14,6 +14,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -127,7 +128,7 @@ def dashboard(request, end_user: EndUser):
     # Safe: licensing.console.charts escapes every label it writes.
     chart = mark_safe(
         charts.stacked_bars(
-            usage.days, bands, title=_("Micro-credits by day"), unit="micro-credits"
+            usage.days, bands, title=gettext("Micro-credits by day"), unit="micro-credits"
         )
     )
     return _page(
@@ -409,7 +410,7 @@ def course_exam(request, course_id: str):
         raise Http404("No such course")
     wanted = request.POST.get("exam_mode")
     if wanted not in ("on", "off"):
-        return _instructor_page(request, access, _("Choose exam mode on or off."), status=400)
+        return _instructor_page(request, access, gettext("Choose exam mode on or off."), status=400)
     try:
         course_update(
             course=access.course,

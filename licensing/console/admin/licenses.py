@@ -247,7 +247,7 @@ class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
                 "transactions_link",
             ]
             fieldsets.append((_("Usage in the current window"), {"fields": usage}))
-            fieldsets.append(("Dates", {"fields": ["created_at", "updated_at"]}))
+            fieldsets.append((_("Dates"), {"fields": ["created_at", "updated_at"]}))
         return fieldsets
 
     def get_changelist(self, request, **kwargs):
