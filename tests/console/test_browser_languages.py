@@ -174,7 +174,7 @@ def test_every_page_in_german(server, page):
     course = f"licensing/course/{ids['course']}/change/"
     check(page, admin + course, "teacher-course", "Prüfungsmodus")
     portal_course = base + f"/portal/courses/{ids['course']}/"
-    check(page, portal_course, "teacher-portal", "Prüfungsmodus einschalten")
+    check(page, portal_course, "teacher-portal", "Was Lernende nutzen dürfen")
 
     # The student: the portal's pages (du, as telli speaks to pupils).
     page.context.clear_cookies()
