@@ -88,7 +88,8 @@ class AdminModelFormMixin(_ModelForm):
             self.initial[name] = ""
             stored = bool(self.instance.pk and getattr(self.instance, name, ""))
             state = _("A value is stored (not shown).") if stored else _("Nothing stored.")
-            field.help_text = f"{state} {_('Leave blank to keep the stored value.')}"
+            keep = _("Leave blank to keep the stored value.")
+            field.help_text = f"{state} {keep}"
 
     def clean(self):
         super().clean()

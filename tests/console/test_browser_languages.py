@@ -95,8 +95,14 @@ DATA = ("Klasse 10b policy",)
 CODE = re.compile(r"params\.[\w.]+")
 
 
+# The page's text less code (the SDK example, rule keys shown as code) and scripts.
+TEXT = """() => { const body = document.body.cloneNode(true);
+  body.querySelectorAll("pre, code, script, style, template").forEach(e => e.remove());
+  return body.textContent; }"""
+
+
 def english_left(page) -> list[str]:
-    text = page.inner_text("body") + " " + page.evaluate(ATTRIBUTES)
+    text = page.evaluate(TEXT) + " " + page.evaluate(ATTRIBUTES)
     for data in DATA:
         text = text.replace(data, "")
     text = CODE.sub("", text)

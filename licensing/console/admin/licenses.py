@@ -90,10 +90,12 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
             {
                 "classes": ("collapse",),
                 "fields": ("policy",),
-                "description": "The whole policy document. Rules the form above does not cover "
-                "(patterns, excluded values, fair-use limits, data residency, ...) are edited "
-                "here; saving the form keeps them. Fields changed in the form are written onto "
-                "this document.",
+                "description": _(
+                    "The whole policy document. Rules the form above does not cover "
+                    "(patterns, excluded values, fair-use limits, data residency, ...) are edited "
+                    "here; saving the form keeps them. Fields changed in the form are written onto "
+                    "this document."
+                ),
             },
         ),
     )
