@@ -91,13 +91,14 @@ ATTRIBUTES = """() => Array.from(document.querySelectorAll(
 DATA = ("Klasse 10b policy",)
 
 
-# Code a person types or reads as code: a policy document's rule keys (params.model.allowed).
-CODE = re.compile(r"params\.[\w.]+")
+# Code a person types or reads as code: a policy document's rule keys (params.model.allowed),
+# the docs' file names (docs/policy.md).
+CODE = re.compile(r"params\.[\w.]+|docs/[\w./-]+")
 
 
-# The page's text less code (the SDK example, rule keys shown as code) and scripts.
+# The page's text less code (the SDK example, rule keys, JSON documents) and scripts.
 TEXT = """() => { const body = document.body.cloneNode(true);
-  body.querySelectorAll("pre, code, script, style, template").forEach(e => e.remove());
+  body.querySelectorAll("pre, code, textarea, script, style, template").forEach(e => e.remove());
   return body.textContent; }"""
 
 
