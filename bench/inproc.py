@@ -24,6 +24,10 @@ connections without `dead`. The circuits are each process's own (no REDIS_URL).
 `--profile` runs cProfile over the measured requests (bench/README.md, "In one process").
 `--course` adds the target `gateway+course`: the same request by a course member's key (issue
 26: the student's allowance and the course pool are read and charged beside the license).
+`--front-end` adds the target `gateway+front-end` (implies the course of `--course`): the same
+request by a front-end key acting for that course's student, named by `X-OpenWebUI-User-Email`
+(issue 37: the header read, the person from the cache, the course chosen; then the course
+member's path).
 `--anthropic` adds the target `gateway+anthropic` (with `--case chat-stream`): the same streamed
 chat for `claude-haiku-4-5` through the `anthropic` adapter, on the Anthropic fake (issue 34: the
 translation of Anthropic's events into the contract's chunks, beside the OpenAI relay).
@@ -90,6 +94,11 @@ def main() -> int:
         help="also gateway+course: the same request by a course member (allowance and pool)",
     )
     parser.add_argument(
+        "--front-end",
+        action="store_true",
+        help="also gateway+front-end: the same request by a front-end key for the course's student",
+    )
+    parser.add_argument(
         "--anthropic",
         action="store_true",
         help="also gateway+anthropic: the chat stream through the anthropic adapter (its fake)",
@@ -139,18 +148,8 @@ def _parent(args) -> int:
                 closed.bind(("127.0.0.1", 0))
                 dead = bench._base(closed.getsockname()[1])
             _set_up_connections(args, env, dead)
-        rows: dict[str, list[dict]] = {t: [] for t in args.targets.split(",")}
-        if args.course:
-            env["INPROC_COURSE_KEY"] = _set_up_course(env)
-            rows["gateway+course"] = []
-        if args.anthropic:
-            _set_up_anthropic(procs, env)
-            rows["gateway+anthropic"] = []
-        if args.dead_connection:
-            rows |= {f"gateway+dead/{state}": [] for state in DEAD_STATES}
-        if worktree:
-            rows[f"gateway@{args.against}"] = []
-        targets = list(rows)
+        targets = _targets(args, procs, env, worktree)
+        rows: dict[str, list[dict]] = {t: [] for t in targets}
         for n in range(args.rounds):
             # Each round starts one target further: what a round's position costs (the ledger
             # table grows, the machine's load drifts) falls on every target alike.
@@ -165,6 +164,24 @@ def _parent(args) -> int:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=bench.ROOT)
         bench.pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     return 0
+
+
+def _targets(args, procs, env: dict, worktree: Path | None) -> list[str]:
+    """The targets of the rounds, the optional ones set up."""
+    targets = args.targets.split(",")
+    if args.course or args.front_end:
+        env["INPROC_COURSE_KEY"], env["INPROC_FRONT_END_KEY"] = _set_up_course(env)
+        targets.append("gateway+course")
+    if args.front_end:
+        targets.append("gateway+front-end")
+    if args.anthropic:
+        _set_up_anthropic(procs, env)
+        targets.append("gateway+anthropic")
+    if args.dead_connection:
+        targets += [f"gateway+dead/{state}" for state in DEAD_STATES]
+    if worktree:
+        targets.append(f"gateway@{args.against}")
+    return targets
 
 
 def _wait_for(port: int) -> None:
@@ -201,17 +218,19 @@ def _set_up_connections(args, env: dict, dead_url: str) -> None:
         raise RuntimeError(f"setting up the connections failed:\n{out.stdout}{out.stderr}")
 
 
-def _set_up_course(env: dict) -> str:
+def _set_up_course(env: dict) -> tuple[str, str]:
     """A course on the bench license (allowance and pool per day, both far from spent), a
-    student in it and their course key, made by a child of this tree; returns the key."""
+    student in it (signed in through the institution's identity provider, as a front-end key
+    finds them), their course key and a front-end key of the license, made by a child of this
+    tree; returns the two keys."""
     cmd = [bench.PY, __file__, "--serve", "course-setup", "--root", str(bench.ROOT)]
     out = subprocess.run(
         cmd, cwd=bench.ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
     )
     lines = [x for x in out.stdout.splitlines() if x.startswith("sk-")]
-    if out.returncode or not lines:
+    if out.returncode or len(lines) < 2:
         raise RuntimeError(f"setting up the course failed:\n{out.stdout}{out.stderr}")
-    return lines[-1]
+    return lines[-2], lines[-1]
 
 
 ANTHROPIC_MODEL = "claude-haiku-4-5"
@@ -231,10 +250,23 @@ def _set_up_anthropic(procs, env: dict) -> None:
     )  # fmt: skip
 
 
+FRONT_END_STUDENT = "bench-student@bench.example"
+
+
 def _child_set_up_course() -> None:
+    from django.contrib.auth import get_user_model
+
     from core.localcache import clear_all
     from licensing.access.credentials import api_key_create
-    from licensing.models import ApiKey, Course, CourseMember, EndUser, License
+    from licensing.models import (
+        ApiKey,
+        Course,
+        CourseMember,
+        EndUser,
+        IdentityProvider,
+        License,
+        SsoIdentity,
+    )
 
     license = License.objects.get(name="bench")
     course = Course.objects.create(
@@ -246,12 +278,21 @@ def _child_set_up_course() -> None:
         allowance_period="day",
         pool_limit=10**15,
     )
-    student = EndUser.objects.create(license=license, subject="bench-student")
+    user = get_user_model().objects.create_user("bench-student", email=FRONT_END_STUDENT)
+    provider = IdentityProvider.objects.create(
+        institution=license.institution, issuer="https://idp.bench.example", client_id="gw"
+    )
+    SsoIdentity.objects.create(
+        provider=provider, subject="bench-student", user=user, email=FRONT_END_STUDENT
+    )
+    student = EndUser.objects.create(license=license, subject="bench-student", user=user)
     CourseMember.objects.create(course=course, end_user=student)
     row, key = api_key_create(license=license, end_user=student, name="bench course")
     ApiKey.objects.filter(pk=row.pk).update(course=course)
+    front_end = api_key_create(license=license, name="bench", kind=ApiKey.Kind.FRONT_END)[1]
     clear_all()
     print(key, flush=True)
+    print(front_end, flush=True)
 
 
 def _worktree(ref: str, parent: Path) -> Path:
@@ -297,6 +338,9 @@ def _child_command(args, target: str, env: dict, worktree: Path | None, requests
         env = {**env, **DEAD_STATES[dead]}
     if target == "gateway+course":  # the same application, a course member's key
         serve, env = "gateway", {**env, "INPROC_KEY": env["INPROC_COURSE_KEY"]}
+    if target == "gateway+front-end":  # the same application, a front-end key for that member
+        serve = "gateway"
+        env = {**env, "INPROC_KEY": env["INPROC_FRONT_END_KEY"], "INPROC_ACT_FOR": "1"}
     if target == "gateway+anthropic":  # the same application, a Claude model
         serve, env = "gateway", {**env, "INPROC_MODEL": ANTHROPIC_MODEL}
     cmd = [bench.PY, __file__, "--serve", serve, "--case", args.case, "--root", str(root)]
@@ -373,6 +417,8 @@ def _child(args) -> None:
     body = json.dumps(chat if case == "chat-stream" else json.loads(bench.BODY)).encode()
     path = PATHS[(target, case)]
     scope = _scope(path, os.environ["INPROC_KEY"], body)
+    if os.environ.get("INPROC_ACT_FOR"):  # a front-end key's request names its student
+        scope["headers"].append((b"x-openwebui-user-email", FRONT_END_STUDENT.encode()))
     profiler = _child_profiler() if args.profile else None
     failed_over = _failed_over() if args.dead in DEAD_STATES else 0
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -11,6 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from django.utils.text import get_text_list
+from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from django.utils.functional import _StrOrPromise as StrOrPromise
+else:
+    StrOrPromise = str
 
 
 class Credentials(StrEnum):
@@ -174,6 +183,11 @@ class Service:
     operation: str  # its pipeline.Operation subclass, as `module.Class`; the module's `router`
     default_provider: str  # the provider slug a model unknown to the catalog goes to
     telemetry_operation: str  # gen_ai.operation.name (the GenAI conventions' values)
+    # In words, for people (the policy form, the admin's lists, the portal): its name, and what
+    # a model used through it is for ("chat", "images"; services with the same purpose, the
+    # three embeddings endpoints, are one purpose to a student).
+    label: StrOrPromise = ""
+    purpose: StrOrPromise = ""
     service: str = ""  # the policy/ledger service name; empty: the endpoint name
     feature: str = ""  # the catalog feature GET /v1/models lists it under; empty: the endpoint
     output_modality: str | None = None  # a model must have it (Model.output_modality)
@@ -191,14 +205,30 @@ _E = "inference.endpoints."
 # The order is the policy documents' (open_policy_document, the admin's choices, the services
 # GET /v1/license lists) and the API's (the routers are added in it).
 SERVICES: tuple[Service, ...] = (
-    Service("chat_completions", _E + "chat.ChatCompletions", "direct", "chat"),
-    Service("responses", _E + "responses.Responses", "direct", "chat"),
+    Service(
+        "chat_completions",
+        _E + "chat.ChatCompletions",
+        "direct",
+        "chat",
+        label=_("Chat (chat completions)"),
+        purpose=_("chat"),
+    ),
+    Service(
+        "responses",
+        _E + "responses.Responses",
+        "direct",
+        "chat",
+        label=_("Responses (chat with tools and reasoning, the Responses API)"),
+        purpose=_("responses"),
+    ),
     Service(
         "embeddings",
         _E + "embeddings.Embeddings",
         "direct",
         "embeddings",
         header_only=frozenset({"aggregator"}),
+        label=_("Embeddings (document search)"),
+        purpose=_("embeddings (document search)"),
     ),
     Service(
         "gemini_embeddings",
@@ -206,6 +236,8 @@ SERVICES: tuple[Service, ...] = (
         "multimodal",
         "embeddings",
         feature="embeddings",
+        label=_("Embeddings in Gemini's format (document search)"),
+        purpose=_("embeddings (document search)"),
     ),
     Service(
         "bedrock_embeddings",
@@ -213,6 +245,8 @@ SERVICES: tuple[Service, ...] = (
         "cloud",
         "embeddings",
         feature="embeddings",
+        label=_("Embeddings in Bedrock's format (document search)"),
+        purpose=_("embeddings (document search)"),
     ),
     Service(
         "image_generation",
@@ -220,11 +254,47 @@ SERVICES: tuple[Service, ...] = (
         "direct",
         "generate_content",
         output_modality="image",
+        label=_("Image generation"),
+        purpose=_("images"),
     ),
     # Search and fetch are tools the gateway runs for the client: execute_tool.
-    Service("web_search", _E + "search.WebSearch", "websearch", "execute_tool"),
-    Service("web_fetch", _E + "search.Fetch", "fetch", "execute_tool", service="fetch"),
+    Service(
+        "web_search",
+        _E + "search.WebSearch",
+        "websearch",
+        "execute_tool",
+        label=_("Web search (results from a search engine or OpenAlex)"),
+        purpose=_("web search"),
+    ),
+    Service(
+        "web_fetch",
+        _E + "search.Fetch",
+        "fetch",
+        "execute_tool",
+        service="fetch",
+        label=_("Fetch (the text of a web page or PDF, read by the gateway)"),
+        purpose=_("reading web pages"),
+    ),
 )
 SERVICE_BY_ENDPOINT = {s.endpoint: s for s in SERVICES}
 SERVICE_BY_NAME = {s.service: s for s in SERVICES}
 POLICY_SERVICES = tuple(s.service for s in SERVICES)
+# The text services: a policy's `models.text` rule holds for both (licensing.rules.scopes), and
+# a model usable through both is for "chat and responses".
+TEXT_SERVICES = ("chat_completions", "responses")
+
+
+def service_label(name: str) -> str:
+    """A policy service's name in words (an unknown name as it is)."""
+    service = SERVICE_BY_NAME.get(name)
+    return str(service.label) if service is not None else name
+
+
+def purposes_in_words(services) -> str:
+    """What a model used through these policy services is for, in words: "chat and
+    responses", "embeddings (document search)", "images" (each purpose once, in SERVICES'
+    order)."""
+    found = [SERVICE_BY_NAME[name] for name in services if name in SERVICE_BY_NAME]
+    found.sort(key=SERVICES.index)
+    words = list(dict.fromkeys(str(service.purpose) for service in found))
+    return str(get_text_list(words, str(_("and"))))

@@ -18,7 +18,7 @@ from core import clock
 
 from .circuit import CLOSED, Circuit, circuit_key, read_circuits
 from .models import Connection, Provider, ProviderModel
-from .registry import SERVICES, kind_serves
+from .registry import PROVIDER_KINDS, SERVICES, Credentials, kind_serves
 
 
 @dataclass(frozen=True)
@@ -92,32 +92,82 @@ def tagged(tag: str) -> Q:
     )
 
 
-def policy_choices() -> dict[str, list[str]]:
-    """The policy form's model checklists: per policy service, the ids of the listed models an
-    active provider row can serve through it (the model's feature is the service's, its output
-    modality the service's when it requires one, and the row's provider kind speaks the endpoint),
-    in id order. One query for the whole catalog."""
-    rows = (
-        ProviderModel.objects.filter(active=True, model__listed=True)
+def _model_rows(**only):
+    return (
+        ProviderModel.objects.filter(model__listed=True, **only)
         .values_list(
             "model__model_id",
             "model__supported_features",
             "model__output_modality",
             "provider__kind",
+            "provider__slug",
         )
         .order_by("model__model_id")
     )
+
+
+def _services_of(features, output, kind) -> list[str]:
+    """The policy services a provider row of this kind serves a model with these features and
+    output modalities through (the feature is the service's, the output modality the service's
+    when it requires one, and the kind speaks the endpoint)."""
+    return [
+        service.service
+        for service in SERVICES
+        if service.feature in (features or ())
+        and (not service.output_modality or (output or {}).get(service.output_modality))
+        and kind_serves(kind, service.endpoint)
+    ]
+
+
+def policy_choices() -> dict[str, list[str]]:
+    """The policy form's model checklists: per policy service, the ids of the listed models
+    a provider row (active or not: the form shows first what a connection serves now,
+    `connected_catalog`) can serve through it, in id order. One query for the whole catalog."""
     choices: dict[str, list[str]] = {s.service: [] for s in SERVICES}
-    for model_id, features, output, kind in rows:
-        for service in SERVICES:
-            if (
-                service.feature in (features or ())
-                and (not service.output_modality or (output or {}).get(service.output_modality))
-                and kind_serves(kind, service.endpoint)
-                and model_id not in choices[service.service]
-            ):
-                choices[service.service].append(model_id)
+    for model_id, features, output, kind, _slug in _model_rows():
+        for service in _services_of(features, output, kind):
+            if model_id not in choices[service]:
+                choices[service].append(model_id)
     return choices
+
+
+@dataclass(frozen=True)
+class Connected:
+    """What the gateway can serve now, for the policy form: the providers with a connection a
+    request may use (active, with its kind's credentials; a built-in kind always), the
+    catalog's models per policy service that an active row on such a provider serves, and
+    each provider's kind in words."""
+
+    providers: frozenset[str]
+    models: dict[str, frozenset[str]]
+    provider_labels: dict[str, str]
+
+
+def connected_catalog() -> Connected:
+    """Two queries: the connections, and the active provider rows."""
+    connected = {
+        c.provider.slug
+        for c in Connection.objects.filter(active=True).select_related("provider")
+        if c.has_credentials
+    }
+    kinds = dict(Provider.objects.values_list("slug", "kind"))
+    for slug, kind in kinds.items():
+        spec = PROVIDER_KINDS.get(kind)
+        if spec is not None and spec.credentials is Credentials.BUILTIN:
+            connected.add(slug)  # served by the gateway itself: no connection row
+    served: dict[str, set[str]] = {s.service: set() for s in SERVICES}
+    for model_id, features, output, kind, slug in _model_rows(active=True):
+        if slug in connected:
+            for service in _services_of(features, output, kind):
+                served[service].add(model_id)
+    return Connected(
+        providers=frozenset(connected),
+        models={service: frozenset(ids) for service, ids in served.items()},
+        provider_labels={
+            slug: PROVIDER_KINDS[kind].label if kind in PROVIDER_KINDS else kind
+            for slug, kind in kinds.items()
+        },
+    )
 
 
 def service_providers() -> dict[str, list[str]]:

@@ -157,7 +157,7 @@ class Config(BaseSettings):
         5, description="failed admin logins of one username from one address before a lock"
     )
     GATEWAY_ADMIN_LOCKOUT_MINUTES: Seconds = Field(15.0, description="how long that lock lasts")
-    GATEWAY_MAX_BODY_BYTES: Bytes = Field(8 * MiB, description="largest /v1 request body")
+    GATEWAY_MAX_BODY_BYTES: Bytes = Field(8 * MiB, description="largest API request body")
     GATEWAY_ACCESS_LOG_LEVEL: Annotated[
         Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)
     ] = Field("INFO", description="level of the per-request access log (WARNING silences it)")

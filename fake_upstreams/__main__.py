@@ -2,8 +2,14 @@
 
     python -m fake_upstreams openai --port 9100 --api-key sk-local
     python -m fake_upstreams bedrock --port 9102 --access-key AK --secret-key SK --region us-east-1
+    python -m fake_upstreams oidc --port 9103 --gateway-url http://127.0.0.1:8000
+    python -m fake_upstreams lti --port 9104 --gateway-url http://127.0.0.1:8000
 
-Stops on Ctrl-C. These are simulators with made-up output, not providers.
+Stops on Ctrl-C. These are simulators with made-up output, not providers; `oidc` (the
+development identity provider: a sign-in page listing the demo people) and `lti` (the LMS
+simulator: a demo course that launches them into the gateway) sign in anyone who reaches them
+as anyone they list, and are for trying the gateway on one computer only (README, "What you
+see"; docs/decisions/dev-tools.md).
 """
 
 from __future__ import annotations
@@ -12,11 +18,15 @@ import argparse
 import signal
 import sys
 import time
+from collections.abc import Callable
 
+from . import demo
 from .anthropic import AnthropicFake
 from .bedrock import BedrockFake
 from .brave import BraveFake
 from .gemini import GeminiFake
+from .lti import DevLms
+from .oidc import DevIdentityProvider
 from .openai import OpenAIFake
 from .openalex import OpenAlexFake
 from .openrouter import OpenRouterFake
@@ -31,34 +41,59 @@ LABELS = {
     "openalex": "OpenAlex works API",
     "anthropic": "Anthropic Messages API",
 }
+# The development tools of sign-in: what each one's line says it is.
+SIGN_IN_LABELS = {
+    "oidc": f"{demo.BANNER}; anyone who opens it signs in as anyone it lists",
+    "lti": f"{demo.LMS_BANNER}; anyone who opens it launches as anyone it lists",
+}
 
 
-def build(args: argparse.Namespace) -> FakeUpstream:
-    if args.provider == "openai":
-        return OpenAIFake(api_key=args.api_key)
-    if args.provider == "openrouter":
-        return OpenRouterFake(api_key=args.api_key)
-    if args.provider == "gemini":
-        return GeminiFake(api_key=args.api_key)
-    if args.provider == "brave":
-        return BraveFake(api_key=args.api_key)
-    if args.provider == "openalex":
-        return OpenAlexFake(api_key=args.api_key)
-    if args.provider == "anthropic":
-        return AnthropicFake(api_key=args.api_key)
+def _bedrock(args: argparse.Namespace) -> FakeUpstream:
     if (args.access_key is None) != (args.secret_key is None):
         raise SystemExit("bedrock: give both --access-key and --secret-key, or neither")
     return BedrockFake(access_key=args.access_key, secret_key=args.secret_key, region=args.region)
 
 
-def main(argv: list[str] | None = None) -> int:
+BUILDERS: dict[str, Callable[[argparse.Namespace], FakeUpstream]] = {
+    "openai": lambda args: OpenAIFake(api_key=args.api_key),
+    "openrouter": lambda args: OpenRouterFake(api_key=args.api_key),
+    "gemini": lambda args: GeminiFake(api_key=args.api_key),
+    "brave": lambda args: BraveFake(api_key=args.api_key),
+    "openalex": lambda args: OpenAlexFake(api_key=args.api_key),
+    "anthropic": lambda args: AnthropicFake(api_key=args.api_key),
+    "bedrock": _bedrock,
+    "oidc": lambda args: DevIdentityProvider(
+        args.client_id or demo.IDP_CLIENT_ID,
+        args.client_secret or demo.IDP_CLIENT_SECRET,
+        gateway_url=args.gateway_url,
+    ),
+    "lti": lambda args: DevLms(
+        args.client_id or demo.LMS_CLIENT_ID,
+        args.deployment_id,
+        tool_url=args.gateway_url,
+    ),
+}
+
+
+def build(args: argparse.Namespace) -> FakeUpstream:
+    return BUILDERS[args.provider](args)
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m fake_upstreams",
-        description="Serve a local simulator of an AI provider's API (not a real provider).",
+        description="Serve a local simulator of an AI provider's API (not a real provider), "
+        "or a development tool of sign-in: `oidc` (an identity provider with a page listing "
+        "the demo people) or `lti` (an LMS with a demo course). Not for real use.",
     )
-    parser.add_argument("provider", choices=sorted(LABELS))
+    parser.add_argument("provider", choices=sorted(BUILDERS))
     parser.add_argument(
-        "--port", type=int, default=0, help="port on 127.0.0.1 (default: any free port)"
+        "--port", type=int, default=0, help="port to listen on (default: any free port)"
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this computer only)",
     )
     parser.add_argument(
         "--api-key",
@@ -71,18 +106,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--region", default="us-east-1", help="bedrock: region of the signature scope"
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--gateway-url",
+        help="oidc, lti: the gateway's address as the browser reaches it, e.g. "
+        "http://127.0.0.1:8000 (oidc: codes go back to it only; lti: the tool the course opens)",
+    )
+    parser.add_argument(
+        "--client-id",
+        help=f"oidc: the gateway's client id (default {demo.IDP_CLIENT_ID}); lti: the id the "
+        f"LMS gave the gateway (default {demo.LMS_CLIENT_ID})",
+    )
+    parser.add_argument(
+        "--client-secret", help=f"oidc: the client's secret (default {demo.IDP_CLIENT_SECRET})"
+    )
+    parser.add_argument(
+        "--deployment-id",
+        default=demo.LMS_DEPLOYMENT_ID,
+        help=f"lti: the deployment id (default {demo.LMS_DEPLOYMENT_ID})",
+    )
+    return parser
 
+
+def banner(provider: str, server: FakeServer) -> str:
+    if provider in SIGN_IN_LABELS:
+        return f"fake_upstreams: {SIGN_IN_LABELS[provider]}: {server.origin}/ - Ctrl-C to stop"
+    return (
+        f"fake_upstreams: LOCAL DEVELOPMENT SIMULATOR of the {LABELS[provider]} "
+        f"(not a real provider, made-up output) at {server.app.base_url} - Ctrl-C to stop"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     # Python leaves SIGINT ignored when the shell that started it ignored it (a background job
     # of a non-interactive shell, as CI scripts start things): Ctrl-C / SIGINT must still stop.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    server = FakeServer(build(args), port=args.port)
+    server = FakeServer(build(args), port=args.port, host=args.host)
     server.start()
-    print(
-        f"fake_upstreams: LOCAL DEVELOPMENT SIMULATOR of the {LABELS[args.provider]} "
-        f"(not a real provider, made-up output) at {server.base_url} - Ctrl-C to stop",
-        flush=True,
-    )
+    if args.host in ("0.0.0.0", "::"):
+        # Listening on every address (in a container): named by the address this computer's
+        # browser and the gateway beside it both reach, as an issuer must be one URL.
+        server.app.origin = f"http://127.0.0.1:{server.port}"
+    print(banner(args.provider, server), flush=True)
     try:
         while True:
             time.sleep(3600)

@@ -3,6 +3,7 @@ an EC P-256 key, and an OIDC authentication endpoint that answers the tool's log
 like Moodle or Canvas do, with the auto-posting HTML form that carries the signed id_token and
 the state to the tool's launch URL (the test says who launches next, with which roles and in
 which course). The last form is also kept (`last_form`) for tests that POST it themselves.
+DevLms, at the end, is the first run's LMS simulator: the same platform with a course page.
 
 Switches for the hostile cases (`failure`): "wrong_key" (signed by a key not in the JWKS,
 under a kid that is), "expired", "wrong_aud", "unknown_deployment", "replayed_nonce" (the
@@ -22,6 +23,7 @@ from typing import Any
 from joserfc import jwt
 from joserfc.jwk import ECKey, RSAKey
 
+from . import demo, devpages
 from .oidc import sign_raw
 from .server import FakeUpstream, RecordedRequest, Response, json_response
 
@@ -148,8 +150,7 @@ class LtiFake(FakeUpstream):
             or not query.get("nonce")
         ):
             return self.error(400, "invalid_request")
-        with self._state_lock:
-            launch = self._next.pop(0) if self._next else None
+        launch = self.next_launch(query)
         if launch is None:
             return self.error(403, "login_required")
         token = self.id_token(launch, nonce=query["nonce"])
@@ -164,6 +165,11 @@ class LtiFake(FakeUpstream):
             "<noscript><button>Continue</button></noscript></form></body></html>"
         )
         return Response(200, page.encode(), [("content-type", "text/html; charset=utf-8")])
+
+    def next_launch(self, query: dict[str, str]) -> NextLaunch | None:
+        """Who this authentication request launches: the next of the queue."""
+        with self._state_lock:
+            return self._next.pop(0) if self._next else None
 
     def id_token(self, launch: NextLaunch, *, nonce: str) -> str:
         now = int(self.clock())
@@ -204,3 +210,91 @@ class LtiFake(FakeUpstream):
         if raw:
             return sign_raw(header, claims, raw, key)
         return jwt.encode(header, claims, key, encoder_cls=_AsciiEncoder)
+
+
+ROLES = {"student": LEARNER, "teacher": INSTRUCTOR}
+
+
+class DevLms(LtiFake):
+    """The LMS simulator of a first run (`python -m fake_upstreams lti`, started by
+    scripts/run.sh): the same LTI 1.3 platform, with a page showing the demo course and a
+    button per person (fake_upstreams/demo.py) that opens the gateway as an LMS does (the login
+    initiation, then this platform's signed launch of that person, found by the `login_hint`
+    as Moodle and Canvas find theirs). A launch queued with `launch_next` still goes first.
+    Not for real use: anyone who reaches the page launches as anyone on it."""
+
+    ROUTES = [*LtiFake.ROUTES, ("GET", r"/", "home")]
+    PUBLIC = LtiFake.PUBLIC | {"home"}
+
+    def __init__(
+        self,
+        client_id: str = demo.LMS_CLIENT_ID,
+        deployment_id: str = demo.LMS_DEPLOYMENT_ID,
+        *,
+        tool_url: str | None = None,
+        people: tuple[demo.DemoPerson, ...] = demo.PEOPLE,
+        course: demo.DemoCourse = demo.COURSE,
+        clock=None,
+    ):
+        super().__init__(client_id, deployment_id, clock)
+        self.tool_url = tool_url.rstrip("/") if tool_url else None
+        self.people = tuple(p for p in people if p.role in ROLES)
+        self.course = course
+
+    def next_launch(self, query: dict[str, str]) -> NextLaunch | None:
+        queued = super().next_launch(query)
+        if queued is not None:
+            return queued
+        chosen = next((p for p in self.people if p.login == query.get("login_hint")), None)
+        if chosen is None:
+            return None
+        context = {"id": self.course.context_id, "label": self.course.code}
+        context["title"] = self.course.title
+        return NextLaunch(
+            chosen.login,
+            list(ROLES[chosen.role]),
+            context,
+            {"name": chosen.name, "email": chosen.email},
+        )
+
+    def home(self, request: RecordedRequest) -> Response:
+        course = self.course
+        title = html.escape(f"{course.title} ({course.code})")
+        heading = f"<h1>Demo LMS</h1><h2>{title}</h2>"
+        if self.tool_url is None:
+            body = (
+                heading + "<p>No tool: start it with <code>--gateway-url</code> (the gateway).</p>"
+            )
+            return devpages.page("Demo LMS", demo.LMS_BANNER, body)
+        rows = "".join(
+            f"<tr><td>{html.escape(p.name)}</td><td>{html.escape(p.role)}</td><td>"
+            + devpages.button_form(
+                self.tool_url + "/lti/login/",
+                self._login_initiation(p),
+                f"Launch as {p.name} ({p.role})",
+            )
+            + "</td></tr>"
+            for p in self.people
+        )
+        body = (
+            heading + '<p class="note">The course has the gateway as an external tool (LTI 1.3). A '
+            "button opens it the way a real LMS does: the gateway signs the person in and shows "
+            "the course.</p>"
+            '<table><caption class="note">Open the tool as</caption><thead><tr>'
+            '<th scope="col">Name</th><th scope="col">Role in the course</th>'
+            '<th scope="col"><span class="note">Launch</span></th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>"
+            f'<p class="note">Issuer: {html.escape(self.issuer)}</p>'
+        )
+        return devpages.page("Demo LMS - " + course.title, demo.LMS_BANNER, body)
+
+    def _login_initiation(self, person: demo.DemoPerson) -> dict[str, str]:
+        """What Moodle posts to the tool's login URL when a course's link is clicked."""
+        assert self.tool_url is not None
+        return {
+            "iss": self.issuer,
+            "login_hint": person.login,
+            "target_link_uri": self.tool_url + "/lti/launch/",
+            "client_id": self.client_id,
+            "lti_deployment_id": self.deployment_id,
+        }

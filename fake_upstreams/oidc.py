@@ -1,8 +1,11 @@
 """A small OpenID Connect provider for the SSO tests (docs/sso.md): discovery, a JWKS with an
 RSA and an EC P-256 key, an authorize endpoint without any page (the test says who signs in
-next), and a token endpoint that checks what a real one checks (client id and secret, basic or
-post; the redirect URI; the PKCE S256 verifier; a code used once and within its lifetime) and
-answers an id_token signed RS256 or ES256.
+next; DevIdentityProvider, at the end, is the first run's with a sign-in page), and a token
+endpoint that checks what a real one checks (client id and secret, basic or post; the redirect
+URI; the PKCE S256 verifier; a code used once and within its lifetime) and
+answers an id_token signed RS256 or ES256. `more_clients` registers other applications of the
+same IdP (client id -> secret: Open WebUI beside the gateway, tests/clients/test_open_webui.py);
+each code is bound to the client that asked for it and its id_token's `aud` is that client.
 
 Switches for the hostile cases (`failure`): "down" (every answer a 503), "garbage" (the
 discovery document and the token answer are not JSON), "wrong_key" (the id_token is signed by a
@@ -27,12 +30,14 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
+from html import escape
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from joserfc import jws, jwt
 from joserfc.jwk import ECKey, RSAKey
 
+from . import demo, devpages
 from .server import FakeUpstream, RecordedRequest, Response, json_response
 
 
@@ -85,10 +90,17 @@ class OidcFake(FakeUpstream):
         "claims_at": "id_token",  # or "userinfo": the e-mail and the groups there only
     }
 
-    def __init__(self, client_id: str = "gateway", client_secret: str = "s3cret", clock=None):
+    def __init__(
+        self,
+        client_id: str = "gateway",
+        client_secret: str = "s3cret",
+        clock=None,
+        more_clients: dict[str, str] | None = None,
+    ):
         super().__init__()
         self.client_id = client_id
         self.client_secret = client_secret
+        self.clients = {**(more_clients or {}), client_id: client_secret}
         self.clock = clock or time.time
         self.rsa = RSAKey.generate_key(2048, parameters={"kid": "rsa-1", "use": "sig"})
         self.ec = ECKey.generate_key("P-256", parameters={"kid": "ec-1", "use": "sig"})
@@ -178,8 +190,23 @@ class OidcFake(FakeUpstream):
 
     def authorize(self, request: RecordedRequest) -> Response:
         query = request.query
+        refused = self.authorize_refusal(query)
+        if refused is not None:
+            return refused
+        with self._state_lock:
+            user = self._next.pop(0) if self._next else None
+        if user is None:
+            return self._redirect(
+                query["redirect_uri"], error="access_denied", state=query.get("state")
+            )
+        return self.code_redirect(user, query)
+
+    def authorize_refusal(self, query: dict[str, str]) -> Response | None:
+        """Why an authorization request is refused (an error, or the error sent back to the
+        client's redirect URI), or None."""
         redirect_uri = query.get("redirect_uri", "")
-        if query.get("client_id") != self.client_id or not redirect_uri:
+        client_id = query.get("client_id", "")
+        if client_id not in self.clients or not redirect_uri:
             return self.error(400, "invalid_request", error_description="unknown client")
         if (
             query.get("response_type") != "code"
@@ -188,21 +215,21 @@ class OidcFake(FakeUpstream):
             or not query.get("code_challenge")
         ):
             return self._redirect(redirect_uri, error="invalid_request", state=query.get("state"))
-        with self._state_lock:
-            user = self._next.pop(0) if self._next else None
-        if user is None:
-            return self._redirect(redirect_uri, error="access_denied", state=query.get("state"))
+        return None
+
+    def code_redirect(self, user: NextUser, query: dict[str, str]) -> Response:
+        """`user` signed in: a code for them, sent back to the client's redirect URI."""
         code = secrets.token_urlsafe(24)
         with self._state_lock:
             self._codes[code] = _Code(
                 user=user,
-                client_id=self.client_id,
-                redirect_uri=redirect_uri,
+                client_id=query["client_id"],
+                redirect_uri=query["redirect_uri"],
                 nonce=query.get("nonce"),
                 challenge=query["code_challenge"],
                 issued_at=self.clock(),
             )
-        return self._redirect(redirect_uri, code=code, state=query.get("state"))
+        return self._redirect(query["redirect_uri"], code=code, state=query.get("state"))
 
     def _redirect(self, redirect_uri: str, **params: str | None) -> Response:
         query = urlencode({k: v for k, v in params.items() if v is not None})
@@ -214,13 +241,16 @@ class OidcFake(FakeUpstream):
         if down is not None:
             return down
         form = dict(parse_qsl(request.text, keep_blank_values=True))
-        if not self._client_authenticated(request, form):
+        client_id = self._client_authenticated(request, form)
+        if client_id is None:
             return self.error(401, "invalid_client")
         if form.get("grant_type") != "authorization_code":
             return self.error(400, "unsupported_grant_type")
         grant = self._redeem(form)
         if isinstance(grant, Response):
             return grant
+        if grant.client_id != client_id:
+            return self.error(400, "invalid_grant", error_description="another client's code")
         if self.failure == "garbage":
             return Response(200, b"{not json", [("content-type", "application/json")])
         access_token = secrets.token_urlsafe(24)
@@ -235,17 +265,18 @@ class OidcFake(FakeUpstream):
             }
         )
 
-    def _client_authenticated(self, request: RecordedRequest, form: dict[str, str]) -> bool:
-        """The client's id and secret, from the form or (winning) HTTP Basic, are ours."""
+    def _client_authenticated(self, request: RecordedRequest, form: dict[str, str]) -> str | None:
+        """The client whose id and secret the form or (winning) HTTP Basic holds, if ours."""
         client_id, secret = form.get("client_id"), form.get("client_secret")
         basic = request.headers.get("authorization", "")
         if basic.lower().startswith("basic "):
             try:
                 pair = base64.b64decode(basic[6:]).decode()
             except ValueError:
-                return False
+                return None
             client_id, _, secret = pair.partition(":")
-        return client_id == self.client_id and secret == self.client_secret
+        known = client_id is not None and self.clients.get(client_id) is not None
+        return client_id if known and self.clients[client_id] == secret else None
 
     def _redeem(self, form: dict[str, str]) -> _Code | Response:
         """The grant of the form's code, used up whatever follows; or why it is refused."""
@@ -319,3 +350,123 @@ class OidcFake(FakeUpstream):
         if self.failure == "userinfo_huge":
             answer["padding"] = "x" * (1024 * 1024)
         return json_response(answer)
+
+
+# The fields of an authorization request the sign-in page carries to its POST.
+_AUTHORIZE_FIELDS = (
+    "client_id",
+    "redirect_uri",
+    "response_type",
+    "scope",
+    "state",
+    "nonce",
+    "code_challenge",
+    "code_challenge_method",
+)
+
+
+class DevIdentityProvider(OidcFake):
+    """The development identity provider of a first run (`python -m fake_upstreams oidc`,
+    started by scripts/run.sh): the same OpenID Connect provider, whose authorize endpoint
+    shows a page listing the demo people (fake_upstreams/demo.py) under a banner saying what it
+    is, and signs in whoever is chosen (code flow with PKCE, as above). A person queued with
+    `sign_in_next` still goes first, so tests can drive it like OidcFake. Not for real use:
+    anyone who reaches the page signs in as anyone on it."""
+
+    ROUTES = [
+        *OidcFake.ROUTES,
+        ("POST", r"/authorize", "choose"),
+        ("GET", r"/", "home"),
+    ]
+    PUBLIC = OidcFake.PUBLIC | {"choose", "home"}
+
+    def __init__(
+        self,
+        client_id: str = demo.IDP_CLIENT_ID,
+        client_secret: str = demo.IDP_CLIENT_SECRET,
+        *,
+        people: tuple[demo.DemoPerson, ...] = demo.PEOPLE,
+        gateway_url: str | None = None,
+        clock=None,
+    ):
+        super().__init__(client_id, client_secret, clock)
+        self.people = people
+        # With the gateway's address known, a code goes back to it only (no open redirect).
+        self.gateway_url = gateway_url.rstrip("/") if gateway_url else None
+
+    def authorize_refusal(self, query: dict[str, str]) -> Response | None:
+        refused = super().authorize_refusal(query)
+        if refused is None and self.gateway_url is not None:
+            redirect_uri = query["redirect_uri"]
+            if not redirect_uri.startswith(self.gateway_url + "/"):
+                return self.error(400, "invalid_request", error_description="unknown redirect_uri")
+        return refused
+
+    def authorize(self, request: RecordedRequest) -> Response:
+        with self._state_lock:
+            queued = bool(self._next)
+        refused = self.authorize_refusal(request.query)
+        if queued or refused is not None:
+            return super().authorize(request)
+        return self._sign_in_page(request.query)
+
+    def choose(self, request: RecordedRequest) -> Response:
+        """The sign-in page's POST: the person chosen is signed in."""
+        form = dict(parse_qsl(request.text, keep_blank_values=True))
+        refused = self.authorize_refusal(form)
+        if refused is not None:
+            return refused
+        chosen = next((p for p in self.people if p.login == form.get("login")), None)
+        if chosen is None:
+            return devpages.page("Unknown person", demo.BANNER, "<h1>No such person here</h1>", 400)
+        user = NextUser(
+            chosen.login,
+            email=chosen.email,
+            groups=chosen.groups,
+            extra={"name": chosen.name, "preferred_username": chosen.email},
+        )
+        return self.code_redirect(user, form)
+
+    def _sign_in_page(self, query: dict[str, str]) -> Response:
+        fields = {name: query[name] for name in _AUTHORIZE_FIELDS if name in query}
+        rows = "".join(
+            f"<tr><td>{escape(p.name)}</td><td>{escape(p.email)}</td><td>{escape(p.role)}</td>"
+            "<td>"
+            + devpages.button_form(
+                "/authorize", {**fields, "login": p.login}, f"Sign in as {p.name}"
+            )
+            + "</td></tr>"
+            for p in self.people
+        )
+        body = (
+            "<h1>Sign in to the gateway</h1>"
+            '<p class="note">Choose who you are. This identity provider asks no password: '
+            "it exists to try the gateway on this computer, with made-up people.</p>"
+            '<table><caption class="note">The demo people</caption><thead><tr>'
+            '<th scope="col">Name</th><th scope="col">E-mail</th><th scope="col">Role</th>'
+            '<th scope="col"><span class="note">Sign in</span></th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>"
+        )
+        return devpages.page("Sign in - development identity provider", demo.BANNER, body)
+
+    def home(self, request: RecordedRequest) -> Response:
+        start = (
+            f'<a href="{escape(self.gateway_url)}/portal/">{escape(self.gateway_url)}/portal/</a>'
+            if self.gateway_url
+            else "the gateway's login page"
+        )
+        rows = "".join(
+            f"<tr><td>{escape(p.name)}</td><td>{escape(p.email)}</td><td>{escape(p.role)}</td></tr>"
+            for p in self.people
+        )
+        body = (
+            "<h1>Development identity provider</h1>"
+            f"<p>Sign-in starts at the gateway: open {start} and choose "
+            f"&ldquo;Sign in with {escape(demo.INSTITUTION)}&rdquo;. This page then lets you "
+            "pick one of these people.</p>"
+            '<table><caption class="note">The demo people</caption><thead><tr>'
+            '<th scope="col">Name</th><th scope="col">E-mail</th><th scope="col">Role</th>'
+            f"</tr></thead><tbody>{rows}</tbody></table>"
+            f'<p class="note">Issuer: {escape(self.issuer)}</p>'
+        )
+        return devpages.page("Development identity provider", demo.BANNER, body)

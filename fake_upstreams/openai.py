@@ -477,8 +477,9 @@ class OpenAIFake(FakeUpstream):
         stream_pieces: how many content events a streamed reply is split into.
         usage_delay: seconds between a stream's last content event and its usage
             (chat's usage-only chunk, responses' final event).
-        call_tools: False answers in text even when ``tools`` are offered (a coding agent such
-            as Codex offers its tools on every turn; one plain answer ends its run).
+        call_tools: False answers in text even when ``tools`` are offered, on chat completions
+            and responses (a coding agent such as Codex offers its tools on every turn, and Open
+            WebUI its built-in ones with every message; one plain answer ends the turn).
         web_searches: the hosted web searches made when the hosted ``web_search`` tool is
             offered on ``/v1/responses``: that many ``web_search_call`` output items before the
             answer (each one a search the real API bills).
@@ -722,7 +723,8 @@ class OpenAIFake(FakeUpstream):
                 param="stream_options",
             )
         try:
-            turn = chat_turn(body, self.reply_text, self.reasoning_tokens, self.cached_tokens)
+            offered = body if self.call_tools else {**body, "tools": []}
+            turn = chat_turn(offered, self.reply_text, self.reasoning_tokens, self.cached_tokens)
         except agentic.UnknownTool as exc:
             raise self.fail(400, unknown_tool_message(exc.name), param="tool_choice") from None
         completion_id = synth.random_id("chatcmpl-", 29)

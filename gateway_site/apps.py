@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.contrib.admin.apps import AdminConfig
 
 
 class GatewaySiteConfig(AppConfig):
@@ -9,3 +10,10 @@ class GatewaySiteConfig(AppConfig):
 
     def ready(self):
         from . import checks  # noqa: F401
+
+
+class GatewayAdminConfig(AdminConfig):
+    """Django's admin with the gateway's site (its front page's dashboard,
+    licensing.console.admin.site): installed in place of "django.contrib.admin"."""
+
+    default_site = "licensing.console.admin.site.GatewayAdminSite"

@@ -19,7 +19,7 @@ SECRET_KEY = CONFIG.SECRET_KEY
 ALLOWED_HOSTS = CONFIG.ALLOWED_HOSTS
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "gateway_site.apps.GatewayAdminConfig",  # django.contrib.admin with our site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -237,8 +237,9 @@ SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410", "models.W040
 # The management API (/manage/v1/, licensing.console.manage_api): DRF's own error shapes, not
 # /v1's.
 REST_FRAMEWORK = {
+    # A management token as `Bearer <token>` or `Token <token>`, or the admin's session.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "licensing.console.manage_auth.ManagementTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
@@ -253,6 +254,8 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
+    # DRF's, with Django's own refusals of a body (too large: 413) in DRF's shape.
+    "EXCEPTION_HANDLER": "licensing.console.manage_parsers.exception_handler",
 }
 
 # --- Secrets at rest, cache invalidation, admin hardening (docs/deployment.md, "Production") ---
@@ -273,6 +276,9 @@ GATEWAY_INVALIDATION_FILE = CONFIG.GATEWAY_INVALIDATION_FILE
 # Admin login throttling (django-axes). Only the admin stack runs its middleware; /v1 never
 # calls django.contrib.auth.authenticate, so the API does not pay for it.
 ADMIN_MIDDLEWARE += ["axes.middleware.AxesMiddleware"]
+# Last, around the view only: an institution's staff read times in its time zone
+# (docs/admin-guide.md); /v1 never passes here.
+ADMIN_MIDDLEWARE += ["licensing.console.local_time.InstitutionTimeZoneMiddleware"]
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     # Django's ModelBackend, refusing local passwords of --sso-only institutions (docs/sso.md).
@@ -299,14 +305,31 @@ if CONFIG.SECURE_PROXY_SSL_HEADER:
 # The security, CSRF and clickjacking middlewares (and axes') run in ADMIN_MIDDLEWARE, not
 # MIDDLEWARE; gateway_site.checks verifies them there instead.
 SILENCED_SYSTEM_CHECKS += ["security.W001", "security.W002", "security.W003", "axes.W002"]
+# A refused form (no or an old CSRF token): the site's page saying what to do (gateway_site.errors).
+CSRF_FAILURE_VIEW = "gateway_site.errors.csrf_failure"
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Inference Gateway management API",
-    "DESCRIPTION": "Licenses, API keys, end users and transactions of the caller's institution; "
-    "for superusers, the catalog's connections and their circuits.",
+    "DESCRIPTION": "For institution admins' scripts and LMS integrations: the licenses, API keys, "
+    "end users, usage, ledger, audit log and courses of the caller's institution; for superusers, "
+    "the catalog's connections and their circuits.\n\n"
+    "**Authentication**: `Authorization: Bearer <token>` with your management token (the "
+    'admin\'s "My API token" page, `/admin/my-token/`, or `manage.py create_management_token '
+    'USERNAME`); `Authorization: Token <token>` works too. Signed in to the admin, "Try it '
+    'out" uses your session. Errors are DRF\'s shapes: `{"detail": ...}`, or field errors by '
+    "name.",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True},
+    # The one scheme a script uses (Bearer); the admin's session works on the docs page too, as
+    # the description says, without a second "Authorize" form for a cookie.
+    "AUTHENTICATION_WHITELIST": ["licensing.console.manage_auth.ManagementTokenAuthentication"],
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/manage/v1",
+    # Two fields named `kind` (a key's, a course window's): each enum named by its model.
+    "ENUM_NAME_OVERRIDES": {
+        "ApiKeyKindEnum": "licensing.models.keys.ApiKey.Kind",
+        "CourseWindowKindEnum": "licensing.models.courses.CourseWindow.Kind",
+    },
 }
 
 # Budget alerts and other mail (Django's email framework). The console backend prints the

@@ -12,6 +12,12 @@ from .middleware import api_not_found_view
 admin.site.site_header = "Inference Gateway"
 admin.site.site_title = _("Inference Gateway admin")
 
+# The site's error pages for people, JSON for /v1 and /manage/v1 (gateway_site.errors).
+handler400 = "gateway_site.errors.bad_request"
+handler403 = "gateway_site.errors.permission_denied"
+handler404 = "gateway_site.errors.page_not_found"
+handler500 = "gateway_site.errors.server_error"
+
 urlpatterns = [
     path("v1/", api.urls),
     re_path(r"^v1/", api_not_found_view),

@@ -2,9 +2,11 @@
 
  1. credentials (malformed header / unknown key: 401)   -- inference.api.BearerAuth
  2. body validation (422)                               -- django-ninja, before the view
- 3. missing Authorization header (401)
+ 3. missing Authorization header (401); a front-end key's person: its header names no one it
+    may act for (401)                                   -- licensing.access.frontend
  4. X-Service-Provider / X-Service-Metadata (400)
     fair use (429 with Retry-After; only when the policy sets limits)
+    a front-end key's course: its own, or the model's alias, or the person's only one (403)
  5. budget (400 out of budget, 500 misconfigured)
  6. policy: a course member's course rules, then the license type's document (403; 503)
  7. provider selection (400)
@@ -45,6 +47,7 @@ from core.errors import (
     PolicyDenied,
     ServiceUnavailable,
 )
+from licensing.access import frontend
 from licensing.access.credentials import Principal
 from licensing.courses import rules as course_rules
 from licensing.courses.selectors import course_rules_async
@@ -180,6 +183,8 @@ async def current_catalog() -> Catalog:
 
 async def run(request, operation: Operation, body) -> HttpResponse:
     principal = require_principal(request)  # 3
+    if principal.front_end:  # 3: whom a front-end key acts for (only this kind reads headers)
+        principal = await frontend.acting_for(principal, request.headers)
     pin, metadata = parse_service_headers(request)  # 4
     call = Call(
         request=request,
@@ -226,6 +231,9 @@ async def _admit(call: Call, operation: Operation, pin) -> tuple[Catalog, Guardr
         call.stage = _FAIR_USE
         call.fair_use = fairuse.window_of(limits, license.id, principal.holder)
         await fairuse.admit(call.fair_use)
+    if principal.front_end:
+        call.stage = _POLICY
+        principal, body = _act_in_course(call, operation)
     # 5: an unlimited budget needs no read before the call; a course member's reads the
     # student's allowance and the course pool too, which must have some left.
     call.stage = _BUDGET
@@ -259,6 +267,22 @@ async def _admit(call: Call, operation: Operation, pin) -> tuple[Catalog, Guardr
         raise ServiceUnavailable(reason="the database is down and the ledger spool is unwritable")
     call.stage = None
     return catalog, guardrails
+
+
+def _act_in_course(call: Call, operation: Operation) -> tuple[Principal, Any]:
+    """A front-end key's request: the course that pays for its person (the key's, or the one its
+    model's alias or the person's only course names; 403 when they may not work there) and the
+    model the alias stands for, in the body every later step reads."""
+    body = call.body
+    model = getattr(body, "model", None)
+    principal, real = frontend.act_in_course(
+        call.principal, model if isinstance(model, str) else None
+    )
+    if real != model:
+        body = body.model_copy(update={"model": real})
+        call.body_fields = {**call.body_fields, "model": real}
+    call.principal, call.body = principal, body
+    return principal, body
 
 
 def _policy_in_force(principal: Principal, course_policy: Policy | None) -> Policy:

@@ -11,13 +11,19 @@ _NOT_CACHED = {
     "budgetalert",
     "adminprofile",
     "auditevent",
-    "ssoidentity",
 }
 
 
 def _invalidate(sender, created=False, **kwargs):
     meta = sender._meta
     if meta.app_label != "licensing" or meta.model_name in _NOT_CACHED:
+        return
+    if meta.model_name == "ssoidentity" and "email" not in (
+        kwargs.get("update_fields") or {"email"}
+    ):
+        # Every sign-in saves its identity; only the e-mail is cached (a front-end key finds a
+        # student by it: licensing.access.frontend), and licensing.signin.sso saves the e-mail
+        # only when it changed. A new or deleted identity clears.
         return
     if created and meta.model_name == "enduser":
         return  # a JWT's first request provisions its user: a new row is in no cache

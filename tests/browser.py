@@ -72,7 +72,7 @@ print(json.dumps(outputs))
 class RunScript:
     """`bash scripts/run.sh` in its own process group, its output collected."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, **env_extra: str):
         ports = run_script_ports()
         self.port, sim_port = int(ports["PORT"]), int(ports["SIMULATOR_PORT"])
         env = {
@@ -85,10 +85,16 @@ class RunScript:
             SIMULATOR_PORT=str(sim_port),
             DATABASE_URL=f"sqlite:///{workdir / 'db.sqlite3'}",
             STATIC_ROOT=str(workdir / "static"),
+            DEMO_KEY_FILE=str(workdir / "demo-api-key"),
             DEBUG="false",
         )
+        env.update(env_extra)
         self.env = env
         self.url = f"http://127.0.0.1:{self.port}"
+        # The development identity provider and LMS simulator run.sh starts (SIMULATOR_PORT + 3
+        # and + 4), unless DEV_SIGN_IN=off or the demo school has real ones.
+        self.idp_url = f"http://127.0.0.1:{sim_port + 3}"
+        self.lms_url = f"http://127.0.0.1:{sim_port + 4}"
         self.output: list[str] = []
         self.proc = subprocess.Popen(
             ["bash", str(ROOT / "scripts" / "run.sh")],
@@ -162,10 +168,11 @@ class RunScript:
 
 
 @contextmanager
-def running_server():
-    """`bash scripts/run.sh` on free ports with a database of its own, until the block ends."""
+def running_server(**env_extra: str):
+    """`bash scripts/run.sh` on free ports with a database of its own, until the block ends
+    (`env_extra`: more of its environment)."""
     with tempfile.TemporaryDirectory(prefix="gateway-browser-") as workdir:
-        run = RunScript(Path(workdir))
+        run = RunScript(Path(workdir), **env_extra)
         try:
             run.wait_ready()
             yield run

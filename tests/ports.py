@@ -1,5 +1,6 @@
-"""Free loopback ports for tests that start `scripts/run.sh` (it listens on PORT, and its
-simulators on SIMULATOR_PORT and the next two)."""
+"""Free loopback ports for tests that start `scripts/run.sh` (it listens on PORT, its
+simulators on SIMULATOR_PORT and the next two, its development identity provider and LMS
+simulator on the two after them)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,6 @@ def free_block(count: int) -> int:
 
 
 def run_script_ports() -> dict[str, str]:
-    """PORT and SIMULATOR_PORT for run.sh, all four ports it uses free."""
-    first = free_block(4)
+    """PORT and SIMULATOR_PORT for run.sh, all six ports it uses free."""
+    first = free_block(6)
     return {"PORT": str(first), "SIMULATOR_PORT": str(first + 1)}

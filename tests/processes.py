@@ -47,7 +47,7 @@ class Worker:
         self.http = httpx.Client(base_url=self.url, timeout=5)
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a deadline: a loaded machine starts slowly
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, "worker exited at start"
             try:

@@ -1,14 +1,19 @@
 """GET /v1/health, /v1/models, /v1/models/{id} and /v1/license. Models and license run checks 1,
 3 and 4 only."""
 
+from dataclasses import replace
+
 from django.conf import settings
 from django.db import connection
 from ninja import Router
 from pydantic import BaseModel
 
+from catalog.routing import Catalog, ModelEntry, ProviderPin
 from core.db import run_db
 from core.errors import NotFound
 from core.jsonio import json_response
+from licensing.access import frontend
+from licensing.access.credentials import LicenseInfo
 from licensing.courses.selectors import course_rules_async, course_summary
 from licensing.ledger.budget import budget_usage
 from licensing.ledger.spool import note_database_down, note_database_up
@@ -133,23 +138,39 @@ async def _redis_answers(url: str) -> bool:
         await client.aclose()
 
 
-async def _usable_models(request) -> dict:
+async def _usable_models(request) -> dict[str, ModelEntry]:
     """Checks 1, 3 and 4, then the catalog entries this caller can use (inference.model_access)."""
     principal = require_principal(request)
     pin, _ = parse_service_headers(request)
     catalog = await current_catalog()
     license = principal.license
-    if principal.course_id is None:
-        return usable_models(catalog, license.policy, pin, license_id=license.id)
-    # A course credential: what its course's overlay allows (the snapshot's compiled policy;
-    # the license type's when the course has no overlay; nothing when it cannot be evaluated).
-    rules = await course_rules_async(principal.course_id)
+    if principal.course_id is not None:
+        return await _course_models(catalog, pin, license, principal.course_id)
+    usable = usable_models(catalog, license.policy, pin, license_id=license.id)
+    if not principal.front_end:
+        return usable
+    # A front-end key for every course of its license: also `<code> · <model>` for each course
+    # (licensing.access.frontend), the same list whoever the request names.
+    usable = dict(usable)
+    for course_id, code in await frontend.license_courses_async(license.id):
+        for model_id, entry in (await _course_models(catalog, pin, license, course_id)).items():
+            name = frontend.alias(code, model_id)
+            usable[name] = replace(entry, model_id=name)
+    return usable
+
+
+async def _course_models(
+    catalog: Catalog, pin: ProviderPin | None, license: LicenseInfo, course_id: int
+) -> dict[str, ModelEntry]:
+    """What a course's overlay allows (the snapshot's compiled policy; the license type's when
+    the course has no overlay; nothing when it cannot be evaluated)."""
+    rules = await course_rules_async(course_id)
     policy = license.policy
     if rules is None or rules.policy_broken:
         policy = None
     elif rules.policy is not None:
         policy = rules.policy
-    return usable_models(catalog, policy, pin, license_id=license.id, course_id=principal.course_id)
+    return usable_models(catalog, policy, pin, license_id=license.id, course_id=course_id)
 
 
 @router.get("/models", response={200: ModelList, **error_responses(400, 401, 503)})
@@ -174,6 +195,8 @@ async def model(request, model: str):
 @router.get("/license", response={200: LicenseOut, **error_responses(400, 401, 500, 503)})
 async def license_info(request):
     principal = require_principal(request)
+    if principal.front_end:  # the budget of the person it names, if it names one
+        principal = await frontend.acting_for(principal, request.headers, required=False)
     parse_service_headers(request)
     license = principal.license
     policy = license.policy

@@ -19,7 +19,8 @@ BUDGET_FIELDS = (
     "budget_limit",
     "alert_threshold_percent",
 )
-RATE_FIELDS = ("currency", "micro_credits_per_currency_unit")
+# An institution's money rate, and its time zone: where its budgets' days, weeks and months begin.
+RATE_FIELDS = ("currency", "micro_credits_per_currency_unit", "timezone")
 
 # What each audited model's change is, and which fields make it.
 AUDITED: dict[type, tuple[str, tuple[str, ...]]] = {

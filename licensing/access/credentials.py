@@ -78,18 +78,26 @@ def api_key_create(
     expires_at: datetime | None = None,
     end_user: EndUser | None = None,
     course: Course | None = None,
+    kind: str = ApiKey.Kind.STANDARD,
 ):
     """Create a key; returns (row, full key). The full key is never stored. A key with an
     `end_user` (a student's, made in the portal) bills that end user's wallet; one with a
     `course` (of the same license) also pays at the course's levels (licensing.ledger.budget):
-    the student's allowance, the course pool. Membership is the caller's to check or make."""
+    the student's allowance, the course pool. Membership is the caller's to check or make.
+    A front-end key (`kind`) acts for the students its requests name (licensing.access.frontend):
+    never one end user's, and with a `course` only within that course."""
+    if kind not in ApiKey.Kind.values:
+        raise ValueError(f"Not a kind of key: {kind!r}")
     if end_user is not None and end_user.license_id != license.pk:
         raise ValueError("The end user is not on this license")
     if course is not None and course.license_id != license.pk:
         raise ValueError("The course is not on this license")
+    if kind == ApiKey.Kind.FRONT_END and end_user is not None:
+        raise ValueError("A front-end key acts for many students: it has no end user")
     key = generate_api_key()
     row = ApiKey.objects.create(
         license=license,
+        kind=kind,
         end_user=end_user,
         course=course,
         name=name,
@@ -100,9 +108,18 @@ def api_key_create(
     return row, key
 
 
-def api_key_create_for_days(*, license: License, name: str = "", days: int | None = None):
+def api_key_create_for_days(
+    *,
+    license: License,
+    name: str = "",
+    days: int | None = None,
+    kind: str = ApiKey.Kind.STANDARD,
+    course: Course | None = None,
+):
     expires_at = timezone.now() + timedelta(days=days) if days else None
-    return api_key_create(license=license, name=name, expires_at=expires_at)
+    return api_key_create(
+        license=license, name=name, expires_at=expires_at, kind=kind, course=course
+    )
 
 
 # --- snapshots held in the caches --------------------------------------------------------
@@ -133,6 +150,12 @@ class Principal:
     api_key_id: int | None = None
     end_user_id: int | None = None
     course_id: int | None = None  # the course that pays beside the license (issue 26)
+    # A front-end key (issue 37, licensing.access.frontend): it acts for the person its request
+    # names (`end_user_id`, once named), within `course_id` when the key has one, else in the
+    # course the request's model chooses among `courses`: that person's courses on the license,
+    # as (id, code, active).
+    front_end: bool = False
+    courses: tuple[tuple[int, str, bool], ...] = ()
 
     @property
     def license_name(self) -> str:
@@ -155,6 +178,7 @@ class _KeyInfo:
     expires_at: datetime | None
     end_user_id: int | None  # a student's portal key: the end user's wallet
     course_id: int | None  # a course member's key: the course's levels pay too
+    front_end: bool = False  # ApiKey.Kind.FRONT_END: acts for the person a request names
 
 
 def _license_info(license_id: int) -> LicenseInfo | None:
@@ -197,6 +221,7 @@ def _license_info(license_id: int) -> LicenseInfo | None:
             period=row.budget_period,
             limit=row.budget_limit,
             alert_at=row.alert_at,
+            timezone=row.institution.timezone or "UTC",
         ),
     )
     _license_cache.set(license_id, info, generation)
@@ -211,7 +236,14 @@ def _resolve_api_key(credential: str) -> Principal | None:
         try:
             rows = list(
                 ApiKey.objects.filter(prefix=key_lookup_prefix(credential)).values_list(
-                    "id", "digest", "license_id", "active", "expires_at", "end_user_id", "course_id"
+                    "id",
+                    "digest",
+                    "license_id",
+                    "active",
+                    "expires_at",
+                    "end_user_id",
+                    "course_id",
+                    "kind",
                 )
             )
         except UNREACHABLE:
@@ -219,7 +251,7 @@ def _resolve_api_key(credential: str) -> Principal | None:
             return _key_principal(info, _license_info(info.license_id))
         for row in rows:
             if hmac.compare_digest(row[1], digest):
-                info = _KeyInfo(*row)
+                info = _KeyInfo(*row[:7], front_end=row[7] == ApiKey.Kind.FRONT_END)
                 break
         if info is None:
             return None
@@ -246,6 +278,7 @@ def _key_principal(info: _KeyInfo, license_info: LicenseInfo | None) -> Principa
         api_key_id=info.id,
         end_user_id=info.end_user_id,
         course_id=info.course_id,
+        front_end=info.front_end,
     )
 
 

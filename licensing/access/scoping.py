@@ -69,7 +69,9 @@ INSTITUTION_PATHS: dict[type[Model], str] = {
 # What each role may do, per model; anything not listed is refused.
 ROLE_PERMISSIONS: dict[str, dict[type[Model], frozenset[str]]] = {
     ADMIN: {
-        Institution: VIEW,
+        # Their own institution's time zone, language, terms and key limit (its name and money
+        # rate are the operator's: licensing.console.admin.licenses.InstitutionAdmin).
+        Institution: frozenset({"view", "change"}),
         LicenseType: ALL,
         License: ALL,
         ApiKey: ALL,
@@ -114,6 +116,7 @@ class Scope:
     institution_id: int | None = None
     role: str | None = None
     user_id: int | None = None  # whose courses a teacher's scope holds
+    timezone: str = "UTC"  # the institution's (its staff read its pages in it)
 
     def allows(self, model: type[Model], action: str) -> bool:
         if self.superuser:
@@ -138,18 +141,24 @@ def scope_of(user) -> Scope:
     elif user.is_superuser:
         scope = Scope(superuser=True)
     else:
-        # The person's language and their institution's in the same query, for the pages'
-        # language (licensing.access.languages): one query a page for both.
+        # The person's language and their institution's in the same query as the time zone,
+        # for the pages' language (licensing.access.languages): one query a page for all.
         profile = AdminProfile.objects.filter(user_id=user.pk).values_list(
-            "institution_id", "role", "language", "institution__language"
+            "institution_id", "role", "institution__timezone", "language", "institution__language"
         )
         row = profile.first()
         scope = (
-            Scope(superuser=False, institution_id=row[0], role=row[1], user_id=user.pk)
+            Scope(
+                superuser=False,
+                institution_id=row[0],
+                role=row[1],
+                user_id=user.pk,
+                timezone=row[2] or "UTC",
+            )
             if row
             else NOBODY
         )
-        user._gateway_languages = (row[2], row[3]) if row else ("", "")
+        user._gateway_languages = (row[3], row[4]) if row else ("", "")
     user._gateway_scope = scope
     return scope
 

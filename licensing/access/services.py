@@ -7,6 +7,7 @@ from django.db import transaction
 
 from ..models import Institution, License, LicenseType
 from ..rules.policy import PolicyDocumentError, open_policy_document, validate_policy_document
+from .changes import audit_row_change, stored_snapshot
 
 DEFAULT_INSTITUTION = "Default institution"
 OPEN_TYPE = "Open access"
@@ -92,14 +93,49 @@ def api_key_revoke(*, key_id: int) -> None:
 
 @transaction.atomic
 def api_key_rotate(*, key_id: int):
-    """A new key on the same license, with the same name and expiry; the old one is revoked.
-    Returns (new row, full new key)."""
+    """A new key of the same kind on the same license (and end user and course), with the same
+    name and expiry; the old one is revoked. Returns (new row, full new key)."""
     from ..models import ApiKey
     from .credentials import api_key_create
 
     old = ApiKey.objects.select_for_update().select_related("license").get(pk=key_id)
-    row, key = api_key_create(license=old.license, name=old.name, expires_at=old.expires_at)
+    row, key = api_key_create(
+        license=old.license,
+        name=old.name,
+        expires_at=old.expires_at,
+        kind=old.kind,
+        end_user=old.end_user,
+        course=old.course,
+    )
     if old.active:
         old.active = False
         old.save(update_fields=["active", "updated_at"])
     return row, key
+
+
+# The institution's settings `configure_institution` sets (validated by the admin's form).
+INSTITUTION_SETTINGS = (
+    "timezone",
+    "language",
+    "currency",
+    "micro_credits_per_currency_unit",
+    "portal_key_limit",
+    "terms_of_use",
+)
+
+
+@transaction.atomic
+def do_configure_institution(
+    institution: Institution, changes: dict, *, actor_name: str = ""
+) -> Institution:
+    """Save an institution (new or not) with `changes`, values its admin form has checked;
+    a change of its time zone or money rate lands in the audit log with before and after."""
+    unknown = sorted(set(changes) - set(INSTITUTION_SETTINGS))
+    if unknown:
+        raise ValidationError(f"Not an institution setting: {unknown}")
+    before = stored_snapshot(institution)
+    for name, value in changes.items():
+        setattr(institution, name, value)
+    institution.save()
+    audit_row_change(institution, before, actor_name=actor_name)
+    return institution

@@ -34,7 +34,7 @@ from django.urls import path
 from ..access.scoping import scope_of
 from ..ledger import feed as live
 from ..models import Transaction
-from .live import PATH
+from .live import PATH, HolderNames
 
 REFUSED = 4403
 HEARTBEAT = 30.0  # seconds
@@ -147,6 +147,7 @@ def same_origin(connection_scope) -> bool:
 class TransactionFeed(AsyncJsonWebsocketConsumer):
     group: str | None = None
     heartbeat: asyncio.Task | None = None
+    names: HolderNames | None = None
 
     async def connect(self):
         user = self.scope.get("user")
@@ -179,7 +180,16 @@ class TransactionFeed(AsyncJsonWebsocketConsumer):
         """The browser has nothing to say: whatever it sends is ignored."""
 
     async def ledger_rows(self, event):
-        await self.send_json({"type": "rows", "rows": event["rows"]})
+        rows = event["rows"]
+        if self.names is None:
+            self.names = HolderNames()
+        missing = self.names.missing(rows)
+        if any(missing):  # ids not named yet: the database, once each (live.HolderNames)
+            try:
+                await database_sync_to_async(self.names.learn)(*missing)
+            except Exception:  # the database is away: those rows go out with ids for names
+                logger.warning("live feed: naming the rows' holders failed", exc_info=True)
+        await self.send_json({"type": "rows", "rows": self.names.label(rows)})
 
     async def _beat(self) -> None:
         while True:

@@ -4,7 +4,9 @@ API keys (create, revoke, rotate; the key is shown once), end users, and the led
 the catalog's connections with their circuits. For institution admins' scripts and LMS
 integrations; scoped exactly like the admin (licensing.access.scoping): a row of another
 institution is a 404. Errors are DRF's own shapes (this is not the /v1 contract).
-Authentication: `Authorization: Token <token>` (DRF tokens) or the admin's session."""
+Authentication: a management token as `Authorization: Bearer <token>` or `Token <token>`
+(licensing.console.manage_auth), or the admin's session. Described by /manage/v1/openapi.json
+(drf-spectacular) and its page, /manage/v1/docs."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import cast
 import django_filters
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.views import SpectacularSwaggerView
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
@@ -30,7 +33,16 @@ from ..access.credentials import api_key_create
 from ..access.scoping import scope_of, scoped
 from ..access.services import api_key_revoke, api_key_rotate
 from ..ledger.record import LEDGER_COLUMNS
-from ..models import ApiKey, AuditEvent, EndUser, JwtIssuer, License, LicenseType, Transaction
+from ..models import (
+    ApiKey,
+    AuditEvent,
+    Course,
+    EndUser,
+    JwtIssuer,
+    License,
+    LicenseType,
+    Transaction,
+)
 from .audit_log import AUDIT_CSV_COLUMNS
 from .manage_parsers import InstantModelSerializer
 from .money import institution_rate
@@ -169,15 +181,23 @@ class LicenseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVie
 class ApiKeySerializer(InstantModelSerializer):
     license = serializers.PrimaryKeyRelatedField(queryset=License.objects.none())
     license_name = serializers.CharField(source="license.name", read_only=True)
+    # `standard`, or `front_end`: a chat front end acting for the students its requests name
+    # (docs/open-webui.md); with a `course`, only within that course of the license.
+    kind = serializers.ChoiceField(choices=ApiKey.Kind.choices, default=ApiKey.Kind.STANDARD)
+    course = serializers.PrimaryKeyRelatedField(
+        queryset=Course.objects.none(), required=False, allow_null=True
+    )
 
     class Meta:
         model = ApiKey
         fields: tuple[str, ...] = (
             "id",
             "prefix",
+            "kind",
             "name",
             "license",
             "license_name",
+            "course",
             "active",
             "expires_at",
             "last_used_at",
@@ -189,9 +209,18 @@ class ApiKeySerializer(InstantModelSerializer):
         super().__init__(*args, **kwargs)
         request = self.context.get("request")
         if request is not None:
+            scope = scope_of(request.user)
             licenses = cast(serializers.PrimaryKeyRelatedField, self.fields["license"])
             # (djangorestframework-stubs take `queryset` for a Manager descriptor here.)
-            licenses.queryset = scoped(License.objects.all(), scope_of(request.user))  # type: ignore[arg-type]
+            licenses.queryset = scoped(License.objects.all(), scope)  # type: ignore[arg-type]
+            courses = cast(serializers.PrimaryKeyRelatedField, self.fields["course"])
+            courses.queryset = scoped(Course.objects.all(), scope)  # type: ignore[arg-type]
+
+    def validate(self, attrs):
+        course, license = attrs.get("course"), attrs.get("license")
+        if course is not None and license is not None and course.license_id != license.pk:
+            raise serializers.ValidationError({"course": "The course is not on this license."})
+        return attrs
 
 
 class NewApiKeySerializer(ApiKeySerializer):
@@ -208,7 +237,7 @@ class ApiKeyFilter(django_filters.FilterSet):
 
     class Meta:
         model = ApiKey
-        fields = ("license", "active", "name", "prefix", "used_since")
+        fields = ("license", "kind", "active", "name", "prefix", "used_since")
 
 
 class ApiKeyViewSet(
@@ -226,7 +255,11 @@ class ApiKeyViewSet(
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         row, key = api_key_create(
-            license=data["license"], name=data.get("name", ""), expires_at=data.get("expires_at")
+            license=data["license"],
+            name=data.get("name", ""),
+            expires_at=data.get("expires_at"),
+            kind=data.get("kind", ApiKey.Kind.STANDARD),
+            course=data.get("course"),
         )
         audit_api_key(row, created=True, via="management API", request=request)
         return self._created(row, key)
@@ -577,3 +610,24 @@ class ConnectionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         return Response(
             self.get_serializer(connection_row(row, connections_health([row])[row.pk])).data
         )
+
+
+# --- the docs page -----------------------------------------------------------------------------
+
+
+class ManageDocsView(SpectacularSwaggerView):
+    """`/manage/v1/docs`: Swagger UI over `/manage/v1/openapi.json`, as `/v1/docs` is over
+    `/v1/openapi.json`: the same Swagger UI files (django-ninja's, served from the site's static
+    files: no CDN, nothing fetched from elsewhere), drf-spectacular's set-up script. "Try it out"
+    sends the admin's session with its CSRF header when signed in, or the token given under
+    "Authorize" (`Bearer`). The page itself reads no credential: a stray header never breaks it."""
+
+    template_name = "licensing/manage_docs.html"
+    url_name = "manage-openapi"
+    authentication_classes: list = []
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        if response.status_code >= 400:  # (`?format=csv`): DRF's JSON, never a page's template
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)

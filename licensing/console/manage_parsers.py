@@ -8,20 +8,54 @@ import json
 import math
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.db import models
 from rest_framework import serializers
-from rest_framework.exceptions import APIException, ParseError
+from rest_framework.exceptions import APIException, ErrorDetail, NotAuthenticated, ParseError
 from rest_framework.parsers import JSONParser
 
 from core.instants import OFFSET_REFUSED, offset_problem
 from core.jsonio import parse_json
 from core.text import is_storable_text
 
+from .manage_auth import SEND_TOKEN
+
 
 class BodyTooLarge(APIException):
     status_code = 413
     default_detail = "Request body is too large."
     default_code = "too_large"
+
+
+def too_large_detail(limit: int | None = None) -> str:
+    """The 413's words, wherever it is answered (here, gateway_site.bodylimit before the body
+    is read, gateway_site.errors for what Django refuses outside a view)."""
+    if limit is None:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return f"Request body is larger than {limit} bytes."
+
+
+def too_large() -> BodyTooLarge:
+    return BodyTooLarge(too_large_detail())
+
+
+def exception_handler(exc, context):
+    """DRF's (REST_FRAMEWORK's EXCEPTION_HANDLER), with what Django raises itself while a view
+    reads the request in DRF's shapes rather than Django's HTML 400: a body over
+    DATA_UPLOAD_MAX_MEMORY_SIZE (a form body, or one something read before the JSON reader)
+    is the reader's 413, too many form fields a 400. A request with no credentials at all is
+    told what to send."""
+    # Here, not at the top: rest_framework.views reads the settings that name this module.
+    from rest_framework.views import exception_handler as drf_exception_handler
+
+    if isinstance(exc, RequestDataTooBig):
+        exc = too_large()
+    elif isinstance(exc, TooManyFieldsSent | TooManyFilesSent):
+        exc = ParseError("The body has too many form fields.")
+    elif isinstance(exc, NotAuthenticated):
+        # In place: DRF has set its status and WWW-Authenticate header on this one.
+        exc.detail = ErrorDetail(f"{exc.detail} {SEND_TOKEN}", code=exc.default_code)
+    return drf_exception_handler(exc, context)
 
 
 class StrictJSONParser(JSONParser):
@@ -57,7 +91,7 @@ def _read_json(stream, encoding: str):
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     raw = stream.read(limit + 1) if stream is not None else b""
     if limit is not None and len(raw) > limit:
-        raise BodyTooLarge(f"Request body is larger than {limit} bytes.")
+        raise too_large()
     try:
         text = raw.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:

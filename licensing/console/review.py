@@ -26,8 +26,10 @@ from django.core.exceptions import ValidationError
 from django.core.handlers.asgi import ASGIRequest
 from django.db.models import BooleanField, Count, F, Func, Max, Min, Q, Sum
 from django.http import StreamingHttpResponse
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from catalog.models import Model as CatalogModel
 from catalog.models import Provider
 from core.instants import offset_problem
 
@@ -38,6 +40,7 @@ from ..rules.money import rate_of
 from ..rules.policy import SERVICES
 
 SEARCH_MAX_CHARS = 500
+MODEL_MATCHES_MAX = 200  # catalog models one model filter may stand for
 SEARCH_MAX_TERMS = 8
 HEX = re.compile(r"[0-9a-fA-F]+")
 JSON_NUMBER = re.compile(r"-?(0|[1-9]\d{0,14})(\.\d{1,15})?")
@@ -76,12 +79,13 @@ def _provider_choices():
 
 
 class InstantField(forms.Field):
-    """An ISO 8601 date or date-time; one without an offset is UTC, one with an offset no time
-    zone has (core.instants) is refused."""
+    """An ISO 8601 date or date-time; one without an offset is in the current time zone (the
+    admin's pages: the institution's, licensing.console.local_time; the management API: UTC),
+    one with an offset no time zone has (core.instants) is refused."""
 
     default_error_messages = {
         "invalid": "Enter an ISO 8601 date or date-time, e.g. 2026-03-01 or 2026-03-01T08:30 "
-        "(UTC unless it has an offset).",
+        "(the page's time zone, UTC in the management API, unless it has an offset).",
     }
 
     def to_python(self, value):
@@ -98,7 +102,7 @@ class InstantField(forms.Field):
             except ValueError:
                 raise ValidationError(self.error_messages["invalid"], code="invalid") from None
         if parsed.tzinfo is None:
-            return parsed.replace(tzinfo=UTC)
+            parsed = parsed.replace(tzinfo=timezone.get_current_timezone())
         problem = offset_problem(parsed)
         if problem:
             raise ValidationError(problem, code="offset")
@@ -192,6 +196,18 @@ class StartsWith(Func):
         return f"{column} LIKE %s", (*params, pattern)
 
 
+def models_matching(term: str) -> list[str]:
+    """The model names a model filter stands for: the catalog's models whose name holds `term`
+    in any case (`GPT-4O` finds gpt-4o, `4o` every gpt-4o*), and `term` itself as typed (a name
+    the catalog does not list: a model a client asked for and was refused). The ledger is then
+    matched by equality (`IN`), which an index could answer, rather than by a case-insensitive
+    substring, which none can: the catalog is a small table, the ledger a large one."""
+    term = term.strip()
+    found = CatalogModel.objects.filter(model_id__icontains=term).order_by("model_id")
+    names = list(found.values_list("model_id", flat=True)[:MODEL_MATCHES_MAX])
+    return list(dict.fromkeys([*names, term]))
+
+
 def parse_search(text: str) -> list[tuple[str | None, str]]:
     """`q` as (key, value) terms; key None: a bare word."""
     lexer = shlex.shlex(text, posix=True)
@@ -277,7 +293,8 @@ class TransactionFilter(django_filters.FilterSet):
         return queryset.filter(attempts__gt=1) if value else queryset.filter(attempts__lte=1)
 
     def filter_model(self, queryset, name, value):
-        return queryset.filter(Q(requested_model=value) | Q(billed_model=value))
+        names = models_matching(value)
+        return queryset.filter(Q(requested_model__in=names) | Q(billed_model__in=names))
 
     def search(self, queryset, name, value):
         for key, term in parse_search(value):

@@ -6,7 +6,7 @@ above the table, and the change list that applies both."""
 from __future__ import annotations
 
 from calendar import monthrange
-from datetime import UTC, date
+from datetime import date
 from typing import Any
 
 from django import forms
@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.http import HttpResponseBadRequest, JsonResponse
 from django.urls import reverse
-from django.utils import formats
+from django.utils import formats, timezone
 from django.utils.translation import gettext_lazy as _
 
 from core.languages import grouped
@@ -25,6 +25,7 @@ from core.languages import grouped
 from ..access.scoping import scope_of, scoped
 from ..models import ApiKey, EndUser, Institution, License, Transaction
 from .money import ledger_money
+from .people import end_user_people, end_user_person, people_json
 from .review import InstantField, TransactionFilter, transaction_totals
 
 CHOICES_PER_PAGE = 20
@@ -37,7 +38,7 @@ def choice_label(obj) -> str:
         name = f" {obj.name}" if obj.name else ""
         return f"{obj.prefix}…{name} ({obj.license.name})"
     if isinstance(obj, EndUser):
-        return f"{obj.subject} ({obj.license.name})"
+        return f"{end_user_person(obj).label()} ({obj.license.name})"
     return obj.name
 
 
@@ -71,6 +72,14 @@ def choices_json(request, field: str):
     if "\x00" in term or len(term) > TERM_MAX_CHARS or not 1 <= page <= 1000:
         return JsonResponse({"error": "Bad term or page"}, status=400)
     model, searched, related, ordering = CHOICE_SOURCES[field]
+    if model is EndUser:  # people by name and e-mail (licensing.console.people)
+        return people_json(
+            request,
+            scoped(EndUser.objects.select_related("license"), scope_of(request.user)),
+            "end_user",
+            ("user__last_name", "user__first_name", "subject"),
+            with_license=True,
+        )
     rows = scoped(model.objects.select_related(*related), scope_of(request.user))
     if term.strip():
         condition = Q()
@@ -107,7 +116,8 @@ class ScopedAutocomplete(AutocompleteSelect):
 
 
 class UtcDateTimeInput(forms.DateTimeInput):
-    """`<input type="datetime-local">`, showing any accepted value as UTC wall time."""
+    """`<input type="datetime-local">`, showing any accepted value as wall time of the current
+    time zone (the institution's for its staff, licensing.console.local_time; else UTC)."""
 
     input_type = "datetime-local"
 
@@ -117,6 +127,10 @@ class UtcDateTimeInput(forms.DateTimeInput):
         except ValidationError:
             return None
         if instant is None:
+            return None
+        try:
+            instant = timezone.localtime(instant)
+        except OverflowError:  # the first or last day datetime can hold, in a far zone
             return None
         return instant.strftime("%Y-%m-%dT%H:%M:%S" if instant.second else "%Y-%m-%dT%H:%M")
 
@@ -169,8 +183,9 @@ class DateDrillDown:
         self.first: date | None = None
         self.last: date | None = None  # both or neither
         if cl.totals.first is not None:
-            self.first = cl.totals.first.astimezone(UTC).date()
-            self.last = cl.totals.last.astimezone(UTC).date()
+            # The hierarchy's lookups (created_at__day, ...) are in the current time zone.
+            self.first = timezone.localtime(cl.totals.first).date()
+            self.last = timezone.localtime(cl.totals.last).date()
 
     def context(self) -> dict:
         year, month, day = (
@@ -246,6 +261,11 @@ class ReviewChangeList(ChangeList):
         self.totals = transaction_totals(self.queryset)
         request._ledger_row_count = self.totals.rows
         super().get_results(request)
+        # The page's end users by name and e-mail, in one query (the holder column).
+        people = end_user_people(obj.end_user_id for obj in self.result_list)
+        for obj in self.result_list:
+            person = people.get(obj.end_user_id)
+            obj._person = person.label() if person is not None else ""
 
     def review_context(self, request) -> dict:
         superuser = scope_of(request.user).superuser

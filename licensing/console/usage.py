@@ -4,14 +4,14 @@ in the current window and when it resets, for many licenses in one query."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Max, Sum
 
 from core import clock
 
-from ..ledger.budget import window_start
+from ..ledger.budget import next_window_start, window_start
 from ..models import ApiKey, EndUser, License, Wallet
 
 
@@ -46,27 +46,28 @@ class LicenseUsage:
         }
 
 
-def next_window_start(period: str, start: datetime) -> datetime | None:
-    if period == "daily":
-        return start + timedelta(days=1)
-    if period == "weekly":
-        return start + timedelta(days=7)
-    if period == "monthly":
-        return (start.replace(day=28) + timedelta(days=4)).replace(day=1)
-    return None
-
-
-def _window(period: str, now: datetime) -> datetime | None:
+def _window(period: str, now: datetime, tz: str) -> datetime | None:
     try:
-        return window_start(period, now)
+        return window_start(period, now, tz)
     except Exception:  # an unknown period: the API answers 500 for it; here just no window
         return None
 
 
+def _resets(period: str, start: datetime | None, tz: str) -> datetime | None:
+    if start is None:
+        return None
+    try:
+        return next_window_start(period, start, tz)
+    except Exception:  # as _window
+        return None
+
+
 def licenses_usage(licenses, now: datetime | None = None) -> dict[int, LicenseUsage]:
-    """Usage of each license (by id) in its current window, in one query."""
+    """Usage of each license (by id) in its current window, in one query (the licenses with
+    their institution: `select_related("institution")`, its time zone)."""
     now = now or clock.utcnow()
-    windows = {lic.pk: _window(lic.budget_period, now) for lic in licenses}
+    zones = {lic.pk: lic.institution.timezone or "UTC" for lic in licenses}
+    windows = {lic.pk: _window(lic.budget_period, now, zones[lic.pk]) for lic in licenses}
     starts = {start for start in windows.values() if start is not None}
     totals: dict[tuple, Any] = {}
     if windows and starts:
@@ -85,7 +86,7 @@ def licenses_usage(licenses, now: datetime | None = None) -> dict[int, LicenseUs
         usage[lic.pk] = LicenseUsage(
             period=lic.budget_period,
             window_start=None if lifetime else start,
-            resets_at=None if start is None else next_window_start(lic.budget_period, start),
+            resets_at=_resets(lic.budget_period, start, zones[lic.pk]),
             limit=lic.budget_limit,
             spent=row.get("total") or 0,
             holders=row.get("holders") or 0,

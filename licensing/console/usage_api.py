@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from typing import cast
 
-from django.urls import path
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
-from rest_framework import serializers
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_serializer,
+)
+from rest_framework import serializers, viewsets
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from ..access.scoping import scope_of, scoped
 from ..models import Institution, License, Transaction
@@ -111,6 +114,9 @@ class TopSerializer(serializers.Serializer):
     end_users = TopRowSerializer(many=True)
 
 
+# One report, not a list of them (the view is a viewset's `list`, so that the router, and with
+# it the API's root, knows it).
+@extend_schema_serializer(many=False)
 class UsageReportSerializer(serializers.Serializer):
     since = serializers.DateField()
     until = serializers.DateField(help_text="Not included")
@@ -164,7 +170,7 @@ EXAMPLE = {
 }
 
 
-class UsageView(APIView):
+class UsageViewSet(viewsets.ViewSet):
     """Credits and requests per day (total, by service, by model, by status class) and the top
     licenses, API keys and end users by credits, over a range of UTC days."""
 
@@ -190,7 +196,7 @@ class UsageView(APIView):
             OpenApiExample("Two days", value=EXAMPLE, response_only=True, status_codes=["200"])
         ],
     )
-    def get(self, request):
+    def list(self, request):
         query = UsageQuerySerializer(data=request.query_params, context={"request": request})
         query.is_valid(raise_exception=True)
         params = query.validated_data
@@ -208,6 +214,3 @@ class UsageView(APIView):
         )
         body = {**report.as_dict(), "institution": institution_id, "license": license_id}
         return Response(UsageReportSerializer(body).data)
-
-
-urlpatterns = [path("", UsageView.as_view(), name="manage-usage")]

@@ -1,11 +1,13 @@
-"""Usage over a range of UTC days, for the usage page and /manage/v1/usage: credits and
+"""Usage over a range of days, for the usage page and /manage/v1/usage: credits and
 requests per day in total, by service, by model (the top models, the rest as one "other"
 series) and by status class, and the top licenses, API keys and end users by credits.
 
 Everything comes from four GROUP BY queries over a Transaction queryset the caller has already
 scoped (licensing.access.scoping.scoped), plus a lookup of the top rows' names; no ledger row is
 loaded into Python. Refusals (0 credits, outcome "denied") count as requests like every other row.
-Credits are micro-credits.
+Credits are micro-credits. The days are those of the current time zone: the institution's on
+its staff's usage page (licensing.console.local_time), UTC for a superuser and in the
+management API.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from django.db.models import Case, Count, F, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, NullIf, TruncDate
+from django.utils import timezone
 from django.utils.translation import gettext, gettext_noop
 
 from ..models import ApiKey, EndUser, License, Outcome
@@ -45,9 +48,14 @@ def today_utc() -> date:
     return datetime.now(UTC).date()
 
 
+def today_here() -> date:
+    """Today in the current time zone (UTC unless a page activated its institution's)."""
+    return timezone.localdate(timezone.now())
+
+
 def preset_range(days: int, today: date | None = None) -> tuple[date, date]:
-    """The last `days` UTC days, today included (`until` is exclusive)."""
-    until = (today or today_utc()) + timedelta(days=1)
+    """The last `days` days, today included (`until` is exclusive)."""
+    until = (today or today_here()) + timedelta(days=1)
     return until - timedelta(days=days), until
 
 
@@ -62,7 +70,7 @@ def resolve_range(
                 name, gettext("Dates start at %(day)s.") % {"day": EARLIEST.isoformat()}
             )
     if until is None:
-        today = today or today_utc()
+        today = today or today_here()
         start = today if since is None or since <= today else since  # a future start: one day
         if start == date.max:
             raise RangeError("since", gettext("Date out of range."))
@@ -207,8 +215,9 @@ def in_range(
     institution_id: int | None = None,
     license_id: int | None = None,
 ) -> QuerySet:
-    start = datetime.combine(since, time.min, tzinfo=UTC)
-    end = datetime.combine(until, time.min, tzinfo=UTC)
+    zone = timezone.get_current_timezone()
+    start = datetime.combine(since, time.min, tzinfo=zone)
+    end = datetime.combine(until, time.min, tzinfo=zone)
     rows = transactions.filter(created_at__gte=start, created_at__lt=end)
     if institution_id is not None:
         rows = rows.filter(license__institution_id=institution_id)
@@ -248,7 +257,7 @@ def usage_report(
 
 
 def _day():
-    return TruncDate("created_at", tzinfo=UTC)
+    return TruncDate("created_at", tzinfo=timezone.get_current_timezone())
 
 
 def _by_service_and_outcome(rows: QuerySet, days: list[date]) -> tuple[_Grid, _Grid]:
@@ -301,7 +310,12 @@ def _by_model(rows: QuerySet, days: list[date], top_models: int) -> list[Series]
 # Each kind's (pk, *label parts) rows for a list of pks.
 _NAMES: dict[str, Callable[[list[int]], Any]] = {
     "license": lambda ids: License.objects.filter(pk__in=ids).values_list("pk", "name"),
-    "api_key": lambda ids: ApiKey.objects.filter(pk__in=ids).values_list("pk", "prefix", "name"),
+    "api_key": lambda ids: [
+        (pk, prefix, _key_name(name, kind))
+        for pk, prefix, name, kind in ApiKey.objects.filter(pk__in=ids).values_list(
+            "pk", "prefix", "name", "kind"
+        )
+    ],
     "end_user": lambda ids: EndUser.objects.filter(pk__in=ids).values_list("pk", "subject"),
 }
 
@@ -334,6 +348,13 @@ def _ranked(kind: str, cells: dict[int, list[int]]) -> list[TopRow]:
         TopRow(id=pk, label=names.get(pk, f"#{pk}"), credits=credits, requests=requests)
         for pk, (credits, requests) in ranked
     ]
+
+
+def _key_name(name: str, kind: str) -> str:
+    """A key's name, and "front-end key" for one (it stands for many students)."""
+    if kind != ApiKey.Kind.FRONT_END:
+        return name
+    return ", ".join(part for part in (name, gettext("front-end key")) if part)
 
 
 def _label(name: str, extra: str | None = None) -> str:

@@ -1,9 +1,9 @@
 """The usage page (/admin/licensing/transaction/usage/): credits and requests per day by service,
 by model and by status class, and the top licenses, API keys and end users by spend, over a
-range of UTC days, as server-side SVG charts (licensing.console.charts). Whoever may view
-transactions may open it, scoped like the ledger: an institution's staff see their institution,
-superusers every institution or the one they pick. Bad parameters are a message on the page
-(400)."""
+range of days (of the institution's time zone; UTC for a superuser), as server-side SVG charts
+(licensing.console.charts). Whoever may view transactions may open it, scoped like the ledger:
+an institution's staff see their institution, superusers every institution or the one they pick.
+Bad parameters are a message on the page (400)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import QueryDict
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
@@ -193,7 +194,11 @@ def _subtitle(report: UsageReport, institution, lic, scope) -> str:
         "since": f"{report.since:%Y-%m-%d}",
         "until": f"{report.last_day:%Y-%m-%d}",
     }
-    length = ngettext("%(days)s day, UTC", "%(days)s days, UTC", days) % {"days": days}
+    zone = timezone.get_current_timezone_name()
+    length = ngettext("%(days)s day, %(zone)s", "%(days)s days, %(zone)s", days) % {
+        "days": days,
+        "zone": zone,
+    }
     return f"{who} · {span} ({length})"
 
 

@@ -16,30 +16,42 @@ import json
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django import forms
 from django.contrib import admin
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.forms.models import BaseInlineFormSet
 from django.http import Http404, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES
-from catalog.registry import POLICY_SERVICES
+from catalog.registry import POLICY_SERVICES, service_label
 from core import clock
 from core.languages import grouped
 
 from ..access.scoping import TEACHER, owns, scope_of
 from ..console.admin.base import KeepLedgerIntactMixin, ScopedAdminMixin
-from ..console.money import institution_rate
+from ..console.money import MoneyFormMixin, Rate, institution_rate, with_money
+from ..console.people import (
+    PeopleChangeList,
+    end_user_person,
+    people_field,
+    people_json,
+    row_person,
+    staff_person,
+)
 from ..models import Course, CourseMember, CourseTeacher, CourseWindow
 from ..rules.policy import SERVICES, PolicyDocumentError
+from ..rules.scopes import model_rule_in_force
 from .form import CourseForm
 from .policy_try import course_try_request
 from .rules import course_document, exam_document, local_iso
+from .selectors import student_candidates, teacher_candidates
 from .services import (
     COURSE_FIELDS,
     MEMBER_FIELDS,
@@ -133,6 +145,25 @@ class TeacherFormSet(_CheckedFormSet):
         return None
 
 
+class MemberForm(MoneyFormMixin, forms.ModelForm):
+    """A member's row: the top-up entered and shown in the institution's currency."""
+
+    money_fields = ("top_up",)
+    course: Course | None = None  # set per page (CourseMemberInline.get_formset)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.setup_money(self.money_rate(), "")
+
+    def money_rate(self) -> Rate | None:
+        return institution_rate(self.course.institution) if self.course is not None else None
+
+    def clean(self):
+        cleaned = super().clean()
+        self.clean_money()
+        return cleaned
+
+
 class CourseWindowInline(ScopedInlineMixin, admin.TabularInline):
     model = CourseWindow
     formset = _CheckedFormSet
@@ -141,26 +172,68 @@ class CourseWindowInline(ScopedInlineMixin, admin.TabularInline):
     verbose_name_plural = _("Windows (open and exam)")
 
 
-class CourseTeacherInline(ScopedInlineMixin, admin.TabularInline):
+class PeopleInlineMixin(admin.options.InlineModelAdmin):
+    """The person of a row (a teacher's user, a member's end user) chosen by name and e-mail
+    with an autocomplete (licensing.console.people), among the course's own candidates only:
+    an id of anyone else posted is "Select a valid choice", never a row."""
+
+    person_field = ""
+    people_kind = ""  # the course page's people endpoint: "students" or "teachers"
+
+    def candidates(self, course: Course):
+        raise NotImplementedError
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        fields = formset.form.base_fields
+        if obj is not None and self.person_field in fields:
+            url = reverse("admin:licensing_course_people", args=[obj.pk, self.people_kind])
+            model_field = self.model._meta.get_field(self.person_field)
+            fields[self.person_field] = people_field(
+                fields[self.person_field], model_field, url, self.candidates(obj)
+            )
+        return formset
+
+
+class CourseTeacherInline(PeopleInlineMixin, ScopedInlineMixin, admin.TabularInline):
     model = CourseTeacher
     formset = TeacherFormSet
     extra = 0
-    raw_id_fields = ("user",)
     fields = ("user",)
+    person_field, people_kind = "user", "teachers"
+
+    def candidates(self, course):
+        return teacher_candidates(course)
 
 
-class CourseMemberInline(ScopedInlineMixin, admin.TabularInline):
+class CourseMemberInline(PeopleInlineMixin, ScopedInlineMixin, admin.TabularInline):
     model = CourseMember
+    form = MemberForm
     formset = MemberFormSet
     extra = 0
-    raw_id_fields = ("end_user",)
     fields = ("end_user", "paused", "top_up", "top_up_window_start")
     verbose_name_plural = _("Members (pauses and top-ups)")
+    person_field, people_kind = "end_user", "students"
+
+    def candidates(self, course):
+        return student_candidates(course)
+
+    def get_formset(self, request, obj=None, **kwargs):
+        # The course's rate for the top-ups, known before any row's form is made.
+        kwargs["form"] = type("CourseMemberForm", (self.form,), {"course": obj})
+        return super().get_formset(request, obj, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        if _teacher(request):
+            return ("student", *self.fields[1:])  # a teacher pauses and tops up here (see below)
+        return self.fields
 
     def get_readonly_fields(self, request, obj=None):
-        if scope_of(request.user).role == TEACHER:
-            return ("end_user",)  # a teacher pauses and tops up here (see below)
-        return ()
+        return ("student",) if _teacher(request) else ()
+
+    @admin.display(description=_("student"))
+    def student(self, obj):
+        return end_user_person(obj.end_user).label() if obj.end_user_id else "-"
 
     def has_add_permission(self, request, obj=None):
         return not _teacher(request) and super().has_add_permission(request, obj)
@@ -204,17 +277,17 @@ def describe_service(document: Any, service: str) -> str:
     config = services[service] if isinstance(services[service], dict) else {}
     params: dict = config["params"] if isinstance(config.get("params"), dict) else {}
     parts = []
-    model_rule = params.get("model")
-    models = model_rule.get("allowed") if isinstance(model_rule, dict) else None
+    model_rule = model_rule_in_force(document, service)  # its own and the `models` rules
+    models = model_rule.get("allowed")
     if models:
-        parts.append(gettext("models: %(models)s") % {"models": ", ".join(models)})
+        parts.append(gettext("models: %(models)s") % {"models": ", ".join(map(str, models))})
     else:
         parts.append(gettext("any model"))
     if config.get("providers") is not None:
         names = ", ".join(config["providers"]) or gettext("(none)")
         parts.append(gettext("providers: %(providers)s") % {"providers": names})
     for name, rule in params.items():
-        if name == "model" and isinstance(rule, dict) and set(rule) == {"allowed"}:
+        if name == "model" and isinstance(rule, dict) and set(rule) <= {"allowed"}:
             continue
         parts.append(_rule_text(name, rule))
     return "; ".join(parts)
@@ -224,9 +297,17 @@ def describe_service(document: Any, service: str) -> str:
 class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = CourseForm
     formfield_overrides = FORMFIELD_OVERRIDES
-    list_display = ("code", "name", "license", "allowance", "allowance_period", "exam_mode")
+    list_display = (
+        "code",
+        "name",
+        "license",
+        "allowance_display",
+        "allowance_period",
+        "exam_mode",
+        "course_page",
+    )
     list_filter = ("institution", "exam_mode", "allowance_period")
-    list_select_related = ("license",)
+    list_select_related = ("license", "institution")
     search_fields = ("code", "name", "license__name")
     inlines = (CourseWindowInline, CourseTeacherInline, CourseMemberInline)
     change_form_template = "admin/licensing/course/change_form.html"
@@ -291,6 +372,18 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
         # A new course first; its windows (in its institution's zone), teachers and members
         # are added on its page once the license, so the institution, is known.
         return self.inlines if obj is not None else ()
+
+    @admin.display(description=_("course page"))
+    def course_page(self, obj):
+        """The teacher's page of the course (the portal's: the exam switch, the per-student
+        usage, the settings in words)."""
+        return format_html(
+            '<a href="{}">{}</a>', reverse("portal:course", args=[obj.pk]), _("open")
+        )
+
+    @admin.display(description=_("allowance"), ordering="allowance")
+    def allowance_display(self, obj):
+        return with_money(obj.allowance, obj.institution)
 
     @admin.display(description=_("in exam mode"))
     def exam_does(self, obj):
@@ -428,11 +521,34 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     def get_urls(self):
         try_view = self.admin_site.admin_view(require_POST(self.try_request_view))
         usage_csv = self.admin_site.admin_view(self.usage_csv_view)
+        people = self.admin_site.admin_view(self.people_view)
         return [
             path("<path:object_id>/try/", try_view, name="licensing_course_try"),
             path("<path:object_id>/usage.csv", usage_csv, name="licensing_course_usage_csv"),
+            path("<path:object_id>/people/<str:kind>/", people, name="licensing_course_people"),
             *super().get_urls(),
         ]
+
+    def people_view(self, request, object_id, kind):
+        """The autocomplete of the course page's members ("students": the end users of the
+        course's license) and teachers ("teachers": the staff of its institution), found by
+        name and e-mail; for those who may add them on this page (institution admins)."""
+        course = self._viewable(request, object_id)
+        model, candidates, found_as = {
+            "students": (CourseMember, student_candidates, "end_user"),
+            "teachers": (CourseTeacher, teacher_candidates, "staff"),
+        }.get(kind, (None, None, ""))
+        if model is None or candidates is None:
+            raise Http404("No such list")
+        scope = scope_of(request.user)
+        if _teacher(request) or not (scope.allows(model, "add") and owns(scope, course)):
+            raise PermissionDenied
+        ordering = (
+            ("user__last_name", "user__first_name", "subject")
+            if found_as == "end_user"
+            else ("last_name", "first_name", "username")
+        )
+        return people_json(request, candidates(course), found_as, ordering)
 
     def _viewable(self, request, object_id) -> Course:
         try:
@@ -504,9 +620,10 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
         context["exam_fieldset"] = self.EXAM_FIELDSET
         if obj is not None:
             zone = _zone(obj)
+            context["course_page_url"] = reverse("portal:course", args=[obj.pk])
             context["time_zone"] = zone
             context["beside"] = self._beside(obj)
-            context["try_services"] = SERVICES
+            context["try_services"] = [(s, service_label(s)) for s in SERVICES]
             context["try_url"] = reverse("admin:licensing_course_try", args=[obj.pk])
             context["usage"] = self._usage_rows(obj, zone)
             context["usage_csv_url"] = reverse("admin:licensing_course_usage_csv", args=[obj.pk])
@@ -631,9 +748,18 @@ class CourseWindowAdmin(_CoursePartAdmin):
 
 @admin.register(CourseMember)
 class CourseMemberAdmin(_CoursePartAdmin):
-    list_display = ("course", "end_user", "paused", "top_up")
+    list_display = ("course", "student", "paused", "top_up")
     list_select_related = ("course", "end_user")
-    fixed = ("course", "end_user")
+    fixed = ("course", "student")
+    exclude = ("end_user",)  # shown as `student`, by name and e-mail
+
+    def get_changelist(self, request, **kwargs):
+        return PeopleChangeList
+
+    @admin.display(description=_("student"))
+    def student(self, obj):
+        person = row_person(obj, obj.end_user)
+        return person.label() if person is not None else "-"
 
     def save_model(self, request, obj, form, change):
         changes = {n: form.cleaned_data[n] for n in MEMBER_FIELDS if n in form.changed_data}
@@ -651,9 +777,14 @@ class CourseMemberAdmin(_CoursePartAdmin):
 
 @admin.register(CourseTeacher)
 class CourseTeacherAdmin(_CoursePartAdmin):
-    list_display = ("course", "user")
+    list_display = ("course", "teacher")
     list_select_related = ("course", "user")
-    fixed = ("course", "user")
+    fixed = ("course", "teacher")
+    exclude = ("user",)  # shown as `teacher`, by name and e-mail
+
+    @admin.display(description=_("teacher"))
+    def teacher(self, obj):
+        return staff_person(obj.user).label()
 
     def save_model(self, request, obj, form, change):
         pass  # nothing of a teacher row changes; it is added or removed

@@ -17,11 +17,16 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from catalog.forms import AdminModelFormMixin
-from catalog.selectors import policy_choices, service_providers
-from core.languages import grouped
+from catalog.selectors import connected_catalog, policy_choices, service_providers
 from core.text import is_storable_json
 
-from ..console.money import institution_rate
+from ..console.money import (
+    MoneyFormMixin,
+    Rate,
+    currencies_of,
+    institution_rate,
+    single_rate,
+)
 from ..console.policy_form import PolicyForm
 from ..models import Course
 from ..rules.policy import PolicyDocumentError
@@ -52,9 +57,12 @@ def exam_as_document(exam: Any) -> dict:
     return exam if "version" in exam else {"version": 1, **exam}
 
 
-class CourseForm(AdminModelFormMixin, forms.ModelForm):
+class CourseForm(MoneyFormMixin, AdminModelFormMixin, forms.ModelForm):
     """`overlay_form` and `exam_form` (PolicyForm) exist on a saved course's page, whose
-    license type is known; a new course is created with the JSON views only."""
+    license type is known; a new course is created with the JSON views only. The allowance and
+    the pool are entered and shown in the institution's currency (MoneyFormMixin)."""
+
+    money_fields = ("allowance", "pool_limit")
 
     exam_does = forms.ChoiceField(
         label=_("In exam mode"),
@@ -93,11 +101,13 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
         if course.pk is not None:
             base = course.license.license_type.policy
             models, providers = policy_choices(), service_providers()
+            connected = connected_catalog()
             self.overlay_form = PolicyForm(
                 data,
                 document=overlay_as_document(base, course.policy),
                 models=models,
                 providers=providers,
+                connected=connected,
                 ceiling=base,
                 disabled="policy" not in self.fields,
                 prefix="overlayform",
@@ -111,6 +121,7 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
                 document=exam_as_document(course.exam_policy),
                 models=models,
                 providers=providers,
+                connected=connected,
                 ceiling=course_doc,
                 ceiling_name="the course",
                 disabled="exam_policy" not in self.fields,
@@ -124,23 +135,29 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
         self._money_help(course)
 
     def _money_help(self, course: Course) -> None:
-        """Each allowance in money too, at the institution's rate."""
-        institution = course.institution if course.institution_id else None
-        rate = institution_rate(institution)
-        unit = rate.micro_credits_per_unit
-        one_unit = _("%(credits)s micro-credits = %(money)s") % {
-            "credits": grouped(unit),
-            "money": rate.format(unit),
-        }
-        for name in ("allowance", "pool_limit"):
-            field = self.fields.get(name)
-            if field is None:
-                continue
-            field.help_text = f"{str(field.help_text).rstrip('.')}. {one_unit}"
-            current = getattr(course, name)
-            if course.pk is not None and current is not None:
-                field.help_text += "; " + _("now %(money)s") % {"money": rate.format(current)}
-            field.help_text += "."
+        """The allowance and the pool as money, at the institution's rate: the course's, or
+        for a new course the one institution its licenses belong to (an institution admin's
+        own), else the chosen license's."""
+        if course.institution_id:
+            shown: Rate | None = institution_rate(course.institution)
+            choices = None
+        else:
+            choices = getattr(self.fields.get("license"), "queryset", None)
+            shown = single_rate(choices, "institution_id")
+        if shown is None:
+            self.setup_money(
+                None,
+                _("In the currency of the chosen license's institution (shown once chosen)."),
+                ("id_license", currencies_of(choices, "institution_id")),
+            )
+        else:
+            self.setup_money(shown)
+
+    def money_rate(self) -> Rate | None:
+        license = self.cleaned_data.get("license") or (
+            self.instance.license if self.instance.license_id else None
+        )
+        return institution_rate(license.institution) if license is not None else None
 
     def _refuse_unstorable(self, name: str):
         value = self.cleaned_data.get(name)
@@ -162,6 +179,7 @@ class CourseForm(AdminModelFormMixin, forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        self.clean_money()
         course = self.instance
         license = cleaned.get("license")
         if course.pk is None and license is not None:

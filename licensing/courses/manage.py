@@ -295,6 +295,7 @@ class CourseKeySerializer(serializers.ModelSerializer):
         fields: tuple[str, ...] = (
             "id",
             "prefix",
+            "kind",
             "name",
             "license",
             "student",

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.contrib.auth import get_user_model
+from django.db.models import Q
+
 from core import clock
 from core.db import run_db
 from core.localcache import TTLCache
 
 from ..ledger.budget import course_levels_usage
-from ..models import Course, CourseMember, CourseWindow
+from ..models import Course, CourseMember, CourseWindow, EndUser
 from .rules import CourseRules, compile_course_policies, in_exam, is_open
 
 _course_cache = TTLCache("course-rules", max_entries=5000)
@@ -104,3 +107,22 @@ def course_summary(
         "allowance": allowance,
         "pool": pool,
     }
+
+
+def student_candidates(course: Course):
+    """Who may become a member of `course`: the end users of its license (member_problem's
+    rule), for the course page's autocomplete and its form's choices."""
+    return EndUser.objects.filter(license_id=course.license_id).select_related("license")
+
+
+def teacher_candidates(course: Course):
+    """Who may teach `course`: the staff of its institution (teacher_problem's rule), and those
+    who teach it already (a superuser among them keeps their row valid)."""
+    return (
+        get_user_model()
+        .objects.filter(
+            Q(gateway_profile__institution_id=course.institution_id)
+            | Q(taught_courses__course_id=course.pk)
+        )
+        .distinct()
+    )

@@ -28,6 +28,7 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from core.languages import grouped, supported_language
+from core.zones import zone_or_utc
 
 from ..models import AdminProfile, BudgetAlert
 from .budget import BudgetState
@@ -195,9 +196,9 @@ def _alert_mail(alert: BudgetAlert, lic) -> tuple[str, str]:
     if alert.period == "lifetime":
         window = _("its lifetime budget")
     else:
-        window = _("the %(period)s window from %(start)s UTC") % {
+        window = _("the %(period)s window from %(start)s") % {
             "period": _(alert.period),
-            "start": f"{alert.window_start:%Y-%m-%d}",
+            "start": _local_day(alert.window_start, lic),
         }
     percent = lic.alert_threshold_percent or round(100 * alert.threshold / alert.limit)
     subject = _("[Inference Gateway] License %(name)s reached %(percent)s%% of its budget") % {
@@ -218,6 +219,12 @@ def _alert_mail(alert: BudgetAlert, lic) -> tuple[str, str]:
         "threshold": grouped(alert.threshold),
     }
     return subject, message
+
+
+def _local_day(instant, lic) -> str:
+    """A window's first day as the institution counts days (its time zone), named."""
+    zone = zone_or_utc(lic.institution.timezone)
+    return f"{instant.astimezone(zone):%Y-%m-%d} ({zone.key})"
 
 
 def send_budget_alert(alert_id: int) -> None:

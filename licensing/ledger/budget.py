@@ -3,7 +3,8 @@ ledger store's: licensing.ledger.store).
 
 A license's budget has a unit (`micro_credits`), a strategy (`pooled`: one wallet for the
 license; `per_user`: one per end user or API key), a period (`daily`, `weekly`, `monthly`,
-`lifetime`; calendar windows in UTC) and a limit (None = unlimited).
+`lifetime`; calendar windows in its institution's time zone, UTC unless it set one) and a limit
+(None = unlimited).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class BudgetConfig:
     period: str
     limit: int | None
     alert_at: int | None = None  # spend that triggers the budget alert (licensing.ledger.alerts)
+    timezone: str = "UTC"  # the institution's: its days, weeks and months (window_start)
 
     def validate(self) -> None:
         if (
@@ -57,7 +59,18 @@ class BudgetConfig:
             raise BudgetConfigurationError()
 
 
-def window_start(period: str, now: datetime) -> datetime:
+# A license's periods as the course periods (course_window_start) name them.
+_CALENDAR = {"daily": "day", "weekly": "week", "monthly": "month"}
+
+
+def window_start(period: str, now: datetime, tz: str = "UTC") -> datetime:
+    """The start (an aware UTC instant) of the license's window holding `now`: midnight,
+    Monday's midnight or the 1st's midnight in the institution's time zone `tz`, the same
+    calendar as its courses' periods (a day with a DST change lasts 23 or 25 hours)."""
+    if period == "lifetime":
+        return LIFETIME_START
+    if tz != "UTC":  # every request of such an institution; UTC below is the same instant
+        return course_window_start(_CALENDAR.get(period, ""), now, tz)
     now = now.astimezone(UTC)
     day = now.replace(hour=0, minute=0, second=0, microsecond=0)
     if period == "daily":
@@ -66,9 +79,24 @@ def window_start(period: str, now: datetime) -> datetime:
         return day - timedelta(days=day.weekday())
     if period == "monthly":
         return day.replace(day=1)
-    if period == "lifetime":
-        return LIFETIME_START
     raise BudgetConfigurationError()
+
+
+# A length that always reaches into the next window from a window's start: window_start of that
+# instant is the next window's start (the calendar's own computation, not a second one).
+_INTO_NEXT = {
+    "daily": timedelta(days=1, hours=2),
+    "weekly": timedelta(days=7, hours=2),
+    "monthly": timedelta(days=32),
+}
+
+
+def next_window_start(period: str, now: datetime, tz: str = "UTC") -> datetime | None:
+    """When the window holding `now` ends (the next one starts); None for a lifetime budget."""
+    step = _INTO_NEXT.get(period)
+    if step is None:
+        return None
+    return window_start(period, window_start(period, now, tz) + step, tz)
 
 
 COURSE_PERIODS = ("day", "week", "month")
@@ -125,7 +153,7 @@ class BudgetState:
 def wallet_key(*, license_id: int, config: BudgetConfig, holder: str, now=None) -> WalletKey:
     config.validate()
     name = "license" if config.strategy == "pooled" else holder
-    start = window_start(config.period, now or clock.utcnow())
+    start = window_start(config.period, now or clock.utcnow(), config.timezone)
     return WalletKey(license_id, name, config.period, start)
 
 

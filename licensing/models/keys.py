@@ -5,6 +5,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from core.fields import EncryptedTextField
@@ -14,7 +15,28 @@ from .institutions import Institution, License
 
 
 class ApiKey(models.Model):
+    class Kind(models.TextChoices):
+        """What the key is: the one place key kinds are declared (the admin, the command, the
+        management API and the request path read them from here)."""
+
+        # Its caller is the key (a service, a student's portal key, a course key).
+        STANDARD = "standard", _("API key")
+        # A trusted chat front end (Open WebUI) acting for the person each request names
+        # (licensing.access.frontend; docs/open-webui.md).
+        FRONT_END = "front_end", _("Front-end key")
+
     license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="api_keys")
+    kind = models.CharField(
+        _("kind"),
+        max_length=16,
+        choices=Kind.choices,
+        default=Kind.STANDARD,
+        db_default=Kind.STANDARD,
+        help_text=_(
+            "A front-end key (Open WebUI) acts for the students its requests name by e-mail: "
+            "each pays from their own allowance under their course's rules."
+        ),
+    )
     # A student's own key (the portal): the wallet and the ledger rows are the end user's.
     end_user = models.ForeignKey(
         "EndUser", on_delete=models.CASCADE, null=True, blank=True, related_name="api_keys"
@@ -40,9 +62,23 @@ class ApiKey(models.Model):
     class Meta:
         ordering = ["-created_at"]
         verbose_name = _("API key")
+        constraints = [
+            # A front-end key acts for many people: it is never one student's own key.
+            models.CheckConstraint(
+                condition=~models.Q(kind="front_end") | models.Q(end_user__isnull=True),
+                name="front_end_key_has_no_end_user",
+            ),
+        ]
 
     def __str__(self):
-        return f"{self.prefix}… ({self.name or self.license.name})"
+        label = self.name or self.license.name
+        if self.kind == self.Kind.FRONT_END:
+            return f"{self.prefix}… ({label}, {gettext('front-end key')})"
+        return f"{self.prefix}… ({label})"
+
+    @property
+    def is_front_end(self) -> bool:
+        return self.kind == self.Kind.FRONT_END
 
 
 # What an issuer may sign with: checked when an issuer is saved and when a token is verified.

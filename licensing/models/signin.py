@@ -83,6 +83,9 @@ class SsoIdentity(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["provider", "subject"], name="uniq_sso_subject")
         ]
+        # A front-end key names a student by the e-mail their identity provider verified
+        # (licensing.access.frontend): looked up by provider and address.
+        indexes = [models.Index(fields=["provider", "email"], name="sso_identity_email")]
 
     def __str__(self):
         return f"{self.subject} ({self.provider.institution})"

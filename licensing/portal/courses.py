@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.utils.translation import gettext, gettext_noop
-from django.utils.translation import gettext_lazy as _
 
+from catalog.registry import service_label
 from core import clock
 from core.languages import grouped
 
@@ -227,6 +227,10 @@ class ServiceWords:
     providers: str
     models: str
 
+    @property
+    def label(self) -> str:
+        return service_label(self.service)
+
 
 def policy_in_words(policy: Policy | None) -> list[ServiceWords]:
     """The services a policy enables, with the providers and the models it allows."""
@@ -236,24 +240,27 @@ def policy_in_words(policy: Policy | None) -> list[ServiceWords]:
     for service, rules in sorted(policy.services.items()):
         every = gettext("any")
         providers = every if rules.providers is None else ", ".join(sorted(rules.providers))
-        models = every
-        for rule in rules.rules:
-            if rule.name != "model":
-                continue
-            if rule.forbidden:
-                models = gettext("none")
-            elif rule.allowed is not None:
-                models = ", ".join(str(v) for v in rule.allowed)
-            elif rule.patterns is not None:
-                models = _("matching %(patterns)s") % {
-                    "patterns": ", ".join(p.pattern for p in rule.patterns)
-                }
-            elif rule.excluded is not None:
-                models = _("any but %(models)s") % {
-                    "models": ", ".join(str(v) for v in rule.excluded)
-                }
-        found.append(ServiceWords(service, providers, models))
+        # The first model rule holds the merged values of every model rule in force
+        # (licensing.rules.scopes.conjoin); a later one is a patterns list of its own.
+        model = next((rule for rule in rules.rules if rule.name == "model"), None)
+        found.append(ServiceWords(service, providers, _models_in_words(model)))
     return found
+
+
+def _models_in_words(rule) -> str:
+    if rule is None:
+        return gettext("any")
+    if rule.forbidden:
+        return gettext("none")
+    if rule.allowed is not None:
+        return ", ".join(str(v) for v in rule.allowed)
+    if rule.patterns is not None:
+        return gettext("matching %(patterns)s") % {
+            "patterns": ", ".join(p.pattern for p in rule.patterns)
+        }
+    if rule.excluded is not None:
+        return gettext("any but %(models)s") % {"models": ", ".join(str(v) for v in rule.excluded)}
+    return gettext("any")
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,13 @@ may use and where their requests may go. Every read is of the signed-in student'
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 
 from django.db.models import Count, Sum
 from django.db.models.functions import TruncDate
 from django.utils.translation import gettext_noop
 
-from catalog.registry import SERVICES, Service
+from catalog.registry import SERVICES, Service, purposes_in_words
 from catalog.routing import (
     Catalog,
     ModelEntry,
@@ -24,9 +24,10 @@ from catalog.routing import (
 from core import clock
 from core.errors import GatewayError
 from core.languages import grouped
+from core.zones import zone_or_utc
 
 from ..courses.selectors import course_rules
-from ..ledger.budget import BudgetConfig, budget_usage, window_start
+from ..ledger.budget import BudgetConfig, budget_usage, next_window_start, window_start
 from ..models import (
     AdminProfile,
     ApiKey,
@@ -188,32 +189,18 @@ class WalletView(SpendFigures):
         return {"daily": "day", "weekly": "week", "monthly": "month"}.get(self.period, "")
 
 
-# A length that always reaches into the next window from a window's start; window_start of
-# that instant is the next window's start (the budget's own computation, not a second one).
-_INTO_NEXT = {
-    "daily": timedelta(days=1),
-    "weekly": timedelta(days=7),
-    "monthly": timedelta(days=32),
-}
-
-
-def next_window_start(period: str, now: datetime) -> datetime | None:
-    step = _INTO_NEXT.get(period)
-    if step is None:  # lifetime
-        return None
-    return window_start(period, window_start(period, now) + step)
-
-
 def wallet_view(end_user: EndUser, now: datetime | None = None) -> WalletView:
     """What the budget step would read for this student's requests (licensing.ledger.budget):
     the per-user wallet `user:<end user id>` or, on a pooled license, the license's."""
     license = end_user.license
     now = now or clock.utcnow()
+    tz = license.institution.timezone or "UTC"
     config = BudgetConfig(
         unit=license.budget_unit,
         strategy=license.budget_strategy,
         period=license.budget_period,
         limit=license.budget_limit,
+        timezone=tz,
     )
     usage = budget_usage(
         license_id=license.pk, config=config, holder=f"user:{end_user.pk}", now=now
@@ -225,8 +212,8 @@ def wallet_view(end_user: EndUser, now: datetime | None = None) -> WalletView:
         limit=usage["limit"],
         used=usage["used"],
         remaining=usage["remaining"],
-        window_start=None if lifetime else window_start(license.budget_period, now),
-        resets_at=next_window_start(license.budget_period, now),
+        window_start=None if lifetime else window_start(license.budget_period, now, tz),
+        resets_at=next_window_start(license.budget_period, now, tz),
         rate=institution_rate(license.institution),
     )
 
@@ -259,20 +246,22 @@ class Usage:
 
 
 def usage_of(end_user: EndUser, now: datetime | None = None, course: Course | None = None) -> Usage:
-    """The student's ledger rows of the last 30 UTC days (today included): counts, credits and
-    money by day and by model. Only counts: the ledger holds no prompts or answers. With a
-    `course`: only the rows of that course (made with its course keys)."""
-    now = (now or clock.utcnow()).astimezone(UTC)
+    """The student's ledger rows of the last 30 days (today included) of the institution's
+    time zone: counts, credits and money by day and by model. Only counts: the ledger holds no
+    prompts or answers. With a `course`: only the rows of that course (made with its course
+    keys)."""
+    zone = zone_or_utc(end_user.license.institution.timezone)
+    now = (now or clock.utcnow()).astimezone(zone)
     today = now.date()
     first = today - timedelta(days=USAGE_DAYS - 1)
-    since = datetime(first.year, first.month, first.day, tzinfo=UTC)
+    since = datetime.combine(first, time(), tzinfo=zone)
     rows = Transaction.objects.filter(end_user=end_user, created_at__gte=since)
     if course is not None:
         rows = rows.filter(course=course)
     rate = institution_rate(end_user.license.institution)
     per_day = {
         row["day"]: (row["requests"], row["credits"] or 0)
-        for row in rows.annotate(day=TruncDate("created_at", tzinfo=UTC))
+        for row in rows.annotate(day=TruncDate("created_at", tzinfo=zone))
         .values("day")
         .annotate(requests=Count("id"), credits=Sum("credits"))
     }
@@ -314,6 +303,11 @@ class ModelAccess:
     model_id: str
     services: list[str] = field(default_factory=list)
     destinations: list[Destination] = field(default_factory=list)
+
+    @property
+    def purpose(self) -> str:
+        """What the student may use it for, in words: "chat and responses", "images"."""
+        return purposes_in_words(self.services)
 
 
 def _policy(end_user: EndUser) -> Policy | None:

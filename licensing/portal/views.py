@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext
@@ -20,6 +21,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.languages import grouped
+from core.zones import zone_or_utc
 
 from ..access.scoping import scope_of
 from ..console import charts
@@ -53,7 +55,9 @@ def student_required(view):
                 {"title": _("No student access"), "contact": contact},
                 status=403,
             )
-        return view(request, end_user, *args, **kwargs)
+        # The pages' times in the institution's time zone, as its days and budgets are.
+        with timezone.override(zone_or_utc(end_user.license.institution.timezone)):
+            return view(request, end_user, *args, **kwargs)
 
     return never_cache(wrapper)
 

@@ -103,6 +103,9 @@ class RuleKey(ABC):
 
     name: ClassVar[str]
     unset: ClassVar[Any] = None
+    # Whether `intersect` of two values passes exactly what both pass, so that two rules on one
+    # parameter can be merged into one (licensing.rules.scopes.conjoin); False for `patterns`.
+    conjoins: ClassVar[bool] = True
 
     @abstractmethod
     def compile(self, value: Any, where: str, earlier: Mapping[str, Any]) -> Any:
@@ -367,6 +370,7 @@ class MaxItems(_UpperBound):
 
 class Patterns(RuleKey):
     name = "patterns"
+    conjoins = False  # two lists of alternatives intersect to no list of regexes
 
     def compile(self, value: Any, where: str, earlier: Mapping[str, Any]) -> tuple:
         where = f"{where}.patterns"

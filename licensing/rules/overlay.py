@@ -14,6 +14,9 @@ An overlay has the policy document's format and these meanings:
   `forbidden: false` not where the base forbids; `providers` a subset. `limits` (fair use) <=,
   `routing.connection_tags` a superset. Each rule key's "narrower" and its intersection are its
   class's `widenings` and `intersect` (licensing.rules.keys.RULES).
+- A model rule, the service's own or one of `models` (licensing.rules.scopes), is compared with
+  every model rule the base holds for the service (its own and its `models` rules, merged), and
+  the base's and the overlay's `models` rules both hold in the document in force.
 
 `effective_policy` intersects whatever it is given, so even an overlay with widenings never lets
 through a request the base refuses; `overlay_widenings` says what an overlay writes that would not
@@ -22,12 +25,12 @@ take effect, so that saving it can be refused with the reasons.
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any
 
-from .keys import IMPOSSIBLE, MISSING, RULES
+from .keys import RULES
 from .policy import LIMIT_KEYS, LIMIT_SCOPES, PolicyDocumentError, validate_policy_document
+from .scopes import MODEL, SCOPES, intersect_rule, model_rule_in_force, scope_rule
 
 MAX_DEPTH = 32
 
@@ -84,9 +87,11 @@ def overlay_widenings(base: dict, overlay: dict) -> list[str]:
                     reasons.append(
                         f"{where}.providers: '{slug}' is not allowed by the license type"
                     )
-        base_params = base_config.get("params") or {}
+        base_params = dict(base_config.get("params") or {})
+        base_params[MODEL] = model_rule_in_force(base, service)
         for name, rule in (config.get("params") or {}).items():
             reasons.extend(_rule_widenings(f"{where}.params.{name}", base_params.get(name), rule))
+    reasons.extend(_scope_widenings(base, overlay))
     reasons.extend(_limits_widenings(base.get("limits"), overlay.get("limits")))
     base_tags = set((base.get("routing") or {}).get("connection_tags") or ())
     if overlay.get("routing") is not None:
@@ -95,6 +100,21 @@ def overlay_widenings(base: dict, overlay: dict) -> list[str]:
             reasons.append(
                 f"routing.connection_tags: '{tag}' is required by the license type and missing"
             )
+    return list(dict.fromkeys(reasons))
+
+
+def _scope_widenings(base: dict, overlay: dict) -> list[str]:
+    """An overlay's `models` rule against the base's model rules in force for each service it
+    holds for (the base's own `models` rule among them)."""
+    reasons: list[str] = []
+    kept = [s for s in _services(overlay) if s in _services(base)]
+    for scope, services in SCOPES.items():
+        rule = scope_rule(overlay, scope)
+        if rule is None:
+            continue
+        bases = [model_rule_in_force(base, s) for s in services if s in kept]
+        for base_rule in bases or [scope_rule(base, scope) or {}]:
+            reasons.extend(_rule_widenings(f"models.{scope}", base_rule, rule))
     return reasons
 
 
@@ -136,6 +156,9 @@ def effective_policy(base: dict, overlay: dict) -> dict:
         if service not in base_services:
             continue
         services[service] = _effective_service(base_services[service], config)
+    models = _effective_scopes(base, overlay)
+    if models:
+        result["models"] = models
     result["services"] = services
     limits = _effective_limits(base.get("limits"), overlay.get("limits"))
     if limits:
@@ -148,6 +171,16 @@ def effective_policy(base: dict, overlay: dict) -> dict:
         result["routing"] = {"connection_tags": tags}
     validate_policy_document(result)
     return result
+
+
+def _effective_scopes(base: dict, overlay: dict) -> dict:
+    """Each scope's rule: the base's narrowed by the overlay's (both hold)."""
+    models = {}
+    for scope in SCOPES:
+        theirs, mine = scope_rule(base, scope), scope_rule(overlay, scope)
+        if theirs or mine:
+            models[scope] = intersect_rule(theirs or {}, mine or {})
+    return models
 
 
 def _effective_service(base: dict, overlay: dict) -> dict:
@@ -163,30 +196,10 @@ def _effective_service(base: dict, overlay: dict) -> dict:
     params = overlay.get("params") or {}
     merged: dict[str, dict] = {}
     for name in [*base_params, *(n for n in params if n not in base_params)]:
-        merged[name] = _effective_rule(base_params.get(name) or {}, params.get(name) or {})
+        merged[name] = intersect_rule(base_params.get(name) or {}, params.get(name) or {})
     if merged:
         out["params"] = merged
     return out
-
-
-def _effective_rule(base: dict, overlay: dict) -> dict:
-    """The base's rule with every key the overlay writes intersected by its class (keys.RULES),
-    so no key of the overlay is ever dropped."""
-    rule: dict[str, Any] = copy.deepcopy(base)
-    for key, kind in RULES.items():
-        if key not in overlay:
-            continue
-        value = kind.intersect(rule.get(key, MISSING), overlay[key])
-        if value is IMPOSSIBLE:
-            return _NOTHING_PASSES.copy()
-        rule[key] = value
-    if any(kind.contradicts(rule) for kind in RULES.values()):
-        return _NOTHING_PASSES.copy()
-    return rule
-
-
-# No value can pass both rules: a request carrying the parameter is refused.
-_NOTHING_PASSES = {"forbidden": True}
 
 
 def _effective_limits(base: Any, overlay: Any) -> dict:

@@ -9,6 +9,8 @@ a field the request leaves out is not checked (the endpoint's default applies). 
 top-level `limits` sets fair-use limits (licensing.rules.fairuse):
     "limits": {"holder": {"requests_per_minute": 20, "tokens_per_minute": 20000},
                "license": {"requests_per_minute": 600}}
+and an optional `models` rules the model of several services at once (licensing.rules.scopes):
+    "models": {"text": {"allowed": ["gpt-4o-mini"]}}
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from core.errors import PolicyDenied, ServiceUnavailable
 from .fairuse import Limits
 from .keys import RULES, Check, PolicyDocumentError
 from .policy_schema import known_params
+from .scopes import MODEL, SCOPES, conjoin, model_rules
 
 SUPPORTED_VERSIONS = {1}
 # The policy service names, in the documents' order: declared in catalog.registry.
@@ -112,8 +115,8 @@ def _lookup(body: dict, dotted: str) -> Any:
     return value
 
 
-def _compile_rule(service: str, name: str, spec: Any) -> Rule:
-    where = f"services.{service}.params.{name}"
+def _compile_rule(where: str, name: str, spec: Any) -> Rule:
+    """One rule object at `where` (`services.<s>.params.<name>`, `models.<scope>`)."""
     if not isinstance(spec, dict) or not spec:
         raise PolicyDocumentError(f"{where}: a rule must be a non-empty object")
     unknown = sorted(set(spec) - set(RULES))
@@ -137,10 +140,13 @@ def compile_policy(document: Any) -> Policy:
     _check_top_level(document)
     limits = _compile_limits(document.get("limits"))
     connection_tags = _compile_routing(document.get("routing"))
+    _check_scopes(document.get("models"))
     services = document.get("services", {})
     if not isinstance(services, dict):
         raise PolicyDocumentError("'services' must be an object")
-    compiled = {service: _compile_service(service, config) for service, config in services.items()}
+    compiled = {
+        service: _compile_service(service, config, document) for service, config in services.items()
+    }
     return Policy(services=compiled, limits=limits, connection_tags=connection_tags)
 
 
@@ -153,13 +159,27 @@ def _check_top_level(document: Any) -> None:
         raise PolicyDocumentError(
             f"Unsupported policy version {version!r}; supported: {sorted(SUPPORTED_VERSIONS)}"
         )
-    unknown = sorted(set(document) - {"version", "services", "limits", "routing"})
+    unknown = sorted(set(document) - {"version", "services", "models", "limits", "routing"})
     if unknown:
         raise PolicyDocumentError(f"Unknown top-level keys {unknown}")
 
 
-def _compile_service(service: str, config: Any) -> ServicePolicy:
-    """One entry of `services`: `null` or an object of `providers` and `params`."""
+def _check_scopes(spec: Any) -> None:
+    """`models`: an object of scopes (licensing.rules.scopes.SCOPES), each a model rule."""
+    if spec is None:
+        return
+    if not isinstance(spec, dict):
+        raise PolicyDocumentError("'models' must be an object")
+    unknown = sorted(set(spec) - set(SCOPES))
+    if unknown:
+        raise PolicyDocumentError(f"models: unknown keys {unknown}; use {list(SCOPES)}")
+    for scope, rule in spec.items():
+        _compile_rule(f"models.{scope}", MODEL, rule)
+
+
+def _compile_service(service: str, config: Any, document: dict) -> ServicePolicy:
+    """One entry of `services`: `null` or an object of `providers` and `params`; its model
+    rule is conjoined with the `models` rules that hold for it (checked first, in its place)."""
     if service not in SERVICES:
         raise PolicyDocumentError(f"Unknown service {service!r}; known: {list(SERVICES)}")
     if config is None:
@@ -177,10 +197,24 @@ def _compile_service(service: str, config: Any) -> ServicePolicy:
     params = config.get("params", {})
     if not isinstance(params, dict):
         raise PolicyDocumentError(f"services.{service}.params: must be an object")
+    where = f"services.{service}.params"
+    rules = [_compile_rule(f"{where}.{name}", name, spec) for name, spec in params.items()]
     return ServicePolicy(
         providers=frozenset(providers) if providers is not None else None,
-        rules=tuple(_compile_rule(service, name, spec) for name, spec in params.items()),
+        rules=_with_scopes(rules, model_rules(document, service), where),
     )
+
+
+def _with_scopes(rules: list[Rule], in_force: list[dict], where: str) -> tuple[Rule, ...]:
+    """The service's rules with its model rule conjoined with the `models` rules in force (in
+    the service's own model rule's place, else first)."""
+    own = [i for i, rule in enumerate(rules) if rule.name == MODEL]
+    if len(in_force) <= len(own):  # no `models` rule holds for the service
+        return tuple(rules)
+    merged = [_compile_rule(f"{where}.{MODEL}", MODEL, spec) for spec in conjoin(in_force)]
+    rest = [rule for rule in rules if rule.name != MODEL]
+    at = own[0] if own else 0
+    return tuple(rest[:at] + merged + rest[at:])
 
 
 ROUTING_KEYS = ("connection_tags",)

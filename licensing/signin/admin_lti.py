@@ -6,9 +6,14 @@ from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
 from ..access.audit import audit_event_record
-from ..console.admin.base import ReadOnlyAdminMixin, ScopedAdminMixin
+from ..console.admin.base import ReadOnlyAdminMixin, ScopedAdminMixin, name_model
 from ..models import AuditEvent, LtiIdentity, LtiLaunchState, LtiPlatform
 from .lti import lti_urls
+
+# Django's own plural would read "LTI launchs".
+name_model(LtiLaunchState, _("LTI launch"), _("LTI launches"))
+name_model(LtiPlatform, _("LTI platform"), _("LTI platforms"))
+name_model(LtiIdentity, _("LTI identity"), _("LTI identities"))
 
 
 @admin.register(LtiPlatform)

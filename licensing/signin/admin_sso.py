@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from catalog.forms import FORMFIELD_OVERRIDES, AdminModelFormMixin
 from core.crypto import Sealed
 
+from ..console.admin.base import name_model
 from ..models import IdentityProvider, SsoIdentity
 from .sso import (
     identity_provider_configure,
@@ -22,6 +23,10 @@ from .sso import (
 )
 
 GROUP_FIELDS = ("admin_groups", "reviewer_groups", "teacher_groups", "student_groups")
+
+# Django's own plurals would read "identity provider (SSO)s" and "sso identitys".
+name_model(IdentityProvider, _("identity provider (SSO)"), _("identity providers (SSO)"))
+name_model(SsoIdentity, _("SSO identity"), _("SSO identities"))
 
 
 class IdentityProviderForm(AdminModelFormMixin, forms.ModelForm):

@@ -437,10 +437,13 @@ def _sign_in(
         user.email = email
         user.save(update_fields=["email"])
     changes = _apply_roles(provider, user, staff_role, student, request, sub)
+    # The e-mail is saved only when it changed: a front-end key finds students by it, and its
+    # save clears the API's caches (licensing.signals).
+    fields = ["groups", "last_sign_in"] + (["email"] if identity.email != (email or "") else [])
     identity.email = email or ""
     identity.groups = groups
     identity.last_sign_in = timezone.now()
-    identity.save(update_fields=["email", "groups", "last_sign_in"])
+    identity.save(update_fields=fields)
     return SignedIn(user=user, staff_role=staff_role, student=student, changes=changes)
 
 

@@ -273,9 +273,9 @@ def test_usage_figures_and_holder_names_in_the_lists(world, admin_client):
     listing = admin_client.get(url(License, "changelist")).content.decode()
     # license-a: per user, monthly, limit 1,000,000, one wallet with 1,234 spent.
     # Money beside the credits, at the gateway's default rate (1,000,000 per USD).
-    assert "1,234 (0.0012 USD); 1 holders, highest 1,234" in listing
-    assert "998,766 (1.00 USD) (least-left holder)" in listing
-    assert "1,000,000 (1.00 USD) monthly per holder" in listing
+    assert "0.0012 USD (1,234 micro-credits); 1 holders, highest 1,234" in listing
+    assert "1.00 USD (998,766 micro-credits) (least-left holder)" in listing
+    assert "1.00 USD (1,000,000 micro-credits) monthly per holder" in listing
     page = admin_client.get(url(License, "change", world["a"]["license"].pk)).content.decode()
     assert "monthly from" in page and "Usage in the current window" in page
     assert f"/admin/licensing/transaction/?license={world['a']['license'].pk}" in page

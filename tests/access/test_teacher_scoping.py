@@ -109,7 +109,7 @@ def test_the_teacher_changes_their_course_but_not_what_stays_with_the_admins(wor
     data = form_data(page)
     data.update(
         name="Renamed by the teacher",
-        allowance="250000",
+        allowance="0.25",  # 250,000 micro-credits at the default rate (USD)
         exam_mode="on",
         # The overlay is the teacher's to narrow (docs/teachers.md): all services off.
         policy='{"version": 1, "services": {}}',

@@ -117,7 +117,7 @@ def test_api_keys_of_the_management_api_and_the_command_are_audited(world, capsy
 def test_policy_budget_and_rate_changes_record_before_and_after(world, admin_client):
     lic = world["a"]["license"]
     data = form_data(admin_client.get(url(License, "change", lic.pk)))
-    data.update(budget_limit="2000000", budget_period="daily")
+    data.update(budget_limit="2.00", budget_period="daily")
     assert admin_client.post(url(License, "change", lic.pk), data).status_code == 302
     budget = AuditEvent.objects.get(action="budget_changed", target=f"license:{lic.pk}")
     assert budget.detail == {

@@ -47,7 +47,7 @@ def test_the_admin_in_a_browser(server, page):
     page.fill("#id_name", "browser-class")
     pick(page, "id_institution", SCHOOL)
     pick(page, "id_license_type", "Open access")
-    page.fill("#id_budget_limit", "1000000")
+    page.fill("#id_budget_limit", "1.00")  # USD, the school's: 1,000,000 micro-credits
     page.select_option("#id_budget_period", "daily")
     page.fill("#id_alert_threshold_percent", "80")
     shot(page, "02-license-add")

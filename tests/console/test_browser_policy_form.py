@@ -1,7 +1,10 @@
 """The policy form in a real browser (Debian's chromium, the README's `scripts/run.sh` server):
-a person turns a service off, ticks a model, sets max tokens, saves, finds the rules in the JSON
-view (with a rule only the JSON view shows kept), and the "try a request" panel answers by the
-new rules. Screenshots in var/screenshots/ (policy-form-*.png)."""
+a person sets the models of chat and responses at once, turns a service off, sets max tokens,
+saves, finds the rules in the JSON view (with a rule only the JSON view shows kept), and the "try
+a request" panel answers by the new rules; a chat-only model list is stopped with the warning
+until confirmed; services are named in words, the models no connection serves are folded; the
+policy help is a rendered page; an institution's time zone is set on its page. Screenshots in
+var/screenshots/ (policy-form-*.png, institution-time-zone.png)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ import json
 from tests.browser import BROWSER_TEST, SHOTS, login, pick, shot
 
 pytestmark = BROWSER_TEST
+
+P = "policyform-"
 
 
 def _try(page, service: str, body: str) -> str:
@@ -21,6 +26,11 @@ def _try(page, service: str, body: str) -> str:
     return page.inner_text("#try-result")
 
 
+def _json_view(page) -> dict:
+    page.click("summary:has-text('Policy as JSON')")
+    return json.loads(page.input_value("#id_policy"))
+
+
 def test_a_person_edits_a_license_type_through_the_policy_form(server, page):
     password = server.printed(r"Admin user created: admin / (\S+)")
     login(page, server, "admin", password)
@@ -29,8 +39,7 @@ def test_a_person_edits_a_license_type_through_the_policy_form(server, page):
     page.goto(server.url + "/admin/licensing/licensetype/add/")
     page.fill("#id_name", "Form school")
     pick(page, "id_institution", "Demo school")
-    page.click("summary:has-text('Policy as JSON')")
-    document = json.loads(page.input_value("#id_policy"))
+    document = _json_view(page)
     document["services"]["chat_completions"] = {"params": {"user": {"patterns": ["s[0-9]+"]}}}
     page.fill("#id_policy", json.dumps(document))
     page.click("input[name=_continue]")
@@ -38,13 +47,28 @@ def test_a_person_edits_a_license_type_through_the_policy_form(server, page):
 
     form = "#policy-form"
     chat = f"{form} [data-service=chat_completions]"
-    # Everything the document enables is ticked; no model is ticked (every model).
-    assert page.is_checked("input[name='policyform-image_generation__enabled']")
-    assert not page.is_checked(f"{chat} input[value='gpt-4o-mini']")
-    page.uncheck("input[name='policyform-image_generation__enabled']")
-    page.check(f"{chat} input[name='policyform-chat_completions__models'][value='gpt-4o-mini']")
-    page.fill("input[name='policyform-chat_completions__max_tokens__max']", "300")
-    page.fill("input[name='policyform-chat_completions__temperature__max']", "0.7")
+    # Services in words, not code names.
+    assert "Chat (chat completions)" in page.inner_text(chat)
+    assert "Embeddings in Gemini's format" in page.inner_text(
+        f"{form} [data-service=gemini_embeddings]"
+    )
+    assert "gemini_embeddings" not in page.inner_text(form)
+    # What a connection serves comes first; the rest (Claude: no connection) is folded.
+    models = f"{form} [data-scope=models]"
+    assert page.is_visible(f"{models} input[value='gpt-4o-mini']")
+    claude = f"{models} input[name='{P}models__text'][value='claude-haiku-4-5']"
+    assert not page.is_visible(claude)
+    page.click(f"{models} .field-models__text summary")
+    assert page.is_visible(claude)
+    assert "claude-haiku-4-5 (no connection)" in page.inner_text(f"{models} .field-models__text")
+    assert "aggregator: OpenRouter (OpenAI-compatible) (not connected)" in page.inner_text(chat)
+
+    # One list for both text services; image generation off; limits.
+    assert page.is_checked(f"input[name='{P}image_generation__enabled']")
+    page.check(f"{models} input[name='{P}models__text'][value='gpt-4o-mini']")
+    page.uncheck(f"input[name='{P}image_generation__enabled']")
+    page.fill(f"input[name='{P}chat_completions__max_tokens__max']", "300")
+    page.fill(f"input[name='{P}chat_completions__temperature__max']", "0.7")
     page.evaluate("document.getElementById('policy-form').scrollIntoView()")
     # The viewport only (the docs' picture: docs/admin-guide.md), then the whole page.
     page.screenshot(path=str(SHOTS / "policy-form-0-viewport.png"))
@@ -53,16 +77,15 @@ def test_a_person_edits_a_license_type_through_the_policy_form(server, page):
     page.wait_for_selector(".messagelist .success")
 
     # The form shows what was saved, and so does the JSON view.
-    assert not page.is_checked("input[name='policyform-image_generation__enabled']")
-    assert page.is_checked(f"{chat} input[value='gpt-4o-mini']")
-    assert page.input_value("input[name='policyform-chat_completions__max_tokens__max']") == "300"
-    page.click("summary:has-text('Policy as JSON')")
-    saved = json.loads(page.input_value("#id_policy"))
+    assert not page.is_checked(f"input[name='{P}image_generation__enabled']")
+    assert page.is_checked(f"{models} input[name='{P}models__text'][value='gpt-4o-mini']")
+    assert page.input_value(f"input[name='{P}chat_completions__max_tokens__max']") == "300"
+    saved = _json_view(page)
+    assert saved["models"] == {"text": {"allowed": ["gpt-4o-mini"]}}
     assert "image_generation" not in saved["services"]
     assert saved["services"]["chat_completions"] == {
         "params": {
             "user": {"patterns": ["s[0-9]+"]},
-            "model": {"allowed": ["gpt-4o-mini"]},
             "max_tokens": {"max": 300},
             "temperature": {"max": 0.7},
         }
@@ -70,10 +93,13 @@ def test_a_person_edits_a_license_type_through_the_policy_form(server, page):
     page.locator("#id_policy").scroll_into_view_if_needed()
     shot(page, "policy-form-2-json-view")
 
-    # The "try a request" panel answers by the new rules.
+    # The "try a request" panel answers by the new rules, through chat and responses alike.
     chat_body = '"messages": [{"role": "user", "content": "hi"}]'
-    result = _try(page, "chat_completions", '{"model": "gpt-4o", ' + chat_body + "}")
+    result = _try(page, "chat_completions", '{"model": "gpt-4.1", ' + chat_body + "}")
     assert "Denied" in result and "'model' must be one of: [gpt-4o-mini]" in result
+    result = _try(page, "responses", '{"model": "gpt-4.1", "input": "hi"}')
+    assert "Denied" in result and "'model' must be one of: [gpt-4o-mini]" in result
+    assert "Responses (chat with tools" in page.inner_text("#try-service")
     result = _try(
         page,
         "chat_completions",
@@ -90,3 +116,53 @@ def test_a_person_edits_a_license_type_through_the_policy_form(server, page):
     assert "Allowed" in result, result
     page.locator("#try-request").scroll_into_view_if_needed()
     shot(page, "policy-form-3-try-allowed")
+
+    # Issue 37's report: a model list for chat only is stopped before saving, with the fix.
+    page.uncheck(f"{models} input[name='{P}models__text'][value='gpt-4o-mini']")
+    page.check(f"{chat} input[name='{P}chat_completions__models'][value='gpt-4o-mini']")
+    page.click("input[name=_continue]")
+    page.wait_for_selector(".policy-split .errorlist")
+    warning = page.inner_text(".policy-split")
+    assert "Chat and responses allow different models" in warning
+    assert "chat: gpt-4o-mini; responses: every model" in warning
+    page.locator(".policy-split").scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "policy-form-4-split-warning.png"))
+    assert _json_view(page)  # the page kept the edits; nothing saved yet
+    page.check(f"input[name='{P}confirm_split']")
+    page.click("input[name=_continue]")
+    page.wait_for_selector(".messagelist .success")
+    # Saved as confirmed, and still noted on the page.
+    assert "Chat and responses allow different models" in page.inner_text(".policy-split")
+    assert "models" not in _json_view(page)
+
+    # The policy help is a page of the admin, rendered.
+    page.goto(server.url + "/admin/licensing/licensetype/policy-docs/")
+    assert page.inner_text("#policy-docs h1") == "Policy documents"
+    assert page.is_visible("#policy-docs table")
+    assert "Models for several services" in page.inner_text("#policy-docs")
+    assert "reserved" not in page.inner_text("#policy-docs")
+    page.click("#policy-docs a[href='#models-for-several-services']")
+    shot(page, "policy-form-5-help")
+
+
+def test_an_admin_sets_the_institutions_time_zone(server, page):
+    password = server.printed(r"Admin user created: admin / (\S+)")
+    login(page, server, "admin", password)
+    page.goto(server.url + "/admin/licensing/institution/add/")
+    page.fill("#id_name", "Zone school")
+    # A name the host does not know is refused on the field.
+    page.fill("#id_timezone", "Europe/Atlantis")
+    page.click("input[name=_continue]")
+    page.wait_for_selector(".field-timezone .errorlist")
+    # The field offers the zones as one types (a datalist), Berlin among the first.
+    options = page.eval_on_selector_all(
+        "#id_timezone-choices option", "options => options.map(o => o.value)"
+    )
+    assert options[:3] == ["UTC", "Europe/Amsterdam", "Europe/Berlin"] and len(options) > 300
+    page.fill("#id_timezone", "Europe/Berlin")
+    page.select_option("#id_language", index=0)
+    page.locator("#id_timezone").scroll_into_view_if_needed()
+    shot(page, "institution-time-zone")
+    page.click("input[name=_continue]")
+    page.wait_for_selector(".messagelist .success")
+    assert page.input_value("#id_timezone") == "Europe/Berlin"

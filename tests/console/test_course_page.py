@@ -145,8 +145,10 @@ def test_the_page_shows_the_forms_the_ceiling_the_zone_the_panel_and_the_usage(f
     # The overlay's models ticked; exam mode "all services off".
     assert sorted(data[OV + "chat_completions__models"]) == ["gpt-4.1", "gpt-4o-mini"]
     assert data["exam_does"] == "off"
-    # Allowance help in money at the institution's rate.
-    assert "1,000,000 micro-credits = 1.00 EUR; now 1.00 EUR" in page
+    # The allowance entered and shown in money at the institution's rate, the micro-credits
+    # in its help.
+    assert data["allowance"] == "1.00"
+    assert "In EUR: 1 EUR = 1,000,000 micro-credits. Now 1.00 EUR = 1,000,000" in page
 
 
 def test_only_what_the_license_type_allows_is_offered(found, teacher):
@@ -473,7 +475,7 @@ def test_a_teacher_pauses_and_tops_up_through_the_services(found, teacher):
     first, _ = _members(found)
     _, data = _page(teacher, course)
     data[f"{M}-0-paused"] = "on"
-    data[f"{M}-1-top_up"] = "500000"
+    data[f"{M}-1-top_up"] = "0.50"  # EUR: 500,000 micro-credits
     data[f"{M}-1-top_up_window_start_0"] = "2026-03-09"
     data[f"{M}-1-top_up_window_start_1"] = "00:00:00"
     answer = _post(teacher, course, data)
@@ -514,7 +516,8 @@ def test_an_admin_adding_a_student_of_another_license_gets_a_form_error(found, a
     row = {"end_user": str(elsewhere["end_user"].pk), "top_up": "0"}
     answer = _post(admin_client, course, _inline(data, M, [row]))
     assert answer.status_code == 200
-    assert "not on this course&#x27;s license" in answer.content.decode()
+    # Not one of the course's candidates (the end users of its license): no such choice.
+    assert "Select a valid choice" in answer.content.decode()
     assert not CourseMember.objects.filter(course=course).exists()
     # One of the license's own end users is added, audited once.
     _, data = _page(admin_client, course)
@@ -562,7 +565,8 @@ def test_what_a_teacher_may_change_and_what_stays_with_the_admins(found, teacher
 def test_an_admin_creates_a_course_through_the_service(found, admin_client):
     page = admin_client.get(url(Course, "add"))
     data = form_data(page)
-    data.update(license=str(found["license"].pk), code="NEW1", name="New", allowance="10")
+    # EUR, the institution's (the license chosen decides; USD is the gateway's default).
+    data.update(license=str(found["license"].pk), code="NEW1", name="New", allowance="0.00001")
     answer = admin_client.post(url(Course, "add"), data)
     assert answer.status_code == 302, answer.context and answer.context["adminform"].form.errors
     course = Course.objects.get(code="NEW1")

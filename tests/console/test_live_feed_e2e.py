@@ -79,6 +79,8 @@ def test_a_request_reaches_a_connected_viewer(gateway, catalog, license, api_key
         event = event_for(ws, request_id)
     row = Transaction.objects.get(request_id=request_id)
     assert row.credits > 0 and answer.usage.model_extra["credits_used"] == row.credits
+    # Named by the viewer's consumer (the publisher sends ids only): the key by its name.
+    assert event.pop("holder") == f"key {row.api_key.name or row.api_key.prefix + '…'}"
     assert event == {
         "created_at": row.created_at.isoformat(timespec="milliseconds"),
         "request_id": request_id,
@@ -173,7 +175,7 @@ def test_a_hanging_layer_does_not_slow_a_request(
 
 
 def test_a_viewer_that_does_not_read_loses_rows_and_memory_stays_bounded(
-    gateway, catalog, license, root_cookie
+    gateway, catalog, license, root_cookie, monkeypatch
 ):
     """50,000 rows (~25 MB of JSON) published while the viewer reads nothing: once the socket's
     buffers are full the layer holds at most `capacity` messages for it and drops the rest; the
@@ -191,7 +193,11 @@ def test_a_viewer_that_does_not_read_loses_rows_and_memory_stays_bounded(
             while feed._publisher().queue:  # the layer takes them (none dropped before it)
                 await asyncio.sleep(0.001)
 
-    with viewer(gateway.url, root_cookie, compression=None) as ws:
+    # No keepalive either way (the server's is read per connection): a viewer that reads
+    # nothing answers no ping either, a loaded machine can take longer than the ping's 20 s
+    # deadline to flood it, and this test is about buffering, not keepalive.
+    monkeypatch.setattr(gateway.server.config, "ws_ping_interval", None)
+    with viewer(gateway.url, root_cookie, compression=None, ping_interval=None) as ws:
         wait_for_viewers(1)
         tracemalloc.start()
         try:

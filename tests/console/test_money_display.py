@@ -65,15 +65,21 @@ def test_institution_form_refuses_bad_currency_and_rate(world, admin_client):
 def test_admin_lists_show_money_beside_credits(world, admin_client):
     licenses = admin_client.get(url(License, "changelist")).content.decode()
     # a: 1,000,000 micro-credits at 2,000,000 per euro; b: the default, USD 1:1,000,000.
-    assert "1,000,000 (0.50 EUR) monthly per holder" in licenses
-    assert "1,000,000 (1.00 USD) monthly per holder" in licenses
-    assert "3,000,000 (1.50 EUR); 1 holders, highest 3,000,000" in licenses
+    assert "0.50 EUR (1,000,000 micro-credits) monthly per holder" in licenses
+    assert "1.00 USD (1,000,000 micro-credits) monthly per holder" in licenses
+    assert "1.50 EUR (3,000,000 micro-credits); 1 holders, highest 3,000,000" in licenses
     wallets = admin_client.get(url(Wallet, "changelist")).content.decode()
-    assert "3,000,000 (1.50 EUR)" in wallets and "1,234 (0.0012 USD)" in wallets
-    assert "0 (0.00 EUR)" in wallets  # remaining: spent is over the limit
+    assert (
+        "1.50 EUR (3,000,000 micro-credits)" in wallets
+        and "0.0012 USD (1,234 micro-credits)" in wallets
+    )
+    assert "0.00 EUR (0 micro-credits)" in wallets  # remaining: spent is over the limit
     alerts = admin_client.get(url(BudgetAlert, "changelist")).content.decode()
-    assert "900,000 (0.45 EUR)" in alerts and "800,000 (0.40 EUR)" in alerts
-    assert "900,000 (0.90 USD)" in alerts
+    assert (
+        "0.45 EUR (900,000 micro-credits)" in alerts
+        and "0.40 EUR (800,000 micro-credits)" in alerts
+    )
+    assert "0.90 USD (900,000 micro-credits)" in alerts
 
 
 def test_review_totals_show_money_per_currency(world, admin_client):

@@ -102,6 +102,7 @@ def test_a_post_of_the_form_saves_the_exact_document_and_keeps_unknown_rules(
     data[P + "chat_completions__max_tokens__max"] = "500"
     data[P + "chat_completions__temperature__min"] = "0"
     data[P + "chat_completions__temperature__max"] = "1.5"
+    data[P + "confirm_split"] = "on"  # chat and responses differ, knowingly
     response = admin_client.post(url(LicenseType, "change", license_type.pk), data)
     assert response.status_code == 302, _errors(response)
     license_type.refresh_from_db()
@@ -138,6 +139,7 @@ def test_a_post_of_the_form_saves_the_exact_document_and_keeps_unknown_rules(
     data[P + "image_generation__enabled"] = "on"
     data[P + "image_generation__n__max"] = "2"
     data[P + "image_generation__size__allowed"] = ["1024x1024", "auto"]
+    data[P + "confirm_split"] = "on"
     response = admin_client.post(url(LicenseType, "change", license_type.pk), data)
     assert response.status_code == 302, _errors(response)
     license_type.refresh_from_db()

@@ -49,7 +49,9 @@ def test_each_field_knows_the_rule_key_it_writes():
     assert form.targets["chat_completions__max_tokens__max"] == ("max_tokens", "max")
     assert form.targets["chat_completions__temperature__min"] == ("temperature", "min")
     assert form.targets["image_generation__size__allowed"] == ("size", "allowed")
-    assert set(form.targets) == set(form.fields) - {"shown"}
+    assert form.targets["models__text"] == ("models", "text")
+    assert form.targets["models__all"] == ("models", "all")
+    assert set(form.targets) == set(form.fields) - {"shown", "confirm_split"}
 
 
 def test_checklists_keep_what_the_catalog_no_longer_offers():

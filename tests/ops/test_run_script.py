@@ -1,13 +1,19 @@
-"""scripts/run.sh: a busy port stops it before anything is touched; a bad or unreachable
-database is one line and a non-zero exit; the curl lines it prints answer, pasted as they are."""
+"""scripts/run.sh: a busy port stops it before anything is touched (the development identity
+provider's and LMS simulator's too); a bad or unreachable database is one line and a non-zero
+exit; the curl lines it prints answer, pasted as they are; it says once, not in every process,
+that secrets are encrypted with the development key; the demo key it prints is the one kept in
+its key file (mode 0600). The demo school's development sign-in: tests/ops/test_setup_demo.py
+and, in a browser, tests/portal/test_browser_first_run.py."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -44,18 +50,24 @@ def run_script(**env_extra: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("busy", ["PORT", "SIMULATOR_PORT"])
+# The port taken: PORT, SIMULATOR_PORT, or the development identity provider's or LMS
+# simulator's (SIMULATOR_PORT + 3, + 4).
+BUSY = {"PORT": 0, "SIMULATOR_PORT": 0, "identity provider": 3, "LMS simulator": 4}
+
+
+@pytest.mark.parametrize("busy", sorted(BUSY))
 def test_a_busy_port_stops_it_before_the_database_is_touched(catalog, busy):
     direct = Connection.objects.get(provider__slug="direct", name="default")
     ports = run_script_ports()
+    taken = int(ports.get(busy, ports["SIMULATOR_PORT"])) + BUSY[busy]
     with socket.socket() as listener:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", int(ports[busy])))
+        listener.bind(("127.0.0.1", taken))
         listener.listen()
         result = run_script(DATABASE_URL=database_url(), **ports)
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
-        f"run.sh: port {ports[busy]} on 127.0.0.1 is not free (Address already in use); "
+        f"run.sh: port {taken} on 127.0.0.1 is not free (Address already in use); "
         "stop what uses it or set PORT / SIMULATOR_PORT"
     ]
     assert result.stdout == ""
@@ -112,6 +124,14 @@ def test_the_printed_curl_lines_answer_as_the_readme_says():
             done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, done.stderr
             answers.append(json.loads(done.stdout))
+        printed = "".join(run.output)  # the gateway's worker has decrypted secrets by now
+        # The key printed is the one kept for the next run, readable by its owner only.
+        key_file = Path(run.env["DEMO_KEY_FILE"])
+        key = re.search(r"Demo API key \(kept in (\S+); [^)]*\): (sk-svc-\S+)", printed)
+        assert key and key.group(1) == str(key_file), printed
+        assert key_file.read_text().strip() == key.group(2)
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    _check_the_encryption_note(printed)
     bodies = [json.loads(_data_argument(line)) for line in lines]
     paths = [shlex.split(line)[2].split("/", 3)[3] for line in lines]
     assert paths == [
@@ -122,7 +142,8 @@ def test_the_printed_curl_lines_answer_as_the_readme_says():
     ]
     embeddings, search, tool_call, structured = answers
 
-    assert len(embeddings["data"][0]["embedding"]) == 1536
+    # Readable: 8 numbers, not the model's 1,536.
+    assert bodies[0]["dimensions"] == 8 and len(embeddings["data"][0]["embedding"]) == 8
     assert len(search["results"]) == 3
 
     # The simulator calls the tool, with arguments valid against its schema.
@@ -146,6 +167,19 @@ def test_the_printed_curl_lines_answer_as_the_readme_says():
         "day": "sample day",
         "participants": ["sample participants"],
     }
+
+
+def _check_the_encryption_note(printed: str) -> None:
+    """Without GATEWAY_ENCRYPTION_KEYS: one line says which key encrypts secrets; no process
+    warns (each one did: the setup, and every gateway worker at its first secret)."""
+    if os.environ.get("GATEWAY_ENCRYPTION_KEYS"):
+        return
+    assert "GATEWAY_ENCRYPTION_KEYS is not set: secrets are encrypted" not in printed
+    notes = [line for line in printed.splitlines() if line.startswith("Secrets:")]
+    assert notes == [
+        "Secrets:  encrypted at rest with the development key in var/encryption.key "
+        "(GATEWAY_ENCRYPTION_KEYS is not set; set it in production, docs/deployment.md)"
+    ]
 
 
 def _data_argument(line: str) -> str:

@@ -315,7 +315,8 @@ def test_models_are_the_courses_policy(world):
     # The teacher reads the overlay in words.
     teacher = text(signed_in(world["teacher"]).get(page_of(course)))
     allowed = teacher.split('id="allowed"')[1].split("</table>")[0]
-    assert "chat_completions" in allowed and "gpt-4o-mini" in allowed
+    assert "Chat (chat completions)" in allowed and "gpt-4o-mini" in allowed
+    assert "chat_completions" not in allowed  # the service in words, not its code name
     assert "embeddings" not in allowed
 
 

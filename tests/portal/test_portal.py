@@ -266,6 +266,73 @@ def test_models_are_the_policy_over_the_catalog(db):
     assert "text-embedding-3-small" in body and "gpt-4o-mini</code>" not in body
 
 
+def test_models_you_may_use_say_what_each_is_for_in_words(db):
+    """Issue 37: the list said "responses" for gpt-4.1 under a license whose chat allowed
+    gpt-4o-mini only; with one list for both text services it names each model's uses in
+    words."""
+    from catalog.services import catalog_load_defaults, connection_configure
+    from core.localcache import clear_all
+
+    catalog_load_defaults()
+    connection_configure(
+        provider_slug="direct", base_url="https://api.direct.example/v1", api_key="k"
+    )
+    clear_all()
+    policy = {
+        "version": 1,
+        "models": {"text": {"allowed": ["gpt-4o-mini"]}},
+        "services": {
+            "chat_completions": {},
+            "responses": {},
+            "embeddings": {},
+            "image_generation": {},
+        },
+    }
+    user, end_user = make_student(license="words", policy=policy)
+    found = {m.model_id: m for m in selectors.usable_models(end_user)}
+    assert "gpt-4.1" not in found and "gpt-4o" not in found
+    assert found["gpt-4o-mini"].purpose == "chat and responses"
+    assert found["text-embedding-3-small"].purpose == "embeddings (document search)"
+    assert found["gpt-image-1"].purpose == "images"
+    body = text(signed_in(user).get("/portal/"))
+    models = body.split('id="models"')[1].split("</table>")[0]
+    assert "<td>chat and responses</td>" in models
+    assert "<td>embeddings (document search)</td>" in models and "<td>images</td>" in models
+    assert "chat_completions" not in models and "gpt-4.1" not in models
+
+
+def test_the_portal_counts_and_shows_the_institutions_days(db):
+    """A Berlin student's budget resets at Berlin's midnight, the page says when in Berlin's
+    time, and the usage days are Berlin's."""
+    from licensing.models import Transaction
+
+    user, end_user = make_student(license="berlin-students", period="daily")
+    institution = end_user.license.institution
+    institution.timezone = "Europe/Berlin"
+    institution.save()
+    now = datetime(2026, 1, 15, 22, 30, tzinfo=UTC)  # 23:30 in Berlin
+    view = selectors.wallet_view(end_user, now=now)
+    assert view.window_start == datetime(2026, 1, 14, 23, tzinfo=UTC)
+    assert view.resets_at == datetime(2026, 1, 15, 23, tzinfo=UTC)
+    Transaction.objects.create(
+        license=end_user.license,
+        end_user=end_user,
+        service="chat_completions",
+        requested_model="gpt-4o-mini",
+        status_code=200,
+        credits=7,
+        request_id="req-berlin",
+        provider="direct",
+        created_at=datetime(2026, 1, 15, 23, 30, tzinfo=UTC),  # the 16th in Berlin
+    )
+    usage = selectors.usage_of(end_user, now=datetime(2026, 1, 16, 9, tzinfo=UTC))
+    assert usage.by_day[-1].label == "2026-01-16" and usage.by_day[-1].credits == 7
+    assert usage.by_day[-2].credits == 0
+    body = text(signed_in(user).get("/portal/"))
+    assert " CET (daily budget)" in body or " CEST (daily budget)" in body
+    assert "Day (UTC)" not in body
+
+
 def test_an_unreadable_policy_allows_no_model(db):
     user, end_user = make_student()
     end_user.license.license_type.policy = {"version": 99}

@@ -291,7 +291,11 @@ def _documents(draw):
         if params:
             config["params"] = params
         services[service] = config
-    return {"version": 1, "services": services}
+    document = {"version": 1, "services": services}
+    models = draw(st.dictionaries(st.sampled_from(["text", "all"]), _rules(), max_size=2))
+    if models:  # rules on the model of several services at once (licensing.rules.scopes)
+        document["models"] = models
+    return document
 
 
 _requests = st.fixed_dictionaries(

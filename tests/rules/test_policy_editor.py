@@ -189,7 +189,8 @@ def test_the_examples_in_docs_policy_md_are_valid():
     text = (Path(__file__).resolve().parents[2] / "docs" / "policy.md").read_text()
     blocks = [b for b in re.findall(r"```json\n(.*?)```", text, re.S) if '"version": 1' in b]
     documents = [json.loads(b) for b in blocks if "<" not in b]
-    assert len(documents) == 5  # three examples, the fair-use one and the residency one
+    # Three examples, the `models` one, the fair-use one and the residency one.
+    assert len(documents) == 6
     for document in documents:
         validate_policy_document(document)
 

@@ -184,16 +184,23 @@ def test_a_document_the_api_cannot_evaluate_is_503():
 
 
 def test_compile_policy_steps_alone():
-    """compile_policy's steps (licensing.rules.policy): the top level, then one service."""
+    """compile_policy's steps (licensing.rules.policy): the top level, then one service (with
+    the document's `models` rules that hold for it)."""
     from licensing.rules.policy import _check_top_level, _compile_service
 
     _check_top_level({"version": 1, "services": {}, "limits": None, "routing": None})
     with pytest.raises(PolicyDocumentError, match=r"^Unknown top-level keys \['x'\]"):
         _check_top_level({"version": 1, "x": 1})
-    service = _compile_service("embeddings", {"providers": ["direct"], "params": {"f": {"max": 2}}})
+    config = {"providers": ["direct"], "params": {"f": {"max": 2}}}
+    service = _compile_service("embeddings", config, {})
     assert service.providers == frozenset({"direct"})
     (rule,) = service.rules
     assert (rule.name, rule.max, len(rule.checks)) == ("f", 2, 1)
-    assert _compile_service("embeddings", None) == _compile_service("embeddings", {})
+    assert _compile_service("embeddings", None, {}) == _compile_service("embeddings", {}, {})
     with pytest.raises(PolicyDocumentError, match="^Unknown service 'telepathy'"):
-        _compile_service("telepathy", {})
+        _compile_service("telepathy", {}, {})
+    # `models.all` holds for embeddings (first, the service having no model rule of its own),
+    # `models.text` does not.
+    document = {"models": {"all": {"allowed": ["a", "b"]}, "text": {"allowed": ["c"]}}}
+    model, rule = _compile_service("embeddings", config, document).rules
+    assert (model.name, model.allowed, rule.name) == ("model", ("a", "b"), "f")

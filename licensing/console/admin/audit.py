@@ -23,6 +23,7 @@ from .base import (
     RefuseNulParamsMixin,
     ScopedAdminMixin,
     _short_time,
+    _time_heading,
     has_nul,
 )
 
@@ -84,7 +85,7 @@ class AuditEventAdmin(RefuseNulParamsMixin, ReadOnlyAdminMixin, ScopedAdminMixin
             request, cl.queryset, f"audit-{stamp}.csv", columns=AUDIT_CSV_COLUMNS, computed={}
         )
 
-    @admin.display(description=_("time (UTC)"), ordering="created_at")
+    @admin.display(description=_time_heading(_("time")), ordering="created_at")
     def time(self, obj):
         return _short_time(obj.created_at)
 

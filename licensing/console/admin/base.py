@@ -2,13 +2,16 @@
 permissions by role), the read-only and keep-the-ledger-intact mixins, and the cell formats."""
 
 from collections.abc import Sequence
-from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.http import Http404, HttpResponseBadRequest
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.functional import Promise, lazy
 from django.utils.html import format_html
-from django.utils.translation import gettext
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _lazy
 
 from core.languages import grouped
 
@@ -17,15 +20,31 @@ from ...models import Institution
 
 
 def _credits(value) -> str:
-    return gettext("unlimited") if value is None else grouped(value)
+    return _("unlimited") if value is None else grouped(value)
+
+
+def name_model(model, singular, plural) -> None:
+    """The names the admin shows for `model` (its index, lists, breadcrumbs), where Django's
+    own plural is wrong ("sso identitys"). Only what is shown: the migration state reads the
+    model's declared Meta (`_meta.original_attrs`), so no migration follows."""
+    model._meta.verbose_name = singular
+    model._meta.verbose_name_plural = plural
 
 
 def _short_time(value):
-    """A compact UTC time that keeps list columns narrow (the admin's own format wraps)."""
+    """A compact time in the current time zone (the institution's for its staff,
+    licensing.console.local_time) that keeps list columns narrow (the admin's own format
+    wraps)."""
     if value is None:
         return "-"
-    text = value.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
-    return format_html('<span style="white-space: nowrap">{} UTC</span>', text)
+    text = timezone.localtime(value).strftime("%Y-%m-%d %H:%M %Z")
+    return format_html('<span style="white-space: nowrap">{}</span>', text)
+
+
+def _time_heading(word: str | Promise):
+    """A column's heading naming the current time zone ("time (Europe/Berlin)"), read when
+    the page is drawn (a lazy `word` in the page's language)."""
+    return lazy(lambda: f"{word} ({timezone.get_current_timezone_name()})", str)()
 
 
 class ScopedRelatedFilter(admin.RelatedFieldListFilter):
@@ -155,9 +174,17 @@ class ReadOnlyAdminMixin(_ModelAdmin):
 
 
 class KeepLedgerIntactMixin(_ModelAdmin):
-    """Deleting a key, an end user or an issuer would null the ledger's references to it
-    (SET_NULL): refuse once ledger rows point at it (deactivate instead). No bulk delete, so
-    every delete goes through this per-object check."""
+    """Deleting a key, an end user, an issuer, a course or a license would null (or, for a
+    license, is refused by) the ledger's references to it: refuse once ledger rows point at it
+    (deactivate instead). No bulk delete, so every delete goes through this per-object check.
+    The refusal says why and what to do instead (`kept_for_ledger`), on the delete page (403)
+    and where the change page's delete link would be."""
+
+    # What "deactivate" means for this kind of row, in the refusal's words.
+    deactivate_hint = _lazy(
+        "Deactivate it instead: untick “active” on its page and save. It stops working at "
+        "once and its history stays."
+    )
 
     def ledger_rows(self, obj):
         raise NotImplementedError
@@ -171,3 +198,39 @@ class KeepLedgerIntactMixin(_ModelAdmin):
         actions = super().get_actions(request)
         actions.pop("delete_selected", None)
         return actions
+
+    def kept_for_ledger(self, obj) -> dict | None:
+        """Why `obj` cannot be deleted (its ledger rows) and what to do instead; None: it can."""
+        rows = self.ledger_rows(obj).count() if obj is not None else 0
+        if not rows:
+            return None
+        return {"rows": rows, "hint": self.deactivate_hint}
+
+    def delete_view(self, request, object_id, extra_context=None):
+        obj = self.get_object(request, object_id) if _an_id(object_id) else None
+        kept = self.kept_for_ledger(obj) if obj is not None else None
+        may = obj is not None and super().has_delete_permission(request, obj)
+        if kept is None or not may or not self.has_view_permission(request, obj):
+            return super().delete_view(request, object_id, extra_context)
+        opts = self.model._meta
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Cannot delete %(name)s") % {"name": opts.verbose_name},
+            "object": obj,
+            "opts": opts,
+            "kept": kept,
+        }
+        response = TemplateResponse(request, "admin/licensing/kept_for_ledger.html", context)
+        response.status_code = 403  # refused, with the reason and the way out
+        return response
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None and super().has_delete_permission(request, obj):
+            context["kept_for_ledger"] = self.kept_for_ledger(obj)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+
+def _an_id(object_id) -> bool:
+    """An object id the database can look up (a bigint): anything else is simply not found."""
+    text = str(object_id)
+    return text.isascii() and text.isdigit() and len(text) < 19

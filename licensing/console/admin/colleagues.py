@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
 from django.utils.html import format_html
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from ...access.colleagues import (
@@ -28,6 +30,28 @@ from ...access.colleagues import (
 from ...access.scoping import scope_of
 from ...models import AdminProfile, Colleague, Institution
 from .base import RefuseNulParamsMixin, _short_time
+
+# E-mail backends that never hand a message to anyone: where each one leaves it instead.
+UNSENT_MAIL = {
+    "django.core.mail.backends.console.EmailBackend": _(
+        "this gateway writes e-mail to its log (EMAIL_BACKEND is the console backend)"
+    ),
+    "django.core.mail.backends.filebased.EmailBackend": _(
+        "this gateway writes e-mail to files in EMAIL_FILE_PATH (the file backend)"
+    ),
+    "django.core.mail.backends.locmem.EmailBackend": _(
+        "this gateway keeps e-mail in memory (the test backend)"
+    ),
+    "django.core.mail.backends.dummy.EmailBackend": _(
+        "this gateway drops e-mail (the dummy backend)"
+    ),
+}
+
+
+def mail_goes_nowhere() -> str | None:
+    """Where e-mail stays when EMAIL_BACKEND sends none (None: it is sent)."""
+    where = UNSENT_MAIL.get(settings.EMAIL_BACKEND)
+    return None if where is None else str(where)
 
 
 class ColleagueForm(forms.ModelForm):
@@ -170,17 +194,18 @@ class ColleagueAdmin(RefuseNulParamsMixin, admin.ModelAdmin):
     def _tell_invitation(self, request, user) -> None:
         link = request.build_absolute_uri(invitation_path(user))
         sent = invitation_send(user=user, link=link, inviter=request.user)
-        values = {"user": user.get_username(), "link": link, "email": user.email}
-        if sent:
-            text = _(
-                "%(user)s sets their password with this link: %(link)s — it is shown once here; "
-                "it was e-mailed to %(email)s."
-            )
-        else:
-            text = _(
-                "%(user)s sets their password with this link: %(link)s — it is shown once here."
-            )
-        messages.success(request, text % values)
+        said = gettext(
+            "%(user)s sets their password with this link: %(link)s — it is shown once here."
+        ) % {"user": user.get_username(), "link": link}
+        nowhere = mail_goes_nowhere()
+        if sent and nowhere is None:
+            said += " " + gettext("It was e-mailed to %(email)s.") % {"email": user.email}
+        elif sent:
+            said += " " + gettext(
+                "It was not e-mailed to %(email)s: %(where)s. Pass the link on yourself, or "
+                "set up sending mail (EMAIL_BACKEND, docs/configuration.md)."
+            ) % {"email": user.email, "where": nowhere}
+        messages.success(request, said)
 
     @admin.action(description=_("New invitation link (not signed in yet)"), permissions=["change"])
     def new_invitation(self, request, queryset):

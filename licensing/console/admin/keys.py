@@ -5,6 +5,9 @@ JWT issuers (HS256 secrets write-only, see `catalog.forms.AdminModelFormMixin`) 
 instead)."""
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.urls import path, reverse
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from catalog.forms import FORMFIELD_OVERRIDES
@@ -12,8 +15,17 @@ from core.localcache import clear_all
 
 from ...access.changes import audit_api_key
 from ...access.credentials import api_key_create
+from ...access.scoping import scope_of, scoped
 from ...models import ApiKey, EndUser, JwtIssuer, Transaction
 from ..forms import ApiKeyForm, JwtIssuerForm
+from ..people import (
+    PeopleChangeList,
+    end_user_person,
+    end_user_search,
+    people_field,
+    people_json,
+    row_person,
+)
 from .base import KeepLedgerIntactMixin, ScopedAdminMixin, _short_time
 
 
@@ -22,26 +34,35 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = ApiKeyForm
     list_display = (
         "key_prefix",
+        "kind",
         "license",
+        "course",
         "name",
         "active",
         "expires",
         "last_used",
         "created",
     )
-    list_filter = ("active", "license__institution", "license")
-    list_select_related = ("license",)
+    list_filter = ("kind", "active", "license__institution", "license")
+    list_select_related = ("license", "course")
     search_fields = ("prefix", "name", "license__name")
     autocomplete_fields = ("license",)
     date_hierarchy = "created_at"
     actions = ("activate", "deactivate")
+    deactivate_hint = _(
+        "Deactivate it instead: untick “active” on its page (or use the list's “Deactivate "
+        "selected API keys”). It stops working at once; its history stays."
+    )
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return ("license", "name", "active", "expires_at")
+            return ("license", "end_user", "kind", "course", "name", "active", "expires_at")
         return (
             "key_prefix",
+            "kind",
             "license",
+            "person",
+            "course",
             "name",
             "active",
             "expires_at",
@@ -53,7 +74,42 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
-        return ("key_prefix", "license", "last_used_at", "created_at", "updated_at")
+        fixed = ("key_prefix", "kind", "license", "person", "course")
+        return (*fixed, "last_used_at", "created_at", "updated_at")
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change, **kwargs)
+        field = form.base_fields.get("end_user")
+        if field is not None:
+            queryset = scoped(EndUser.objects.select_related("license"), scope_of(request.user))
+            form.base_fields["end_user"] = people_field(
+                field,
+                ApiKey._meta.get_field("end_user"),
+                reverse("admin:licensing_apikey_people"),
+                queryset,
+            )
+            form.base_fields["end_user"].help_text = _(
+                "Optional: the student (an end user of the license) whose wallet the key pays "
+                "from. Type part of their name or e-mail address."
+            )
+        return form
+
+    def get_urls(self):
+        people = self.admin_site.admin_view(self.people_view)
+        return [path("people/", people, name="licensing_apikey_people"), *super().get_urls()]
+
+    def people_view(self, request):
+        """The key form's autocomplete: the end users of the caller's institution, by name and
+        e-mail (each with their license: the key's must be theirs)."""
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        queryset = scoped(EndUser.objects.select_related("license"), scope_of(request.user))
+        ordering = ("user__last_name", "user__first_name", "subject")
+        return people_json(request, queryset, "end_user", ordering, with_license=True)
+
+    @admin.display(description=_("end user"))
+    def person(self, obj):
+        return end_user_person(obj.end_user).label() if obj.end_user_id else "-"
 
     def ledger_rows(self, obj):
         return Transaction.objects.filter(api_key=obj)
@@ -87,7 +143,14 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                     extra={"before": {"active": was_active}, "after": {"active": obj.active}},
                 )
             return
-        row, key = api_key_create(license=obj.license, name=obj.name, expires_at=obj.expires_at)
+        row, key = api_key_create(
+            license=obj.license,
+            name=obj.name,
+            expires_at=obj.expires_at,
+            end_user=obj.end_user,
+            kind=obj.kind,
+            course=obj.course,
+        )
         if not obj.active:
             row.active = False
             row.save(update_fields=["active", "updated_at"])
@@ -105,6 +168,8 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
             )
             % {"key": key},
         )
+        if row.is_front_end:
+            messages.info(request, front_end_hint())
 
     def delete_model(self, request, obj):
         # Only an unused key can be deleted (KeepLedgerIntactMixin); it is revoked for good.
@@ -134,6 +199,14 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     @admin.action(description=_("Deactivate selected API keys"), permissions=["change"])
     def deactivate(self, request, queryset):
         self._set_active(request, queryset, False)
+
+
+def front_end_hint() -> str:
+    return gettext(
+        "A front-end key: give it to Open WebUI as its OpenAI API key, with "
+        "ENABLE_FORWARD_USER_INFO_HEADERS=true. Each student then pays from their own allowance "
+        "(the guide: docs/open-webui.md)."
+    )
 
 
 @admin.register(JwtIssuer)
@@ -190,15 +263,47 @@ class JwtIssuerAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
         return ", ".join(sources) or "-"
 
 
+class EndUserChangeList(PeopleChangeList):
+    person_id = "pk"
+
+
 @admin.register(EndUser)
 class EndUserAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
-    """Created by a user's first valid token: view only (delete while it has no ledger rows)."""
+    """Created by a user's first valid token, a portal sign-in or an LTI launch: view only
+    (delete while it has no ledger rows). Listed and found by the person's name and e-mail;
+    the subject (the identity provider's or the LMS's id) beside them."""
 
-    list_display = ("subject", "issuer", "license", "created_at")
+    list_display = ("name", "email", "subject", "issuer", "license", "created_at")
     list_filter = ("issuer", "license")
     list_select_related = ("issuer", "license")
-    search_fields = ("subject", "issuer__issuer", "license__name")
+    search_fields = ("subject",)  # and the person's name and e-mail: get_search_results
+    search_help_text = _("Part of a name, an e-mail address or a subject.")
     date_hierarchy = "created_at"
+    fields = ("name", "email", "subject", "issuer", "license", "user", "active", "created_at")
+    readonly_fields = fields
+    deactivate_hint = _(
+        "It stays: its license or its sign-in role decides whether it may still make requests "
+        "(a student who loses the role is deactivated at their next sign-in)."
+    )
+
+    def get_changelist(self, request, **kwargs):
+        return EndUserChangeList
+
+    def get_search_results(self, request, queryset, search_term):
+        if not search_term.strip():
+            return queryset, False
+        return end_user_search(queryset, search_term), False
+
+    def _person(self, obj):
+        return row_person(obj, obj)
+
+    @admin.display(description=_("name"))
+    def name(self, obj):
+        return self._person(obj).name or "-"
+
+    @admin.display(description=_("e-mail"))
+    def email(self, obj):
+        return self._person(obj).email or "-"
 
     def ledger_rows(self, obj):
         return Transaction.objects.filter(end_user=obj)

@@ -1,33 +1,44 @@
 """Institutions, license types (the policy editor: its docs and its try-a-request view) and
 licenses (their budget and usage at a glance, their keys inline)."""
 
-from datetime import UTC
+from datetime import datetime
 
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Count
-from django.http import Http404, HttpResponse, JsonResponse
+from django.http import Http404, JsonResponse
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES
+from catalog.registry import service_label
 from core.languages import grouped
+from core.zones import zone_or_utc
 
 from ...access.changes import audit_row_change, stored_snapshot
 from ...access.scoping import scope_of
-from ...models import ApiKey, Institution, License, LicenseType
+from ...models import ApiKey, Institution, License, LicenseType, Transaction
 from ...rules.policy import SERVICES
+from ..docs_page import rendered
 from ..forms import InstitutionForm, LicenseForm, LicenseTypeForm
 from ..money import with_money
 from ..policy_try import try_request
 from ..usage import licenses_usage
-from .base import ScopedAdminMixin
+from .base import KeepLedgerIntactMixin, ScopedAdminMixin
 
 POLICY_DOCS = settings.BASE_DIR / "docs" / "policy.md"
+
+
+def _local(instant: datetime, license: License) -> str:
+    """A license window's bound in its institution's time zone, where its days begin."""
+    at = instant.astimezone(zone_or_utc(license.institution.timezone))
+    return at.strftime("%Y-%m-%d %H:%M %Z")
 
 
 class AuditedSaveMixin:
@@ -42,7 +53,14 @@ class AuditedSaveMixin:
 @admin.register(Institution)
 class InstitutionAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = InstitutionForm
-    list_display = ("name", "license_count", "license_type_count", "issuer_count", "created_at")
+    list_display = (
+        "name",
+        "timezone",
+        "license_count",
+        "license_type_count",
+        "issuer_count",
+        "created_at",
+    )
     search_fields = ("name",)
     date_hierarchy = "created_at"
 
@@ -57,6 +75,16 @@ class InstitutionAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
             )
             .order_by("name")  # GROUP BY drops Meta.ordering
         )
+
+    # An institution admin sets their institution's time zone, language, terms and key limit;
+    # its name and money rate stay the operator's.
+    OPERATOR_FIELDS = ("name", "currency", "micro_credits_per_currency_unit")
+
+    def get_readonly_fields(self, request, obj=None):
+        readonly = super().get_readonly_fields(request, obj)
+        if scope_of(request.user).superuser:
+            return readonly
+        return (*readonly, *self.OPERATOR_FIELDS)
 
     @admin.display(description=_("licenses"), ordering="_licenses")
     def license_count(self, obj):
@@ -114,12 +142,16 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
         ]
 
     def policy_docs_view(self, request):
-        """docs/policy.md, for the link in the policy field's help."""
+        """docs/policy.md rendered, for the link in the policy's help."""
         if not self.has_view_permission(request):
             raise Http404("Not found")
-        return HttpResponse(
-            POLICY_DOCS.read_text(encoding="utf-8"), content_type="text/plain; charset=utf-8"
-        )
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Policy documents: the reference"),
+            # markdown-it escapes raw HTML (docs_page): the HTML is its own.
+            "body": mark_safe(rendered(POLICY_DOCS)),
+        }
+        return TemplateResponse(request, "admin/licensing/licensetype/policy_docs.html", context)
 
     def formfield_for_dbfield(self, db_field, request, **kwargs):
         field = super().formfield_for_dbfield(db_field, request, **kwargs)
@@ -128,8 +160,8 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
                 gettext(
                     "The policy document: which services, providers and parameter values are "
                     "allowed. Format, rule keys, the exact 403 messages and examples: "
-                    '<a href="{}" target="_blank">docs/policy.md</a>. Rules must name parameters '
-                    "of the service's request (unknown names are refused)."
+                    '<a href="{}" target="_blank">the policy reference</a>. Rules must name '
+                    "parameters of the service's request (unknown names are refused)."
                 ),
                 reverse("admin:licensing_policy_docs"),
             )
@@ -151,7 +183,7 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
         form = context["adminform"].form
         context["policy_form"] = getattr(form, "policy_form", None)
         if obj is not None:
-            context["try_services"] = SERVICES
+            context["try_services"] = [(s, service_label(s)) for s in SERVICES]
             context["try_url"] = reverse("admin:licensing_licensetype_try", args=[obj.pk])
         return super().render_change_form(request, context, add, change, form_url, obj)
 
@@ -160,7 +192,9 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
         policy = obj.policy
         if not isinstance(policy, dict) or not isinstance(policy.get("services"), dict):
             return "(invalid document)"
-        return ", ".join(sorted(policy["services"])) or "(none)"
+        order = {name: i for i, name in enumerate(SERVICES)}
+        names = sorted(policy["services"], key=lambda s: (order.get(s, len(order)), s))
+        return ", ".join(service_label(s) for s in names) or "(none)"
 
     @admin.display(description=_("licenses"), ordering="_licenses")
     def license_count(self, obj):
@@ -171,7 +205,7 @@ class ApiKeyInline(admin.TabularInline):
     """The license's keys, listed read-only; keys are created from the API key admin."""
 
     model = ApiKey
-    fields = ("prefix", "name", "active", "expires_at", "last_used_at", "created_at")
+    fields = ("prefix", "kind", "name", "active", "expires_at", "last_used_at", "created_at")
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -201,8 +235,12 @@ class UsageChangeList(ChangeList):
 
 
 @admin.register(License)
-class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
+class LicenseAdmin(AuditedSaveMixin, KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = LicenseForm
+    deactivate_hint = _(
+        "Deactivate it instead: untick “active” on its page and save. Its keys and its users' "
+        "requests are refused from then on; its ledger, wallets and budget alerts stay."
+    )
     list_display = (
         "name",
         "institution",
@@ -255,6 +293,9 @@ class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
     def get_changelist(self, request, **kwargs):
         return UsageChangeList
 
+    def ledger_rows(self, obj):
+        return Transaction.objects.filter(license=obj)
+
     def _usage(self, obj):
         usage = getattr(obj, "_usage", None)
         if usage is None:
@@ -295,9 +336,9 @@ class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
         usage = self._usage(obj)
         if usage.window_start is None:
             return _("lifetime (never resets)")
-        return _("%(period)s from %(start)s UTC") % {
+        return _("%(period)s from %(start)s") % {
             "period": _(usage.period),
-            "start": f"{usage.window_start:%Y-%m-%d %H:%M}",
+            "start": _local(usage.window_start, obj),
         }
 
     @admin.display(description=_("resets"))
@@ -306,8 +347,7 @@ class LicenseAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
         if usage.resets_at is None:
             return "never"
         return format_html(
-            '<span style="white-space: nowrap">{}</span>',
-            usage.resets_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            '<span style="white-space: nowrap">{}</span>', _local(usage.resets_at, obj)
         )
 
     @admin.display(description=_("ledger"))

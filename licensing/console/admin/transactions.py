@@ -1,7 +1,6 @@
 """The ledger (transactions), read-only: the review page (filters, totals, CSV export), the
 live feed and the usage page hang off its URLs."""
 
-from datetime import UTC
 from typing import cast
 
 from django.contrib import admin
@@ -9,6 +8,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseBadRequest
 from django.urls import path
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -20,8 +20,9 @@ from ...ledger.record import detail_fieldsets
 from ...models import Transaction
 from .. import review_admin
 from ..money import institution_rate
+from ..people import end_user_person
 from ..review import csv_response, export_filename, iso_utc, scoped_ledger
-from .base import ReadOnlyAdminMixin, ScopedAdminMixin
+from .base import ReadOnlyAdminMixin, ScopedAdminMixin, _time_heading
 
 
 @admin.register(Transaction)
@@ -123,9 +124,9 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             raise PermissionDenied
         return review_admin.choices_json(request, field)
 
-    @admin.display(description=_("time (UTC)"), ordering="created_at")
+    @admin.display(description=_time_heading(_("time")), ordering="created_at")
     def time(self, obj):
-        at = obj.created_at.astimezone(UTC)
+        at = timezone.localtime(obj.created_at)
         return format_html(
             '<span title="{}">{}</span>', iso_utc(obj.created_at), at.strftime("%Y-%m-%d %H:%M")
         )
@@ -136,14 +137,24 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("holder"))
     def holder(self, obj):
+        """The person (name or e-mail, the subject only when nothing else is known) and the
+        key; each in full in the tooltip."""
+        person = getattr(obj, "_person", None)
+        if person is None and obj.end_user_id is not None:
+            person = end_user_person(obj.end_user).label()
+        key = ""
         if obj.api_key_id is not None:
+            key = gettext("API key %(name)s") % {
+                "name": obj.api_key.name or f"{obj.api_key.prefix}…"
+            }
+        if person:
             return format_html(
-                '<span title="{}">{}…</span>',
-                gettext("API key %(name)s") % {"name": obj.api_key.name},
-                obj.api_key.prefix,
+                '<span title="{}">{}</span>',
+                " · ".join(filter(None, (person, key))),
+                _cut(person, 22),
             )
-        if obj.end_user_id is not None:
-            return _truncated(obj.end_user.subject, 14)
+        if key:
+            return format_html('<span title="{}">{}…</span>', key, obj.api_key.prefix)
         return "-"
 
     @admin.display(description=_("model"))
@@ -212,6 +223,10 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
         answer = gettext("answer %(id)s") % {"id": obj.upstream_id} if obj.upstream_id else ""
         title = obj.request_id + (f" · {answer}" if answer else "")
         return format_html('<code title="{}">{}</code>', title, obj.request_id[:8])
+
+
+def _cut(text: str, length: int) -> str:
+    return text if len(text) <= length else text[: length - 1] + "…"
 
 
 def _truncated(text: str, length: int):

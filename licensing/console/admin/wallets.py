@@ -5,18 +5,53 @@ from django.contrib.admin.views.main import ChangeList
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from ...models import BudgetAlert, Wallet
+from ...models import BudgetAlert, Course, Wallet
 from ..money import with_money
+from ..people import end_user_people
 from ..usage import holder_names
 from .base import ReadOnlyAdminMixin, ScopedAdminMixin
 
 
+def wallet_holder_names(holders: list[str]) -> dict[str, str]:
+    """Readable names of wallet holders: the license's, a key's (licensing.console.usage), and
+    an end user's person by name and e-mail where one is known (`user:<id>`, and a student's
+    course allowance `course:<id>:user:<id>`, with the course's code); a few queries whatever
+    the number."""
+    names = holder_names(holders)
+    people_of: dict[str, tuple[int, int | None]] = {}
+    for holder in holders:
+        parts = holder.split(":")
+        if len(parts) == 2 and parts[0] == "user" and _an_id(parts[1]):
+            people_of[holder] = (int(parts[1]), None)
+        elif len(parts) == 4 and parts[0] == "course" and parts[2] == "user":
+            if _an_id(parts[1]) and _an_id(parts[3]):
+                people_of[holder] = (int(parts[3]), int(parts[1]))
+    people = end_user_people(pk for pk, _course in people_of.values())
+    wanted = {course for _pk, course in people_of.values() if course is not None}
+    codes = dict(Course.objects.filter(pk__in=wanted).values_list("pk", "code")) if wanted else {}
+    for holder, (pk, course) in people_of.items():
+        person = people.get(pk)
+        if person is None or not (person.name or person.email):
+            continue
+        names[holder] = person.label()
+        if course is not None:
+            names[holder] = gettext("%(who)s in %(course)s") % {
+                "who": person.label(),
+                "course": codes.get(course, course),
+            }
+    return names
+
+
+def _an_id(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) < 19
+
+
 class HolderNameChangeList(ChangeList):
-    """Names the holders of a page of wallets in two queries."""
+    """Names the holders of a page of wallets in a few queries."""
 
     def get_results(self, request):
         super().get_results(request)
-        names = holder_names([obj.holder for obj in self.result_list])
+        names = wallet_holder_names([obj.holder for obj in self.result_list])
         for obj in self.result_list:
             obj._holder_name = names.get(obj.holder, obj.holder)
 
@@ -48,7 +83,7 @@ class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     def holder_name(self, obj):
         name = getattr(obj, "_holder_name", None)
         if name is None:
-            name = holder_names([obj.holder]).get(obj.holder, obj.holder)
+            name = wallet_holder_names([obj.holder]).get(obj.holder, obj.holder)
         return name
 
     @admin.display(description=_("spent"), ordering="spent")

@@ -25,6 +25,20 @@
     reconnecting: "Reconnecting…", reconnectingIn: "Reconnecting in %(n)s s…",
     waitingOne: "1 new row waiting", waitingMany: "%(n)s new rows waiting",
   }, textsOf(root.dataset));
+  // Times in the page's time zone (the institution's for its staff), as the server's rows:
+  // "2026-11-27 09:30:00" (Sweden's format is ISO's).
+  let clock = null;
+  try {
+    clock = new Intl.DateTimeFormat("sv-SE", {
+      timeZone: root.dataset.timeZone || "UTC", year: "numeric", month: "2-digit",
+      day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false,
+    });
+  } catch (e) { clock = null; }  // a zone this browser does not know: UTC as sent
+  function localTime(iso) {
+    const at = new Date(iso);
+    if (clock === null || isNaN(at.getTime())) return iso.slice(0, 10) + " " + iso.slice(11, 19);
+    return clock.format(at);
+  }
   const OUTCOMES = {
     success: T.success, client_error: T.clientError, denied: T.denied, failure: T.failure,
   };
@@ -63,6 +77,7 @@
   }
 
   function holderOf(row) {
+    if (row.holder) return row.holder;  // named by the server (licensing/console/live.py)
     const parts = [];
     if (row.api_key_id !== null && row.api_key_id !== undefined) parts.push(fill(T.key, {id: row.api_key_id}));
     if (row.end_user_id !== null && row.end_user_id !== undefined) parts.push(fill(T.user, {id: row.end_user_id}));
@@ -81,9 +96,9 @@
     tr.className = "live-row live-new live-" + outcome;
     tr.dataset.requestId = row.request_id;
     const iso = String(row.created_at);
-    cell(tr, iso.slice(0, 10) + " " + iso.slice(11, 19), "live-time").title = iso;
+    cell(tr, localTime(iso), "live-time").title = iso;
     cell(tr, row.license, "live-wrap");
-    cell(tr, holderOf(row), "live-holder");
+    cell(tr, holderOf(row), "live-wrap live-holder");  // a name and a key: may wrap
     cell(tr, row.service);
     cell(tr, row.requested_model || "-", "live-wrap live-model");
     cell(tr, row.provider || "-");

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('licensing', '0017_institution_language'),
+        ('licensing', '0018_frontend_keys'),
     ]
 
     operations = [
