@@ -15,8 +15,8 @@ from django.utils import translation
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from core.languages import browser_language, supported_language
-from licensing.access.languages import do_set_person_language, person_languages
+from core.languages import supported_language
+from licensing.access.languages import do_set_person_language, page_language
 
 API_PREFIXES = ("/manage/",)
 
@@ -24,13 +24,10 @@ API_PREFIXES = ("/manage/",)
 def choose_language(request) -> str:
     if request.path.startswith(API_PREFIXES):
         return settings.LANGUAGE_CODE
-    own, institution = person_languages(getattr(request, "user", None))
-    return (
-        supported_language(own)
-        or supported_language(request.COOKIES.get(settings.LANGUAGE_COOKIE_NAME))
-        or browser_language(request.META.get("HTTP_ACCEPT_LANGUAGE", ""))
-        or supported_language(institution)
-        or settings.LANGUAGE_CODE
+    return page_language(
+        getattr(request, "user", None),
+        request.COOKIES.get(settings.LANGUAGE_COOKIE_NAME),
+        request.META.get("HTTP_ACCEPT_LANGUAGE", ""),
     )
 
 

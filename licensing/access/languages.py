@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import transaction
 
-from core.languages import supported_language
+from core.languages import browser_language, supported_language
 
 from ..models import AdminProfile, EndUser
 from .scoping import scope_of
@@ -29,6 +29,20 @@ def person_languages(user) -> tuple[str, str]:
         .first()
     )
     return row or ("", "")
+
+
+def page_language(user, cookie: object, accept_language: str) -> str:
+    """The language of a page (or the live feed's websocket) for `user`: their stored choice,
+    the language cookie, the browser's Accept-Language, their institution's default, the
+    gateway's (docs/languages.md has the order and why)."""
+    own, institution = person_languages(user)
+    return (
+        supported_language(own)
+        or supported_language(cookie)
+        or browser_language(accept_language)
+        or supported_language(institution)
+        or settings.LANGUAGE_CODE
+    )
 
 
 def language_of(user) -> str:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
+from contextlib import nullcontext
 from datetime import datetime
 
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.translation import gettext_lazy as _
 
 from ..ledger.feed import event_of
@@ -78,8 +79,10 @@ class HolderNames:
     per viewer, a batch of new ones in two queries. The rows are the viewer's own scope's
     (the channel group decides), so naming them shows nothing the viewer may not see."""
 
-    def __init__(self, kept: int = NAMES_KEPT):
+    def __init__(self, kept: int = NAMES_KEPT, language: str | None = None):
         self.kept = kept
+        # The viewer's (the websocket's rows; None: the page's, already active).
+        self.language = language
         self.keys: OrderedDict[int, str] = OrderedDict()
         self.people: OrderedDict[int, str] = OrderedDict()
 
@@ -107,8 +110,9 @@ class HolderNames:
             self._keep(self.people, pk, person.label())
 
     def label(self, events: list[dict]) -> list[dict]:
-        for event in events:
-            event["holder"] = self._holder(event.get("api_key_id"), event.get("end_user_id"))
+        with translation.override(self.language) if self.language else nullcontext():
+            for event in events:
+                event["holder"] = self._holder(event.get("api_key_id"), event.get("end_user_id"))
         return events
 
     def _keep(self, names: OrderedDict, pk: int, text: str) -> None:
