@@ -303,13 +303,12 @@ class PolicyForm(forms.Form):
     def _marked(offered: list[str], current: list[str], served: frozenset[str] | None) -> list:
         """Each offered value, marked when no connection serves it; then the document's values
         the catalog does not offer, kept and marked."""
+        # Outside the f-strings, where makemessages finds them.
+        unserved, unknown = gettext("no connection"), gettext("not in the catalog")
         choices = [
-            (m, m if served is None or m in served else f"{m} ({_('no connection')})")
-            for m in offered
+            (m, m if served is None or m in served else f"{m} ({unserved})") for m in offered
         ]
-        return choices + [
-            (m, f"{m} ({_('not in the catalog')})") for m in current if m not in offered
-        ]
+        return choices + [(m, f"{m} ({unknown})") for m in current if m not in offered]
 
     def _served_anywhere(self, services) -> frozenset[str] | None:
         if self.connected is None:
@@ -371,8 +370,9 @@ class PolicyForm(forms.Form):
             slugs = [s for s in slugs if s in ceiling_providers]
         current = _providers(_services(self.document).get(service))
         current = [p for p in current if _str(p)] if isinstance(current, list) else []
+        unknown = gettext("unknown")
         choices = [(s, self._provider_label(s)) for s in slugs] + [
-            (s, f"{s} ({gettext('unknown')})") for s in current if s not in slugs
+            (s, f"{s} ({unknown})") for s in current if s not in slugs
         ]
         return choices, current
 
@@ -381,7 +381,7 @@ class PolicyForm(forms.Form):
             return slug
         label = f"{slug}: {self.connected.provider_labels.get(slug, '')}".rstrip(": ")
         if slug not in self.connected.providers:
-            label += f" ({_('not connected')})"
+            label += " (" + gettext("not connected") + ")"
         return label
 
     def _value_choices(

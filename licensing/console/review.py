@@ -84,8 +84,10 @@ class InstantField(forms.Field):
     one with an offset no time zone has (core.instants) is refused."""
 
     default_error_messages = {
-        "invalid": "Enter an ISO 8601 date or date-time, e.g. 2026-03-01 or 2026-03-01T08:30 "
-        "(the page's time zone, UTC in the management API, unless it has an offset).",
+        "invalid": _(
+            "Enter an ISO 8601 date or date-time, e.g. 2026-03-01 or 2026-03-01T08:30 "
+            "(the page's time zone, UTC in the management API, unless it has an offset)."
+        ),
     }
 
     def to_python(self, value):

@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.functional import Promise, lazy
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy as _lazy
+from django.utils.translation import gettext_lazy
 
 from core.languages import grouped
 
@@ -181,7 +181,7 @@ class KeepLedgerIntactMixin(_ModelAdmin):
     and where the change page's delete link would be."""
 
     # What "deactivate" means for this kind of row, in the refusal's words.
-    deactivate_hint = _lazy(
+    deactivate_hint = gettext_lazy(
         "Deactivate it instead: untick “active” on its page and save. It stops working at "
         "once and its history stays."
     )

@@ -191,10 +191,10 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
     def services(self, obj):
         policy = obj.policy
         if not isinstance(policy, dict) or not isinstance(policy.get("services"), dict):
-            return "(invalid document)"
+            return gettext("(invalid document)")
         order = {name: i for i, name in enumerate(SERVICES)}
         names = sorted(policy["services"], key=lambda s: (order.get(s, len(order)), s))
-        return ", ".join(service_label(s) for s in names) or "(none)"
+        return ", ".join(service_label(s) for s in names) or gettext("(none)")
 
     @admin.display(description=_("licenses"), ordering="_licenses")
     def license_count(self, obj):
@@ -345,7 +345,7 @@ class LicenseAdmin(AuditedSaveMixin, KeepLedgerIntactMixin, ScopedAdminMixin, ad
     def resets_display(self, obj):
         usage = self._usage(obj)
         if usage.resets_at is None:
-            return "never"
+            return gettext("never")
         return format_html(
             '<span style="white-space: nowrap">{}</span>', _local(usage.resets_at, obj)
         )
