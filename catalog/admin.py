@@ -11,6 +11,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Count, Q
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
 
 from core.localcache import clear_all
 
@@ -77,11 +78,11 @@ class ProviderAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
             )
         )
 
-    @admin.display(description="connections", ordering="_connections")
+    @admin.display(description=_("connections"), ordering="_connections")
     def connection_count(self, obj):
         return obj._connections
 
-    @admin.display(description="models served", ordering="_models")
+    @admin.display(description=_("models served"), ordering="_models")
     def model_count(self, obj):
         return obj._models
 
@@ -97,7 +98,7 @@ class TagListFilter(admin.FieldListFilter):
         stored = Connection.objects.exclude(tags="").values_list("tags", flat=True).distinct()
         self.tags = sorted({tag for text in stored for tag in parse_tags(text)})
         super().__init__(field, request, params, model, model_admin, field_path)
-        self.title = "tag"
+        self.title = _("tag")
 
     def expected_parameters(self):
         return [self.parameter_name]
@@ -207,41 +208,41 @@ class ConnectionAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
                     + (["updated_at"] if obj else [])
                 },
             ),
-            ("API key (OpenAI-style providers)", {"fields": api_key}),
-            ("AWS (Bedrock)", {"fields": aws}),
+            (_("API key (OpenAI-style providers)"), {"fields": api_key}),
+            (_("AWS (Bedrock)"), {"fields": aws}),
             (
-                "Azure OpenAI",
+                _("Azure OpenAI"),
                 {"fields": ["api_version", "deployments"], "classes": ["collapse"]},
             ),
             (
-                "OpenAI-compatible server",
+                _("OpenAI-compatible server"),
                 {"fields": ["responses_api", "stream_usage"], "classes": ["collapse"]},
             ),
         ]
 
-    @admin.display(description="credentials set", boolean=True)
+    @admin.display(description=_("credentials set"), boolean=True)
     def credentials_set(self, obj):
         return obj.has_credentials
 
-    @admin.display(description="base URL", ordering="base_url")
+    @admin.display(description=_("base URL"), ordering="base_url")
     def shown_base_url(self, obj):
         return shown_base_url(obj.base_url)
 
-    @admin.display(description="tags", ordering="tags")
+    @admin.display(description=_("tags"), ordering="tags")
     def tag_list(self, obj):
         return ", ".join(parse_tags(obj.tags)) or "-"
 
-    @admin.display(description="circuit")
+    @admin.display(description=_("circuit"))
     def circuit_state(self, obj):
         health = _health(obj)
         label = health.state.replace("_", "-")
         if health.state == CLOSED and not health.failures:
             return label
         color = "var(--error-fg)" if health.state == OPEN else "#b36b00"
-        title = f"{health.failures} failure(s) in a row"
+        title = _("%(n)s failure(s) in a row") % {"n": health.failures}
         return format_html('<strong style="color: {}" title="{}">{}</strong>', color, title, label)
 
-    @admin.display(description="last error")
+    @admin.display(description=_("last error"))
     def last_error(self, obj):
         health = _health(obj)
         if not health.last_error:
@@ -249,7 +250,7 @@ class ConnectionAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
         when = _utc(health.last_error_at) if health.last_error_at else ""
         return format_html('{} <span class="quiet">{}</span>', health.last_error, when)
 
-    @admin.display(description="cool-down until")
+    @admin.display(description=_("cool-down until"))
     def cooldown_until(self, obj):
         health = _health(obj)
         if health.state != OPEN or health.open_until is None:
@@ -281,10 +282,10 @@ class CatalogModelAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("model_id", "owned_by", "listed", "updated_at")}),
         (
-            "Shown to clients",
+            _("Shown to clients"),
             {"fields": ("supported_features", "input_modality", "output_modality")},
         ),
-        ("Billing and behaviour", {"fields": ("cost", "options")}),
+        (_("Billing and behaviour"), {"fields": ("cost", "options")}),
     )
 
     def get_queryset(self, request):
@@ -294,14 +295,14 @@ class CatalogModelAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
             .annotate(_active_rows=Count("provider_rows", filter=Q(provider_rows__active=True)))
         )
 
-    @admin.display(description="features")
+    @admin.display(description=_("features"))
     def features(self, obj):
         value = obj.supported_features
         if isinstance(value, list):
             return ", ".join(str(item) for item in value)
         return str(value)
 
-    @admin.display(description="active rows", ordering="_active_rows")
+    @admin.display(description=_("active rows"), ordering="_active_rows")
     def active_rows(self, obj):
         return obj._active_rows
 
@@ -320,13 +321,16 @@ class ProviderModelAdmin(SuperuserCatalogMixin, admin.ModelAdmin):
     def _set_active(self, request, queryset, active: bool):
         updated = queryset.update(active=active)
         clear_all()  # update() sends no post_save: drop the API's cached catalog here
-        state = "activated" if active else "deactivated"
-        self.message_user(request, f"{updated} provider row(s) {state}.", messages.SUCCESS)
+        if active:
+            text = _("%(n)s provider row(s) activated.")
+        else:
+            text = _("%(n)s provider row(s) deactivated.")
+        self.message_user(request, text % {"n": updated}, messages.SUCCESS)
 
-    @admin.action(description="Activate selected provider rows", permissions=["change"])
+    @admin.action(description=_("Activate selected provider rows"), permissions=["change"])
     def activate(self, request, queryset):
         self._set_active(request, queryset, True)
 
-    @admin.action(description="Deactivate selected provider rows", permissions=["change"])
+    @admin.action(description=_("Deactivate selected provider rows"), permissions=["change"])
     def deactivate(self, request, queryset):
         self._set_active(request, queryset, False)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from core.text import SURROGATE
 
@@ -86,8 +87,9 @@ class AdminModelFormMixin(_ModelForm):
             # submission is then "unchanged" for the change message.
             self.initial[name] = ""
             stored = bool(self.instance.pk and getattr(self.instance, name, ""))
-            state = "A value is stored (not shown)." if stored else "Nothing stored."
-            field.help_text = f"{state} Leave blank to keep the stored value."
+            state = _("A value is stored (not shown).") if stored else _("Nothing stored.")
+            keep = _("Leave blank to keep the stored value.")
+            field.help_text = f"{state} {keep}"
 
     def clean(self):
         super().clean()
@@ -98,7 +100,7 @@ class AdminModelFormMixin(_ModelForm):
             new_value = cleaned.get(name) or ""
             clear = cleaned.get(f"clear_{name}", False)
             if new_value and clear:
-                self.add_error(f"clear_{name}", "Enter a new value or clear it, not both.")
+                self.add_error(f"clear_{name}", _("Enter a new value or clear it, not both."))
             elif clear:
                 cleaned[name] = ""
             elif not new_value:
@@ -141,38 +143,46 @@ OPTION_FIELDS = {key: kind for kind, keys in OPTION_KEYS.items() for key in keys
 class ConnectionForm(AdminModelFormMixin, forms.ModelForm):
     secret_fields = ("api_key", "aws_secret_access_key")
 
-    clear_api_key = forms.BooleanField(required=False, label="Clear the stored API key")
+    clear_api_key = forms.BooleanField(required=False, label=_("Clear the stored API key"))
     clear_aws_secret_access_key = forms.BooleanField(
-        required=False, label="Clear the stored AWS secret access key"
+        required=False, label=_("Clear the stored AWS secret access key")
     )
     # Connection.options, per kind (catalog/connection_options.py checks the values).
     api_version = forms.CharField(
         required=False,
         max_length=40,
-        label="API version",
-        help_text="Azure OpenAI: the api-version of the classic deployment paths (e.g. "
-        "2024-10-21). Empty: the v1 API path.",
+        label=_("API version"),
+        help_text=_(
+            "Azure OpenAI: the api-version of the classic deployment paths (e.g. "
+            "2024-10-21). Empty: the v1 API path."
+        ),
     )
     deployments = forms.CharField(
         required=False,
-        label="Deployment map",
+        label=_("Deployment map"),
         widget=forms.Textarea(attrs={"rows": 4, "cols": 60, "style": "font-family: monospace"}),
-        help_text="Azure OpenAI: one MODEL=DEPLOYMENT per line, for a catalog model whose "
-        "deployment is not named as its row's upstream id.",
+        help_text=_(
+            "Azure OpenAI: one MODEL=DEPLOYMENT per line, for a catalog model whose "
+            "deployment is not named as its row's upstream id."
+        ),
     )
     responses_api = forms.ChoiceField(
         required=False,
-        label="Responses API",
+        label=_("Responses API"),
         choices=_blank_or(RESPONSES_API, "chat"),
-        help_text="OpenAI-compatible server: /v1/responses translated to chat completions "
-        "(chat) or the server's own Responses API (native).",
+        help_text=_(
+            "OpenAI-compatible server: /v1/responses translated to chat completions "
+            "(chat) or the server's own Responses API (native)."
+        ),
     )
     stream_usage = forms.ChoiceField(
         required=False,
-        label="Stream usage",
+        label=_("Stream usage"),
         choices=_blank_or(STREAM_USAGE, "ask"),
-        help_text="OpenAI-compatible server: ask for usage on streams (ask), or not, for a "
-        "server that always reports it and refuses stream_options (always: Mistral's API).",
+        help_text=_(
+            "OpenAI-compatible server: ask for usage on streams (ask), or not, for a "
+            "server that always reports it and refuses stream_options (always: Mistral's API)."
+        ),
     )
 
     def __init__(self, *args, **kwargs):
@@ -234,7 +244,7 @@ class ConnectionForm(AdminModelFormMixin, forms.ModelForm):
             "aws_secret_access_key",
         )
         labels = {
-            "api_key": "API key",
-            "aws_access_key_id": "AWS access key id",
-            "aws_secret_access_key": "AWS secret access key",
+            "api_key": _("API key"),
+            "aws_access_key_id": _("AWS access key id"),
+            "aws_secret_access_key": _("AWS secret access key"),
         }

@@ -3,6 +3,7 @@ import re
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from core.fields import EncryptedTextField
 
@@ -22,8 +23,8 @@ def validate_tags(value: str) -> None:
     bad = [tag for tag in parse_tags(value) if not _TAG.match(tag)]
     if bad:
         raise ValidationError(
-            f"Invalid tag(s): {', '.join(bad)!s}; a tag is 1-32 lower-case letters, digits, "
-            "'-' or '_'"
+            _("Invalid tag(s): %(tags)s; a tag is 1-32 lower-case letters, digits, '-' or '_'")
+            % {"tags": ", ".join(bad)}
         )
 
 
@@ -53,15 +54,19 @@ class Connection(models.Model):
     region = models.CharField(max_length=64, blank=True)
     aws_access_key_id = models.CharField(max_length=200, blank=True)
     aws_secret_access_key = EncryptedTextField(max_length=500, blank=True)
-    timeout = models.FloatField(null=True, blank=True, help_text="Seconds; empty = gateway default")
+    timeout = models.FloatField(
+        null=True, blank=True, help_text=_("Seconds; empty = gateway default")
+    )
     # Unpinned requests are spread over a provider's healthy connections by weight; 0 keeps
     # a connection in standby (failover and pins only). docs/routing.md.
     weight = models.PositiveIntegerField(
         default=1,
         db_default=1,
         validators=[MaxValueValidator(MAX_WEIGHT)],
-        help_text="Share of unpinned traffic, relative to the provider's other connections; "
-        "0 = standby, used only when the others fail or when pinned",
+        help_text=_(
+            "Share of unpinned traffic, relative to the provider's other connections; "
+            "0 = standby, used only when the others fail or when pinned"
+        ),
     )
     # Data-residency tags (e.g. "eu,on-premises") that a license type's policy may require.
     tags = models.CharField(
@@ -70,7 +75,7 @@ class Connection(models.Model):
         default="",
         db_default="",
         validators=[validate_tags],
-        help_text="Comma-separated tags, e.g. eu,on-premises",
+        help_text=_("Comma-separated tags, e.g. eu,on-premises"),
     )
     # What a kind needs beyond a URL and a key (catalog.registry's kind; docs/providers.md):
     # Azure's `api_version` and `deployments` ({model: deployment}), an OpenAI-compatible
@@ -153,7 +158,7 @@ class Model(models.Model):
         Provider,
         on_delete=models.PROTECT,
         related_name="owned_models",
-        help_text="The provider a request for this model goes to when no header pins one.",
+        help_text=_("The provider a request for this model goes to when no header pins one."),
     )
     supported_features = models.JSONField(default=list, blank=True)
     input_modality = models.JSONField(default=dict, blank=True)
@@ -161,15 +166,17 @@ class Model(models.Model):
     cost = models.JSONField(
         default=dict,
         blank=True,
-        help_text="Micro-credits. {'type': 'per_token', 'prompt': 0.02, 'completion': ...}, "
-        "{'type': 'per_image', 'image': 30000}, ...",
+        help_text=_(
+            "Micro-credits. {'type': 'per_token', 'prompt': 0.02, 'completion': ...}, "
+            "{'type': 'per_image', 'image': 30000}, ..."
+        ),
     )
     options = models.JSONField(
         default=dict,
         blank=True,
-        help_text="Behaviour flags not shown to clients, e.g. {'accepts_dimensions': true}.",
+        help_text=_("Behaviour flags not shown to clients, e.g. {'accepts_dimensions': true}."),
     )
-    listed = models.BooleanField(default=True, help_text="Shown by GET /v1/models")
+    listed = models.BooleanField(default=True, help_text=_("Shown by GET /v1/models"))
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -191,14 +198,14 @@ class ProviderModel(models.Model):
     provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="model_rows")
     upstream_model_id = models.CharField(max_length=200)
     active = models.BooleanField(default=True)
-    priority = models.IntegerField(default=100, help_text="Lower is tried first")
+    priority = models.IntegerField(default=100, help_text=_("Lower is tried first"))
 
     class Meta:
         ordering = ["model__model_id", "priority", "provider__slug"]
         constraints = [
             models.UniqueConstraint(fields=["model", "provider"], name="uniq_model_provider")
         ]
-        verbose_name = "provider row"
+        verbose_name = _("provider row")
 
     def __str__(self):
         state = "active" if self.active else "inactive"
@@ -211,5 +218,5 @@ class ProviderModel(models.Model):
             return
         if self.active and not priced(model.cost, model.supported_features):
             raise ValidationError(
-                {"active": "A model without a price cannot be served: set its cost first"}
+                {"active": _("A model without a price cannot be served: set its cost first")}
             )

@@ -48,6 +48,8 @@ ADMIN_MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # After the user is known: their own language is stored on their profile (docs/languages.md).
+    "gateway_site.languages.LanguageMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -118,9 +120,18 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS: list[dict[str, Any]] = []
-LANGUAGE_CODE = "en-us"
+# The pages' languages (docs/languages.md): every language with a complete catalogue in
+# locale/, one catalogue each; a person's choice, their browser or their institution picks one
+# (gateway_site.languages, on the admin stack only: /v1 activates none and answers in English).
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("de", "Deutsch")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+# The menu's choice, kept a year (Django's default ends with the browser) and read by no script.
+LANGUAGE_COOKIE_AGE = 365 * 24 * 3600
+LANGUAGE_COOKIE_HTTPONLY = True
+LANGUAGE_COOKIE_SAMESITE = "Lax"
 TIME_ZONE = "UTC"
-USE_I18N = False
+USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = CONFIG.STATIC_ROOT

@@ -1,14 +1,16 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
+from django.utils.translation import gettext_lazy as _
 from django.views.generic import RedirectView
 
 from inference.api import api
 from licensing.signin import lti_views, sso_views
 
+from .languages import set_language
 from .middleware import api_not_found_view
 
 admin.site.site_header = "Inference Gateway"
-admin.site.site_title = "Inference Gateway admin"
+admin.site.site_title = _("Inference Gateway admin")
 
 # The site's error pages for people, JSON for /v1 and /manage/v1 (gateway_site.errors).
 handler400 = "gateway_site.errors.bad_request"
@@ -31,5 +33,6 @@ urlpatterns = [
     path("lti/launch/", lti_views.lti_launch, name="lti-launch"),
     path("manage/v1/", include("licensing.manage_urls")),
     path("portal/", include("licensing.portal.urls")),
+    path("language/", set_language, name="set_language"),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

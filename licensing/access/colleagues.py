@@ -17,16 +17,20 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.mail import send_mail
 from django.db import transaction
 from django.urls import reverse
+from django.utils import translation
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
+from django.utils.translation import gettext, gettext_noop
+from django.utils.translation import gettext_lazy as _
 
 from ..models import AdminProfile, AuditEvent, Institution
 from .audit import audit_event_record
+from .languages import language_of
 from .scoping import ADMIN, Scope, scope_of
 
 # The roles an institution admin gives, highest first; no role ranks above admin.
 ASSIGNABLE_ROLES = (AdminProfile.Role.ADMIN, AdminProfile.Role.REVIEWER, AdminProfile.Role.TEACHER)
-MANAGED_BY_IDP = "managed by the identity provider"
+MANAGED_BY_IDP = gettext_noop("managed by the identity provider")
 
 
 def may_manage_colleagues(scope: Scope) -> bool:
@@ -48,17 +52,17 @@ def _check_role(scope: Scope, role: str) -> None:
     if role not in AdminProfile.Role.values:
         raise ValidationError(f"Unknown role {role!r}")
     if not scope.superuser and role not in ASSIGNABLE_ROLES:
-        raise PermissionDenied("This role is above your own")
+        raise PermissionDenied(_("This role is above your own"))
 
 
 def _check_target(scope: Scope, actor: User, user: User) -> AdminProfile:
     profile = AdminProfile.objects.filter(user_id=user.pk).first()
     if profile is None:
-        raise PermissionDenied("This user has no institution role")
+        raise PermissionDenied(_("This user has no institution role"))
     if not scope.superuser and (
         user.is_superuser or profile.institution_id != scope.institution_id
     ):
-        raise PermissionDenied("This user is not a colleague of your institution")
+        raise PermissionDenied(_("This user is not a colleague of your institution"))
     return profile
 
 
@@ -78,12 +82,16 @@ def invitation_send(*, user: User, link: str, inviter: User) -> bool:
     """E-mail the invitation link when the colleague has an address; whether one went out."""
     if not user.email:
         return False
+    # In the colleague's language: their institution's (they have chosen none yet).
+    with translation.override(language_of(user)):
+        subject = gettext("Your access to the inference gateway")
+        message = gettext(
+            "%(inviter)s invited you to the inference gateway's admin as %(user)s.\n\n"
+            "Set your password here (the link works once):\n%(link)s\n"
+        ) % {"inviter": inviter.get_username(), "user": user.get_username(), "link": link}
     send_mail(
-        subject="Your access to the inference gateway",
-        message=(
-            f"{inviter.get_username()} invited you to the inference gateway's admin as "
-            f"{user.get_username()}.\n\nSet your password here (the link works once):\n{link}\n"
-        ),
+        subject=subject,
+        message=message,
         from_email=None,
         recipient_list=[user.email],
         fail_silently=True,  # the admin sees the link on screen as well
@@ -105,14 +113,14 @@ def colleague_create(
     usable password: the colleague sets one through the invitation link."""
     scope = scope_of(actor)
     if not may_manage_colleagues(scope):
-        raise PermissionDenied("You cannot manage users")
+        raise PermissionDenied(_("You cannot manage users"))
     _check_role(scope, role)
     if not scope.superuser and scope.institution_id is not None:
         institution = Institution.objects.get(pk=scope.institution_id)
     if institution is None:
-        raise ValidationError("Choose the institution")
+        raise ValidationError(_("Choose the institution"))
     if User.objects.filter(username=username).exists():
-        raise ValidationError(f"A user named {username!r} already exists")
+        raise ValidationError(_("A user named %(name)r already exists") % {"name": username})
     user = User.objects.create_user(username, email=email, password=None, is_staff=True)
     AdminProfile.objects.create(user=user, institution=institution, role=role)
     audit_event_record(
@@ -140,7 +148,7 @@ def colleague_update(
     was before and after. None leaves a value as it is."""
     scope = scope_of(actor)
     if not may_manage_colleagues(scope):
-        raise PermissionDenied("You cannot manage users")
+        raise PermissionDenied(_("You cannot manage users"))
     user = User.objects.select_for_update().get(pk=user.pk)
     profile = _check_target(scope, actor, user)
     own = user.pk == actor.pk
@@ -148,11 +156,11 @@ def colleague_update(
     if role is not None and role_changes:
         _check_role(scope, role)
         if profile.managed_by_idp:
-            raise PermissionDenied(f"This role is {MANAGED_BY_IDP}")
+            raise PermissionDenied(_("This role is %(how)s") % {"how": _(MANAGED_BY_IDP)})
         if own and not scope.superuser:
-            raise PermissionDenied("You cannot change your own role")
+            raise PermissionDenied(_("You cannot change your own role"))
     if active is not None and not active and own:
-        raise PermissionDenied("You cannot deactivate yourself")
+        raise PermissionDenied(_("You cannot deactivate yourself"))
 
     target = f"user:{user.pk}"
     if role is not None and role_changes:

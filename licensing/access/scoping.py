@@ -141,8 +141,10 @@ def scope_of(user) -> Scope:
     elif user.is_superuser:
         scope = Scope(superuser=True)
     else:
+        # The person's language and their institution's in the same query as the time zone,
+        # for the pages' language (licensing.access.languages): one query a page for all.
         profile = AdminProfile.objects.filter(user_id=user.pk).values_list(
-            "institution_id", "role", "institution__timezone"
+            "institution_id", "role", "institution__timezone", "language", "institution__language"
         )
         row = profile.first()
         scope = (
@@ -156,6 +158,7 @@ def scope_of(user) -> Scope:
             if row
             else NOBODY
         )
+        user._gateway_languages = (row[3], row[4]) if row else ("", "")
     user._gateway_scope = scope
     return scope
 

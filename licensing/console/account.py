@@ -4,11 +4,17 @@ password (Django's password-reset views and the admin's templates for them)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path, reverse_lazy
+from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise  # str or a lazy translation
 
 from ..access.tokens import (
     NO_TOKEN,
@@ -27,7 +33,7 @@ def my_token_view(request):
         token = management_token_rotate(user=request.user, request=request)
     context = {
         **admin.site.each_context(request),
-        "title": "My API token",
+        "title": _("My API token"),
         "token": token,
         "has_token": token is not None or management_token_exists(request.user),
     }
@@ -39,7 +45,7 @@ def my_token_view(request):
 class _AdminLook:
     """The admin's header and title on the invitation pages (Django's own templates)."""
 
-    title = ""
+    title: StrOrPromise = ""
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)  # type: ignore[misc]
@@ -55,12 +61,12 @@ class _AdminLook:
 class InvitationView(_AdminLook, auth_views.PasswordResetConfirmView):
     """Where an invited colleague sets their password (the link shown to the admin)."""
 
-    title = "Set your password"
+    title = _("Set your password")
     success_url = reverse_lazy("password_reset_complete")
 
 
 class InvitationDoneView(_AdminLook, auth_views.PasswordResetCompleteView):
-    title = "Your password is set"
+    title = _("Your password is set")
 
 
 urlpatterns = [

@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from datetime import date
 from html import escape
 
+from django.utils import dateformat
+from django.utils.translation import gettext
+
+from core.languages import grouped
+
 PALETTE = (
     "#4e79a7",
     "#f28e2b",
@@ -33,7 +38,6 @@ OUTCOME_COLOURS = {
     "denied": "#e15759",
     "failure": "#b07aa1",
 }
-MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 FONT = 11
 CHAR_W = 6.5  # a generous average glyph width at FONT px: labels never collide
 LINE = 16
@@ -108,7 +112,8 @@ def nice_ticks(maximum: int, count: int = 4) -> list[int]:
 
 
 def day_label(day: date) -> str:
-    return f"{MONTHS[day.month - 1]} {day.day}"
+    # The month's short name in the page's language (Django's own catalogue: Mär, Okt...).
+    return gettext("%(month)s %(day)s") % {"month": dateformat.format(day, "M"), "day": day.day}
 
 
 def _svg(width: float, height: float, label: str, body: list[str]) -> str:
@@ -130,7 +135,7 @@ def _legend(bands: Sequence[Band], left: float, top: float, room: float, unit: s
             x, y = left, y + LINE
         total = sum(band.values)
         parts.append(
-            f'<g class="legend-item"><title>{esc(band.label)}: {total:,} {esc(unit)}</title>'
+            f'<g class="legend-item"><title>{esc(band.label)}: {grouped(total)} {esc(unit)}</title>'
             f'<rect x="{num(x)}" y="{num(y)}" width="10" height="10" fill="{band.colour}"/>'
             f'<text x="{num(x + 14)}" y="{num(y + 9)}">{esc(name)}</text></g>'
         )
@@ -149,7 +154,7 @@ def stacked_bars(
     """Bars per day, one band per series stacked in the given order (first at the bottom)."""
     totals = [sum(band.values[i] for band in bands) for i in range(len(days))]
     ticks = nice_ticks(max(totals, default=0))
-    left = max(len(f"{t:,}") for t in ticks) * CHAR_W + 10
+    left = max(len(grouped(t)) for t in ticks) * CHAR_W + 10
     room = width - left - 8
     legend, legend_h = _legend(bands, left, 4, room, unit)
     top = 4 + legend_h + 8
@@ -158,7 +163,7 @@ def stacked_bars(
     body = [*legend, *plot.y_axis(ticks), *plot.x_axis(days)]
     body += [plot.day_columns(days, totals, unit), *plot.bands(days, bands, unit)]
     if not any(totals):
-        body.append(plot.note("No usage in this range"))
+        body.append(plot.note(gettext("No usage in this range")))
     return _svg(width, height, title, body)
 
 
@@ -190,7 +195,7 @@ class _Plot:
                 f'<line x1="{num(self.left)}" x2="{num(self.left + self.width)}" y1="{y}" '
                 f'y2="{y}" stroke="currentColor" stroke-opacity="{0.5 if tick == 0 else 0.15}"/>'
                 f'<text x="{num(self.left - 6)}" y="{num(self.y(tick) + 4)}" '
-                f'text-anchor="end">{tick:,}</text>'
+                f'text-anchor="end">{grouped(tick)}</text>'
             )
         return parts
 
@@ -209,10 +214,12 @@ class _Plot:
 
     def day_columns(self, days: Sequence[date], totals: list[int], unit: str) -> str:
         """An invisible column per day whose tooltip gives the day's total."""
+        in_total = gettext("%(n)s %(unit)s in total")
         columns = "".join(
             f'<rect x="{num(self.left + i * self.slot)}" y="{num(self.top)}" '
             f'width="{num(self.slot)}" height="{num(self.height)}">'
-            f"<title>{day.isoformat()}: {totals[i]:,} {esc(unit)} in total</title></rect>"
+            f"<title>{day.isoformat()}: {esc(in_total % {'n': grouped(totals[i]), 'unit': unit})}"
+            "</title></rect>"
             for i, day in enumerate(days)
         )
         return f'<g class="days" fill="transparent">{columns}</g>'
@@ -233,7 +240,8 @@ class _Plot:
                 rects.append(
                     f'<rect x="{xs[i]}" y="{num(y_top)}" width="{num(bar_w)}" '
                     f'height="{num(max(0.5, y_base - y_top))}">'
-                    f"<title>{days[i].isoformat()} · {label}: {value:,} {esc(unit)}</title></rect>"
+                    f"<title>{days[i].isoformat()} · {label}: {grouped(value)} {esc(unit)}"
+                    "</title></rect>"
                 )
             if rects:
                 groups.append(
@@ -254,21 +262,22 @@ def hbars(rows: Sequence[HBar], *, title: str, unit: str, width: int = WIDTH) ->
     """One bar per row, longest first as given, the value at its end."""
     row_h, label_chars = 22, 30
     if not rows:
+        nothing = gettext("Nothing in this range")
         return _svg(
             width,
             30,
             title,
-            [f'<text x="0" y="18" fill-opacity="0.7">{esc("Nothing in this range")}</text>'],
+            [f'<text x="0" y="18" fill-opacity="0.7">{esc(nothing)}</text>'],
         )
     label_w = max(len(short(r.label, label_chars)) for r in rows) * CHAR_W + 12
-    value_w = max(len(f"{r.value:,}") for r in rows) * CHAR_W + 8
+    value_w = max(len(grouped(r.value)) for r in rows) * CHAR_W + 8
     room = max(40.0, width - label_w - value_w)
     top = max((r.value for r in rows), default=0) or 1
     body = []
     for i, row in enumerate(rows):
         y = i * row_h + 4
         bar = row.value / top * room
-        tip = f"{row.label}: {row.value:,} {unit}" + (f", {row.note}" if row.note else "")
+        tip = f"{row.label}: {grouped(row.value)} {unit}" + (f", {row.note}" if row.note else "")
         text = f'<text x="0" y="{num(y + 11)}">{esc(short(row.label, label_chars))}</text>'
         if row.href:
             text = f'<a class="link" href="{esc(row.href)}">{text}</a>'
@@ -276,6 +285,6 @@ def hbars(rows: Sequence[HBar], *, title: str, unit: str, width: int = WIDTH) ->
             f'<g class="hbar"><title>{esc(tip)}</title>{text}'
             f'<rect x="{num(label_w)}" y="{num(y)}" width="{num(max(bar, 1.0))}" height="15" '
             f'fill="{PALETTE[0]}"/>'
-            f'<text x="{num(label_w + bar + 6)}" y="{num(y + 11)}">{row.value:,}</text></g>'
+            f'<text x="{num(label_w + bar + 6)}" y="{num(y + 11)}">{grouped(row.value)}</text></g>'
         )
     return _svg(width, len(rows) * row_h + 6, title, body)

@@ -31,6 +31,7 @@ from django.contrib import auth
 from django.http.request import split_domain_port, validate_host
 from django.urls import path
 
+from ..access.languages import page_language
 from ..access.scoping import scope_of
 from ..ledger import feed as live
 from ..models import Transaction
@@ -144,6 +145,18 @@ def same_origin(connection_scope) -> bool:
     return origin == own_origin(connection_scope, headers)
 
 
+def viewer_language(connection_scope) -> str:
+    """The language of the viewer's page (the rows' words: "key", "end user"), chosen as the
+    admin's pages choose it (licensing.access.languages.page_language): the websocket carries
+    the same user, cookie and Accept-Language."""
+    cookies = connection_scope.get("cookies") or {}
+    headers = dict(connection_scope.get("headers") or ())
+    accept = headers.get(b"accept-language", b"").decode("latin-1")
+    return page_language(
+        connection_scope.get("user"), cookies.get(settings.LANGUAGE_COOKIE_NAME), accept
+    )
+
+
 class TransactionFeed(AsyncJsonWebsocketConsumer):
     group: str | None = None
     heartbeat: asyncio.Task | None = None
@@ -157,6 +170,8 @@ class TransactionFeed(AsyncJsonWebsocketConsumer):
         if group is None:
             await self.close(code=REFUSED)
             return
+        # The rows' words in the viewer's language (their user was read just now: no query).
+        self.names = HolderNames(language=await database_sync_to_async(viewer_language)(self.scope))
         await self.channel_layer.group_add(group, self.channel_name)
         self.group = group
         await self.accept()

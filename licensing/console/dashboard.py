@@ -21,10 +21,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db.models import Sum
 from django.urls import reverse
+from django.utils import dateformat
 from django.utils.translation import gettext as _
 
 from catalog.models import Connection
 from core import clock
+from core.languages import grouped
 
 from ..access.scoping import ADMIN, REVIEWER, TEACHER, Scope, scope_of
 from ..models import Course, IdentityProvider, Institution, License, LtiPlatform, Transaction
@@ -65,7 +67,8 @@ def month_start(institution: Institution, now: datetime) -> tuple[datetime, str]
     local = now.astimezone(zone)
     first = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     # fold=0: a 1st whose midnight does not exist starts at the day's first instant.
-    return first, f"{local:%B %Y} ({zone.key})"
+    # The month's name in the page's language (Django's, not the C locale's strftime).
+    return first, f"{dateformat.format(local, 'F Y')} ({zone.key})"
 
 
 def month_spend(institution: Institution, now: datetime) -> tuple[int, str]:
@@ -166,7 +169,7 @@ def institution_summaries(
         spent, month = spends[institution.pk]
         spend = _("%(money)s (%(micro)s micro-credits)") % {
             "money": institution_rate(institution).format(spent),
-            "micro": f"{spent:,}",
+            "micro": grouped(spent),
         }
         steps = _steps(institution.pk, done, scope, connected)
         summaries.append(InstitutionSummary(institution, steps, spend, month))

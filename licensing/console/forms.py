@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 
 from catalog.forms import AdminModelFormMixin, formfield_callback
 from catalog.selectors import connected_catalog, policy_choices, service_providers
+from core.languages import grouped
 from core.text import SURROGATE, json_holds
 from core.zones import is_zone, zone_choices
 
@@ -53,6 +54,8 @@ class InstitutionForm(forms.ModelForm):
     knows) and the default language (one of settings.LANGUAGES), checked before anything is
     saved. The `configure_institution` command validates through it too."""
 
+    # A language of settings.LANGUAGES (docs/languages.md): not `choices` on the model, so
+    # that a new catalogue needs no migration.
     language = forms.ChoiceField(required=False, label=_("Language"))
 
     class Meta:
@@ -101,15 +104,15 @@ class InstitutionForm(forms.ModelForm):
     def clean_currency(self):
         currency = (self.cleaned_data.get("currency") or "").strip()
         if currency and not (len(currency) == 3 and currency.isascii() and currency.isupper()):
-            raise forms.ValidationError("Three capital letters (ISO 4217), e.g. EUR.")
+            raise forms.ValidationError(_("Three capital letters (ISO 4217), e.g. EUR."))
         return currency
 
     def clean_micro_credits_per_currency_unit(self):
         rate = self.cleaned_data.get("micro_credits_per_currency_unit")
         if rate is not None and not 1 <= rate <= MAX_CREDITS_PER_UNIT:
             raise forms.ValidationError(
-                f"Between 1 and {MAX_CREDITS_PER_UNIT:,} micro-credits per unit "
-                "(empty = the gateway's rate)."
+                _("Between 1 and %(max)s micro-credits per unit (empty = the gateway's rate).")
+                % {"max": grouped(MAX_CREDITS_PER_UNIT)}
             )
         return rate
 
@@ -119,10 +122,13 @@ def _storable_document(document, name: str):
     Unicode; SQLite would keep it, so both databases refuse it here): a form error, not a 500
     on save."""
     if json_holds(document, _NUL):
-        raise forms.ValidationError(f"The {name} may not contain NUL characters (\\u0000).")
+        raise forms.ValidationError(
+            _("The %(name)s may not contain NUL characters (\\u0000).") % {"name": _(name)}
+        )
     if json_holds(document, SURROGATE):
         raise forms.ValidationError(
-            f"The {name} may not contain lone surrogates (\\ud800 to \\udfff)."
+            _("The %(name)s may not contain lone surrogates (\\ud800 to \\udfff).")
+            % {"name": _(name)}
         )
     return document
 
@@ -159,7 +165,7 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
         if "policy" not in self.fields or not self.policy_form.submitted:
             return cleaned
         if not self.policy_form.is_valid():
-            self.add_error(None, "The policy form has errors: see the marked fields below.")
+            self.add_error(None, _("The policy form has errors: see the marked fields below."))
         elif "policy" in self.cleaned_data:
             policy = self.policy_form.apply(self.cleaned_data["policy"])
             self.cleaned_data["policy"] = policy
@@ -230,7 +236,7 @@ class LicenseForm(MoneyFormMixin, AdminModelFormMixin, forms.ModelForm):
             and license_type.institution_id is not None
             and license_type.institution_id != institution.pk
         ):
-            self.add_error("license_type", "This license type belongs to another institution.")
+            self.add_error("license_type", _("This license type belongs to another institution."))
         return cleaned
 
 
@@ -285,7 +291,9 @@ class ApiKeyForm(forms.ModelForm):
 class JwtIssuerForm(AdminModelFormMixin, forms.ModelForm):
     secret_fields = ("hs256_secret",)
 
-    clear_hs256_secret = forms.BooleanField(required=False, label="Clear the stored HS256 secret")
+    clear_hs256_secret = forms.BooleanField(
+        required=False, label=_("Clear the stored HS256 secret")
+    )
 
     class Meta:
         model = JwtIssuer
@@ -310,5 +318,5 @@ class JwtIssuerForm(AdminModelFormMixin, forms.ModelForm):
         license = cleaned.get("license")
         if institution is not None and license is not None:
             if license.institution_id != institution.pk:
-                self.add_error("license", "This license belongs to another institution.")
+                self.add_error("license", _("This license belongs to another institution."))
         return cleaned

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
+from contextlib import nullcontext
 from datetime import datetime
 
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils import timezone
-from django.utils.translation import gettext as _
+from django.utils import timezone, translation
+from django.utils.translation import gettext_lazy as _
 
 from ..ledger.feed import event_of
 from ..models import ApiKey
@@ -21,7 +22,12 @@ from .people import end_user_people
 PATH = "/ws/admin/transactions/"  # the page's websocket, served by consumers.TransactionFeed
 PAGE_ROWS = 50  # rows the page starts with
 PAGE_MAX_ROWS = 300  # rows the page keeps as new ones arrive
-OUTCOME_LABELS = {"client_error": "client error"}
+OUTCOME_LABELS = {
+    "success": _("success"),
+    "client_error": _("client error"),
+    "denied": _("denied"),
+    "failure": _("failure"),
+}
 NAMES_KEPT = 5000  # holders' names one viewer remembers (the consumer's HolderNames)
 
 
@@ -47,7 +53,7 @@ def live_page(request, model_admin):
     context = {
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.model._meta,
-        "title": "Live transactions",
+        "title": _("Live transactions"),
         "is_nav_sidebar_enabled": False,  # the table needs the whole width
         "rows": [_local(_shown(event)) for event in events],
         "time_zone": timezone.get_current_timezone_name(),
@@ -73,8 +79,10 @@ class HolderNames:
     per viewer, a batch of new ones in two queries. The rows are the viewer's own scope's
     (the channel group decides), so naming them shows nothing the viewer may not see."""
 
-    def __init__(self, kept: int = NAMES_KEPT):
+    def __init__(self, kept: int = NAMES_KEPT, language: str | None = None):
         self.kept = kept
+        # The viewer's (the websocket's rows; None: the page's, already active).
+        self.language = language
         self.keys: OrderedDict[int, str] = OrderedDict()
         self.people: OrderedDict[int, str] = OrderedDict()
 
@@ -102,8 +110,9 @@ class HolderNames:
             self._keep(self.people, pk, person.label())
 
     def label(self, events: list[dict]) -> list[dict]:
-        for event in events:
-            event["holder"] = self._holder(event.get("api_key_id"), event.get("end_user_id"))
+        with translation.override(self.language) if self.language else nullcontext():
+            for event in events:
+                event["holder"] = self._holder(event.get("api_key_id"), event.get("end_user_id"))
         return events
 
     def _keep(self, names: OrderedDict, pk: int, text: str) -> None:
@@ -124,9 +133,9 @@ class HolderNames:
 def _shown(event: dict) -> dict:
     """The event with the texts live.js makes of it (live.js: holderOf, usageOf)."""
     if event["total_tokens"] is not None:
-        usage = f"{event['total_tokens']} tok"
+        usage = _("%(n)s tok") % {"n": event["total_tokens"]}
     else:
-        usage = f"{event['images']} img" if event["images"] is not None else "-"
+        usage = _("%(n)s img") % {"n": event["images"]} if event["images"] is not None else "-"
     return {
         **event,
         "usage": usage,

@@ -15,6 +15,8 @@ from django.db.models import Sum
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
 
+from core.languages import grouped
+
 from ..models import Institution
 from ..rules.money import Rate, format_amount, rate_of
 
@@ -48,7 +50,7 @@ def with_money(micro_credits: int | None, institution: Institution | None) -> st
     money = institution_rate(institution).format(micro_credits)
     return _("%(money)s (%(micro)s micro-credits)") % {
         "money": money,
-        "micro": f"{micro_credits:,}",
+        "micro": grouped(micro_credits),
     }
 
 
@@ -142,7 +144,7 @@ def _too_fine(rate: Rate) -> ValidationError:
         )
         % {
             "currency": rate.currency,
-            "per_unit": f"{rate.micro_credits_per_unit:,}",
+            "per_unit": grouped(rate.micro_credits_per_unit),
             "step": amount_text(1, rate),
         }
     )
@@ -275,10 +277,11 @@ def _money_help(
     help_text, stored: int | None, rate: Rate | None, choices_note: StrOrPromise
 ) -> str:
     """A budget field's help: what it is, its currency and rate, and what it holds now."""
-    what = str(help_text or "").replace("Micro-credits", _("The amount")).rstrip(".")
+    # The model's help as the page reads it ("Micro-credits per ...", "Mikro-Credits pro ...").
+    what = str(help_text or "").replace(_("Micro-credits"), _("The amount")).rstrip(".")
     if rate is None:
         return f"{what}. {choices_note}".strip()
-    per_unit = f"{rate.micro_credits_per_unit:,}"
+    per_unit = grouped(rate.micro_credits_per_unit)
     parts = [
         what + ".",
         _("In %(currency)s: 1 %(currency)s = %(per_unit)s micro-credits.")
@@ -287,6 +290,6 @@ def _money_help(
     if stored is not None:
         parts.append(
             _("Now %(money)s = %(micro)s micro-credits.")
-            % {"money": rate.format(stored), "micro": f"{stored:,}"}
+            % {"money": rate.format(stored), "micro": grouped(stored)}
         )
     return " ".join(part for part in parts if part.strip(". "))

@@ -22,11 +22,15 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext, gettext_noop
 from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise  # str or a lazy translation
 
 from catalog.registry import POLICY_SERVICES, SERVICE_BY_NAME, TEXT_SERVICES
 from catalog.selectors import Connected
@@ -70,7 +74,7 @@ MIN, MAX = cast(Min, RULES["min"]), cast(Max, RULES["max"])
 class Limit:
     param: str  # the rule's parameter
     key: Min | Max  # its rule key
-    label: str
+    label: StrOrPromise  # translated where it is shown
     whole: bool = True  # whole numbers; otherwise decimals (temperature)
     low: float = 0
     high: float = MAX_WHOLE
@@ -86,21 +90,34 @@ class Limit:
 
 
 _TEMPERATURE = (
-    Limit("temperature", MIN, "Temperature at least", whole=False, high=2),
-    Limit("temperature", MAX, "Temperature at most", whole=False, high=2),
+    Limit("temperature", MIN, _("Temperature at least"), whole=False, high=2),
+    Limit("temperature", MAX, _("Temperature at most"), whole=False, high=2),
 )
 LIMITS: dict[str, tuple[Limit, ...]] = {
-    "chat_completions": (Limit("max_tokens", MAX, "Max tokens per answer"), *_TEMPERATURE),
-    "responses": (Limit("max_output_tokens", MAX, "Max tokens per answer"), *_TEMPERATURE),
-    "image_generation": (Limit("n", MAX, "Images per request (n) at most", low=1),),
-    "web_search": (Limit("num_results", MAX, "Results per search at most", low=1),),
+    "chat_completions": (Limit("max_tokens", MAX, _("Max tokens per answer")), *_TEMPERATURE),
+    "responses": (Limit("max_output_tokens", MAX, _("Max tokens per answer")), *_TEMPERATURE),
+    "image_generation": (Limit("n", MAX, _("Images per request (n) at most"), low=1),),
+    "web_search": (Limit("num_results", MAX, _("Results per search at most"), low=1),),
 }
+# The help text of a checklist left empty: every model or provider (that the ceiling allows).
+EVERY = {"model": _("None ticked: every model."), "provider": _("None ticked: every provider.")}
+EVERY_WITHIN = {
+    "model": _("None ticked: every model %(ceiling)s allows."),
+    "provider": _("None ticked: every provider %(ceiling)s allows."),
+}
+# The ceilings' names, translated where they are shown (ceiling_name).
+CEILING_NAMES = (
+    gettext_noop("the license type"),
+    gettext_noop("license type"),
+    gettext_noop("the course"),
+    gettext_noop("course"),
+)
 # Parameters the form offers as a checklist of their `allowed` values: (param, label, values).
-VALUE_LISTS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
+VALUE_LISTS: dict[str, tuple[tuple[str, StrOrPromise, tuple[str, ...]], ...]] = {
     "image_generation": (
         (
             "size",
-            "Image sizes allowed",
+            _("Image sizes allowed"),
             (
                 "256x256",
                 "512x512",
@@ -246,7 +263,10 @@ class PolicyForm(forms.Form):
             add(limit.name, self._limit_field(service, limit, value), value, limit.target)
         for param, label, values in VALUE_LISTS.get(service, ()):
             choices, current = self._value_choices(service, param, values)
-            help_text = f"Rule: params.{param}.{ALLOWED.name}. None ticked: any."
+            help_text = gettext("Rule: params.%(param)s.%(key)s. None ticked: any.") % {
+                "param": param,
+                "key": ALLOWED.name,
+            }
             add(
                 f"{param}__{ALLOWED.name}",
                 self._checklist(label, choices, help_text),
@@ -258,11 +278,12 @@ class PolicyForm(forms.Form):
 
     def _every(self, what: str) -> str:
         """The help text of a checklist left empty."""
-        within = f" {self.ceiling_name} allows" if self.ceiling is not None else ""
-        return f"None ticked: every {what}{within}."
+        if self.ceiling is None:
+            return EVERY[what] % {}
+        return EVERY_WITHIN[what] % {"ceiling": gettext(self.ceiling_name)}
 
     @staticmethod
-    def _checklist(label: Any, choices: list, help_text: str) -> forms.MultipleChoiceField:
+    def _checklist(label: StrOrPromise, choices: list, help_text: str) -> forms.MultipleChoiceField:
         field = forms.MultipleChoiceField(
             required=False,
             choices=choices,
@@ -282,13 +303,12 @@ class PolicyForm(forms.Form):
     def _marked(offered: list[str], current: list[str], served: frozenset[str] | None) -> list:
         """Each offered value, marked when no connection serves it; then the document's values
         the catalog does not offer, kept and marked."""
+        # Outside the f-strings, where makemessages finds them.
+        unserved, unknown = gettext("no connection"), gettext("not in the catalog")
         choices = [
-            (m, m if served is None or m in served else f"{m} ({_('no connection')})")
-            for m in offered
+            (m, m if served is None or m in served else f"{m} ({unserved})") for m in offered
         ]
-        return choices + [
-            (m, f"{m} ({_('not in the catalog')})") for m in current if m not in offered
-        ]
+        return choices + [(m, f"{m} ({unknown})") for m in current if m not in offered]
 
     def _served_anywhere(self, services) -> frozenset[str] | None:
         if self.connected is None:
@@ -316,7 +336,8 @@ class PolicyForm(forms.Form):
         choices, current = self._model_choices(service, models)
         if not choices:
             return None, current
-        help_text = "Rule: params.model.allowed, for this service only. " + self._every("model")
+        help_text = gettext("Rule: params.model.allowed, for this service only.")
+        help_text += " " + self._every("model")
         field = self._checklist(_("Allowed models"), choices, help_text)
         served = self.connected.models.get(service) if self.connected is not None else None
         self._more(field, [value for value, _label in choices], served)
@@ -349,8 +370,9 @@ class PolicyForm(forms.Form):
             slugs = [s for s in slugs if s in ceiling_providers]
         current = _providers(_services(self.document).get(service))
         current = [p for p in current if _str(p)] if isinstance(current, list) else []
+        unknown = gettext("unknown")
         choices = [(s, self._provider_label(s)) for s in slugs] + [
-            (s, f"{s} (unknown)") for s in current if s not in slugs
+            (s, f"{s} ({unknown})") for s in current if s not in slugs
         ]
         return choices, current
 
@@ -359,7 +381,7 @@ class PolicyForm(forms.Form):
             return slug
         label = f"{slug}: {self.connected.provider_labels.get(slug, '')}".rstrip(": ")
         if slug not in self.connected.providers:
-            label += f" ({_('not connected')})"
+            label += " (" + gettext("not connected") + ")"
         return label
 
     def _value_choices(
@@ -377,12 +399,19 @@ class PolicyForm(forms.Form):
     def _limit_field(self, service: str, limit: Limit, value: Any) -> forms.Field:
         """A number field for one bound, its range narrowed by the ceiling's value."""
         low, high, whole = _limit_range(limit, value)
-        help_text = f"Rule: params.{limit.param}.{limit.key.name}. Empty: no limit"
+        help_text = gettext("Rule: params.%(param)s.%(key)s. Empty: no limit") % {
+            "param": limit.param,
+            "key": limit.key.name,
+        }
         ceiling_value = self._ceiling_rule(service, limit.param).get(limit.key.name)
         if ceiling_value is not None:
-            whose = self.ceiling_name.removeprefix("the ")
+            whose = gettext(self.ceiling_name.removeprefix("the "))
             whose = whose[:1].upper() + whose[1:]
-            help_text = f"{whose}: {ceiling_value}. Empty: {self.ceiling_name}'s"
+            help_text = gettext("%(whose)s: %(value)s. Empty: %(ceiling)s's") % {
+                "whose": whose,
+                "value": ceiling_value,
+                "ceiling": gettext(self.ceiling_name),
+            }
             # The narrower of the form's bound and the ceiling's, as an overlay's would be.
             if limit.key.side == "high":
                 high = limit.key.intersect(ceiling_value, high)
@@ -403,7 +432,9 @@ class PolicyForm(forms.Form):
             low = cleaned.get(f"{service}__temperature__min")
             high = cleaned.get(f"{service}__temperature__max")
             if low is not None and high is not None and MAX.contradicts({"min": low, "max": high}):
-                self.add_error(f"{service}__temperature__min", "The minimum is above the maximum.")
+                self.add_error(
+                    f"{service}__temperature__min", _("The minimum is above the maximum.")
+                )
         return cleaned
 
     def apply(self, document: Any) -> dict:

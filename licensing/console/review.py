@@ -27,6 +27,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.db.models import BooleanField, Count, F, Func, Max, Min, Q, Sum
 from django.http import StreamingHttpResponse
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from catalog.models import Model as CatalogModel
 from catalog.models import Provider
@@ -83,8 +84,10 @@ class InstantField(forms.Field):
     one with an offset no time zone has (core.instants) is refused."""
 
     default_error_messages = {
-        "invalid": "Enter an ISO 8601 date or date-time, e.g. 2026-03-01 or 2026-03-01T08:30 "
-        "(the page's time zone, UTC in the management API, unless it has an offset).",
+        "invalid": _(
+            "Enter an ISO 8601 date or date-time, e.g. 2026-03-01 or 2026-03-01T08:30 "
+            "(the page's time zone, UTC in the management API, unless it has an offset)."
+        ),
     }
 
     def to_python(self, value):
@@ -125,7 +128,7 @@ class ReviewForm(forms.Form):
         cleaned = self.cleaned_data  # what Form.clean returns (typed Optional in the stubs)
         since, until = cleaned.get("since"), cleaned.get("until")
         if since and until and until <= since:
-            raise ValidationError("'until' (exclusive) must be later than 'since'.")
+            raise ValidationError(_("'until' (exclusive) must be later than 'since'."))
         return cleaned
 
 
@@ -217,7 +220,7 @@ def parse_search(text: str) -> list[tuple[str | None, str]]:
     try:
         words = list(lexer)
     except ValueError:
-        raise ValidationError("A quote in the search is not closed.") from None
+        raise ValidationError(_("A quote in the search is not closed.")) from None
     if len(words) > SEARCH_MAX_TERMS:
         raise ValidationError(f"At most {SEARCH_MAX_TERMS} search terms.")
     terms: list[tuple[str | None, str]] = []
@@ -248,30 +251,34 @@ class TransactionFilter(django_filters.FilterSet):
     institution = django_filters.ModelChoiceFilter(
         field_name="license__institution",
         queryset=_scoped(Institution),
-        label="institution",
+        label=_("institution"),
         method="filter_institution",
     )
-    license = django_filters.ModelChoiceFilter(queryset=_scoped(License), label="license")
-    api_key = django_filters.ModelChoiceFilter(label="API key", queryset=_scoped(ApiKey, "license"))
+    license = django_filters.ModelChoiceFilter(queryset=_scoped(License), label=_("license"))
+    api_key = django_filters.ModelChoiceFilter(
+        label=_("API key"), queryset=_scoped(ApiKey, "license")
+    )
     end_user = django_filters.ModelChoiceFilter(
-        queryset=_scoped(EndUser, "license"), label="end user"
+        queryset=_scoped(EndUser, "license"), label=_("end user")
     )
     service = django_filters.ChoiceFilter(
-        choices=[(s, s) for s in SERVICES], empty_label="any", label="service"
+        choices=[(s, s) for s in SERVICES], empty_label=_("any"), label=_("service")
     )
-    model = django_filters.CharFilter(method="filter_model", max_length=200, label="model")
+    model = django_filters.CharFilter(method="filter_model", max_length=200, label=_("model"))
     provider = django_filters.ChoiceFilter(
-        choices=_provider_choices, empty_label="any", label="provider"
+        choices=_provider_choices, empty_label=_("any"), label=_("provider")
     )
     outcome = django_filters.ChoiceFilter(
-        label="status class", choices=Outcome.choices, empty_label="any"
+        label=_("status class"), choices=Outcome.choices, empty_label=_("any")
     )
-    status = IntegerFilter(field_name="status_code", min_value=100, max_value=599, label="status")
-    failed_over = django_filters.BooleanFilter(method="filter_failed_over", label="failed over")
-    since = InstantFilter(field_name="created_at", lookup_expr="gte", label="from")
-    until = InstantFilter(field_name="created_at", lookup_expr="lt", label="to")
+    status = IntegerFilter(
+        field_name="status_code", min_value=100, max_value=599, label=_("status")
+    )
+    failed_over = django_filters.BooleanFilter(method="filter_failed_over", label=_("failed over"))
+    since = InstantFilter(field_name="created_at", lookup_expr="gte", label=_("from"))
+    until = InstantFilter(field_name="created_at", lookup_expr="lt", label=_("to"))
     q = django_filters.CharFilter(
-        method="search", label="search", max_length=SEARCH_MAX_CHARS, validators=[parse_search]
+        method="search", label=_("search"), max_length=SEARCH_MAX_CHARS, validators=[parse_search]
     )
 
     class Meta:
@@ -383,7 +390,7 @@ def _row_reader(columns, computed):
     """The database paths to read, and a function from one read row to the CSV's cells."""
     paths: list[str] = []
     makers = []
-    for _, path in columns:
+    for _header, path in columns:
         sources, make = computed.get(path, ((path,), None))
         start = len(paths)
         paths.extend(sources)

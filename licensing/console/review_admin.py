@@ -18,6 +18,9 @@ from django.db.models import Q
 from django.http import HttpResponseBadRequest, JsonResponse
 from django.urls import reverse
 from django.utils import formats, timezone
+from django.utils.translation import gettext_lazy as _
+
+from core.languages import grouped
 
 from ..access.scoping import scope_of, scoped
 from ..models import ApiKey, EndUser, Institution, License, Transaction
@@ -143,19 +146,19 @@ def admin_filterset(request, queryset) -> TransactionFilter:
     for name in CHOICE_SOURCES:
         field = fields[name]
         field.label_from_instance = choice_label
-        field.widget = ScopedAutocomplete(name, attrs={"data-placeholder": "any"})
+        field.widget = ScopedAutocomplete(name, attrs={"data-placeholder": _("any")})
         field.widget.choices = field.choices
     for name in ("since", "until"):
         fields[name].widget = UtcDateTimeInput()
     fields["status"].widget = forms.NumberInput(
-        attrs={"min": 100, "max": 599, "placeholder": "any"}
+        attrs={"min": 100, "max": 599, "placeholder": _("any")}
     )
     fields["failed_over"].widget = forms.Select(
-        choices=[("", "any"), ("true", "yes"), ("false", "no")]
+        choices=[("", _("any")), ("true", _("yes")), ("false", _("no"))]
     )
-    fields["model"].widget.attrs["placeholder"] = "requested or billed"
+    fields["model"].widget.attrs["placeholder"] = _("requested or billed")
     fields["q"].widget.attrs.update(
-        placeholder="request id, answer id, key=value, value", spellcheck="false"
+        placeholder=_("request id, answer id, key=value, value"), spellcheck="false"
     )
     return filterset
 
@@ -227,7 +230,7 @@ class DateDrillDown:
             for m in range(1, 13)
             if self._within(date(year, m, 1), date(year, m, monthrange(year, m)[1]))
         ]
-        return {"link": self._link(), "title": "All dates"}, choices
+        return {"link": self._link(), "title": _("All dates")}, choices
 
     def _years(self):
         first, last = self.first, self.last
@@ -236,7 +239,7 @@ class DateDrillDown:
 
 
 def _number(value: int) -> str:
-    return f"{value:,}"
+    return grouped(value)
 
 
 class ReviewChangeList(ChangeList):

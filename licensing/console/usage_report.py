@@ -21,7 +21,7 @@ from typing import Any
 from django.db.models import Case, Count, F, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, NullIf, TruncDate
 from django.utils import timezone
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_noop
 
 from ..models import ApiKey, EndUser, License, Outcome
 
@@ -31,7 +31,7 @@ PRESETS = (7, 30, 90)
 TOP_MODELS = 8
 TOP_ROWS = 10
 EARLIEST = date(1970, 1, 1)
-OTHER_MODELS = "(other models)"
+OTHER_MODELS = gettext_noop("(other models)")  # translated where it is shown
 OUTCOMES = tuple(Outcome.values)
 
 
@@ -66,19 +66,23 @@ def resolve_range(
     366 days. Raises RangeError."""
     for name, value in (("since", since), ("until", until)):
         if value is not None and value < EARLIEST:
-            raise RangeError(name, f"Dates start at {EARLIEST.isoformat()}.")
+            raise RangeError(
+                name, gettext("Dates start at %(day)s.") % {"day": EARLIEST.isoformat()}
+            )
     if until is None:
         today = today or today_here()
         start = today if since is None or since <= today else since  # a future start: one day
         if start == date.max:
-            raise RangeError("since", "Date out of range.")
+            raise RangeError("since", gettext("Date out of range."))
         until = start + timedelta(days=1)
     if since is None:
         since = until - timedelta(days=DEFAULT_DAYS)
     if until <= since:
-        raise RangeError("until", "'until' must be after 'since' ('until' is not included).")
+        raise RangeError(
+            "until", gettext("'until' must be after 'since' ('until' is not included).")
+        )
     if (until - since).days > MAX_DAYS:
-        raise RangeError("until", f"The range is at most {MAX_DAYS} days.")
+        raise RangeError("until", gettext("The range is at most %(n)s days.") % {"n": MAX_DAYS})
     return since, until
 
 

@@ -8,7 +8,7 @@ Bad parameters are a message on the page (400)."""
 from __future__ import annotations
 
 from functools import partial
-from typing import cast
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlencode
 
 from django import forms
@@ -18,6 +18,13 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise  # str or a lazy translation
+
+from core.languages import grouped
 
 from ..access.scoping import scope_of, scoped
 from ..models import Institution, License, Outcome, Transaction
@@ -35,12 +42,12 @@ from .usage_report import (
 
 TEMPLATE = "admin/licensing/transaction/usage.html"
 DATE_FORMAT = "%Y-%m-%d"
-UNIT = "micro-credits"
-SHORT_OUTCOMES: dict[str, str] = {
-    Outcome.SUCCESS: "Succeeded",
-    Outcome.CLIENT_ERROR: "Client errors",
-    Outcome.DENIED: "Denied",
-    Outcome.FAILURE: "Failures",
+UNIT = _("micro-credits")
+SHORT_OUTCOMES: dict[str, StrOrPromise] = {
+    Outcome.SUCCESS: _("Succeeded"),
+    Outcome.CLIENT_ERROR: _("Client errors"),
+    Outcome.DENIED: _("Denied"),
+    Outcome.FAILURE: _("Failures"),
 }
 
 
@@ -56,28 +63,28 @@ class UsageForm(forms.Form):
     institution = forms.ModelChoiceField(
         queryset=Institution.objects.none(),
         required=False,
-        empty_label="All institutions",
-        error_messages={"invalid_choice": "Unknown institution, or not one you may see."},
+        empty_label=_("All institutions"),
+        error_messages={"invalid_choice": _("Unknown institution, or not one you may see.")},
     )
     license = forms.ModelChoiceField(
         queryset=License.objects.none(),
         required=False,
         widget=forms.HiddenInput,
-        error_messages={"invalid_choice": "Unknown license, or not one you may see."},
+        error_messages={"invalid_choice": _("Unknown license, or not one you may see.")},
     )
     since = forms.DateField(
         required=False,
-        label="From",
+        label=_("From"),
         input_formats=[DATE_FORMAT],
         widget=forms.DateInput(attrs={"type": "date"}, format=DATE_FORMAT),
-        error_messages={"invalid": "Enter a date as YYYY-MM-DD."},
+        error_messages={"invalid": _("Enter a date as YYYY-MM-DD.")},
     )
     until = forms.DateField(
         required=False,
-        label="Until (not included)",
+        label=_("Until (not included)"),
         input_formats=[DATE_FORMAT],
         widget=forms.DateInput(attrs={"type": "date"}, format=DATE_FORMAT),
-        error_messages={"invalid": "Enter a date as YYYY-MM-DD."},
+        error_messages={"invalid": _("Enter a date as YYYY-MM-DD.")},
     )
 
     def __init__(self, data, scope):
@@ -97,7 +104,7 @@ class UsageForm(forms.Form):
             self.add_error(exc.field, exc.message)
         lic, institution = data.get("license"), data.get("institution")
         if lic is not None and institution is not None and lic.institution_id != institution.pk:
-            self.add_error("license", "This license belongs to another institution.")
+            self.add_error("license", _("This license belongs to another institution."))
         return data
 
 
@@ -112,7 +119,7 @@ def usage_view(request, model_admin):
     context = {
         **model_admin.admin_site.each_context(request),
         "opts": Transaction._meta,
-        "title": "Usage",
+        "title": _("Usage"),
         "form": form,
         "superuser": scope.superuser,
     }
@@ -137,7 +144,7 @@ def usage_view(request, model_admin):
     money = ledger_money(rows)
     # Beside the credits: their worth at each institution's rate (licensing.console.money).
     context["totals"].insert(
-        1, {"key": "money", "label": "Cost", "value": money, "title": "The credits as money"}
+        1, {"key": "money", "label": _("Cost"), "value": money, "title": _("The credits as money")}
     )
     return TemplateResponse(request, TEMPLATE, context)
 
@@ -175,17 +182,24 @@ def _query(params: dict) -> str:
 
 def _subtitle(report: UsageReport, institution, lic, scope) -> str:
     if lic is not None:
-        who = f"License {lic.name}"
+        who = gettext("License %(name)s") % {"name": lic.name}
     elif institution is not None:
         who = institution.name
     elif scope.superuser:
-        who = "All institutions"
+        who = gettext("All institutions")
     else:
         who = Institution.objects.get(pk=scope.institution_id).name
     days = len(report.days)
-    span = f"{report.since:%Y-%m-%d} to {report.last_day:%Y-%m-%d}"
+    span = gettext("%(since)s to %(until)s") % {
+        "since": f"{report.since:%Y-%m-%d}",
+        "until": f"{report.last_day:%Y-%m-%d}",
+    }
     zone = timezone.get_current_timezone_name()
-    return f"{who} · {span} ({days} day{'s' if days != 1 else ''}, {zone})"
+    length = ngettext("%(days)s day, %(zone)s", "%(days)s days, %(zone)s", days) % {
+        "days": days,
+        "zone": zone,
+    }
+    return f"{who} · {span} ({length})"
 
 
 def _presets(keep: dict, report: UsageReport | None = None) -> list[dict]:
@@ -195,7 +209,7 @@ def _presets(keep: dict, report: UsageReport | None = None) -> list[dict]:
         current = report is not None and (since, until) == (report.since, report.until)
         presets.append(
             {
-                "label": f"Last {days} days",
+                "label": gettext("Last %(days)s days") % {"days": days},
                 "url": _query(keep | {"since": since, "until": until}),
                 "current": current,
             }
@@ -205,8 +219,8 @@ def _presets(keep: dict, report: UsageReport | None = None) -> list[dict]:
 
 def _totals(report: UsageReport) -> list[dict]:
     totals = [
-        ("credits", f"Credits ({UNIT})", report.total.total_credits),
-        ("requests", "Requests", report.total.total_requests),
+        ("credits", gettext("Credits (%(unit)s)") % {"unit": UNIT}, report.total.total_credits),
+        ("requests", gettext("Requests"), report.total.total_requests),
         *(
             (s.name, SHORT_OUTCOMES.get(s.name, s.name), s.total_requests)
             for s in report.by_outcome
@@ -214,7 +228,7 @@ def _totals(report: UsageReport) -> list[dict]:
     ]
     described = dict(Outcome.choices)
     return [
-        {"key": key, "label": label, "value": f"{value:,}", "title": described.get(key, label)}
+        {"key": key, "label": label, "value": grouped(value), "title": described.get(key, label)}
         for key, label, value in totals
     ]
 
@@ -226,7 +240,7 @@ def _bands(series, values: str, outcomes: bool = False) -> list[charts.Band]:
     colours = charts.palette([s.name for s in series], charts.OUTCOME_COLOURS if outcomes else {})
     return [
         charts.Band(
-            label=labels.get(s.name, s.name),
+            label=gettext(s.name) if s.other else labels.get(s.name, s.name),
             values=getattr(s, values),
             colour=charts.OTHER_COLOUR if s.other else colour,
         )
@@ -236,16 +250,26 @@ def _bands(series, values: str, outcomes: bool = False) -> list[charts.Band]:
 
 def _charts(report: UsageReport) -> list[dict]:
     specs = [
-        ("credits-by-service", "Credits per day by service", report.by_service, "credits"),
-        ("requests-by-service", "Requests per day by service", report.by_service, "requests"),
-        ("credits-by-model", "Credits per day by model", report.by_model, "credits"),
-        ("requests-by-model", "Requests per day by model", report.by_model, "requests"),
-        ("requests-by-outcome", "Requests per day by status class", report.by_outcome, "requests"),
+        ("credits-by-service", gettext("Credits per day by service"), report.by_service, "credits"),
+        (
+            "requests-by-service",
+            gettext("Requests per day by service"),
+            report.by_service,
+            "requests",
+        ),
+        ("credits-by-model", gettext("Credits per day by model"), report.by_model, "credits"),
+        ("requests-by-model", gettext("Requests per day by model"), report.by_model, "requests"),
+        (
+            "requests-by-outcome",
+            gettext("Requests per day by status class"),
+            report.by_outcome,
+            "requests",
+        ),
     ]
     result = []
     for key, title, series, values in specs:
         bands = _bands(series, values, outcomes=series is report.by_outcome)
-        unit = UNIT if values == "credits" else "requests"
+        unit = str(UNIT) if values == "credits" else gettext("requests")
         svg = charts.stacked_bars(report.days, bands, title=title, unit=unit)
         # Safe: licensing.console.charts escapes every label it writes.
         result.append({"id": key, "title": title, "unit": unit, "svg": mark_safe(svg)})
@@ -256,9 +280,9 @@ def _tops(report: UsageReport) -> list[dict]:
     changelist = reverse("admin:licensing_transaction_changelist")
     span = {"since": report.since, "until": report.until}
     specs = [
-        ("top-licenses", "Top licenses by credits", report.top_licenses, "license"),
-        ("top-api-keys", "Top API keys by credits", report.top_api_keys, "api_key"),
-        ("top-end-users", "Top end users by credits", report.top_end_users, "end_user"),
+        ("top-licenses", gettext("Top licenses by credits"), report.top_licenses, "license"),
+        ("top-api-keys", gettext("Top API keys by credits"), report.top_api_keys, "api_key"),
+        ("top-end-users", gettext("Top end users by credits"), report.top_end_users, "end_user"),
     ]
     result = []
     for key, title, rows, param in specs:
@@ -267,10 +291,12 @@ def _tops(report: UsageReport) -> list[dict]:
                 label=row.label,
                 value=row.credits,
                 href=changelist + _query({param: row.id, **span}),
-                note=f"{row.requests:,} requests",
+                note=gettext("%(n)s requests") % {"n": grouped(row.requests)},
             )
             for row in rows
         ]
-        svg = charts.hbars(bars, title=title, unit=UNIT)
-        result.append({"id": key, "title": title, "unit": UNIT, "svg": mark_safe(svg)})  # escaped
+        svg = charts.hbars(bars, title=title, unit=str(UNIT))
+        result.append(
+            {"id": key, "title": title, "unit": str(UNIT), "svg": mark_safe(svg)}
+        )  # escaped
     return result

@@ -25,12 +25,14 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES
 from catalog.registry import POLICY_SERVICES, service_label
 from core import clock
+from core.languages import grouped
 
 from ..access.scoping import TEACHER, owns, scope_of
 from ..console.admin.base import KeepLedgerIntactMixin, ScopedAdminMixin
@@ -112,7 +114,7 @@ class _CheckedFormSet(BaseInlineFormSet):
             if form.instance.pk is None:
                 # The posted id is not one of this course's rows (another course's, or none):
                 # Django would quietly treat it as a new row.
-                form.add_error(None, "This row is not one of this course's.")
+                form.add_error(None, _("This row is not one of this course's."))
         for form in self.forms:
             if not form.has_changed() or form in self.deleted_forms or form.errors:
                 continue
@@ -120,14 +122,14 @@ class _CheckedFormSet(BaseInlineFormSet):
             if problem is not None:
                 form.add_error(*problem)
         if any(form.errors for form in self.forms):
-            raise ValidationError("Please correct the errors below.")
+            raise ValidationError(_("Please correct the errors below."))
 
 
 class MemberFormSet(_CheckedFormSet):
     def problem(self, form):
         end_user = form.cleaned_data.get("end_user")
         if form.instance.pk is not None and "end_user" in form.changed_data:
-            return "end_user", "A member's student cannot change; remove the row and add one."
+            return "end_user", _("A member's student cannot change; remove the row and add one.")
         if end_user is not None and form.instance.pk is None:
             why = member_problem(self.instance, end_user)
             return ("end_user", why) if why else None
@@ -167,7 +169,7 @@ class CourseWindowInline(ScopedInlineMixin, admin.TabularInline):
     formset = _CheckedFormSet
     extra = 0
     fields = ("kind", "starts_at", "ends_at")
-    verbose_name_plural = "Windows (open and exam)"
+    verbose_name_plural = _("Windows (open and exam)")
 
 
 class PeopleInlineMixin(admin.options.InlineModelAdmin):
@@ -271,15 +273,19 @@ def describe_service(document: Any, service: str) -> str:
     providers and limits."""
     services = document.get("services") if isinstance(document, dict) else None
     if not isinstance(services, dict) or service not in services:
-        return "off"
+        return gettext("off")
     config = services[service] if isinstance(services[service], dict) else {}
     params: dict = config["params"] if isinstance(config.get("params"), dict) else {}
     parts = []
     model_rule = model_rule_in_force(document, service)  # its own and the `models` rules
     models = model_rule.get("allowed")
-    parts.append("models: " + ", ".join(map(str, models)) if models else "any model")
+    if models:
+        parts.append(gettext("models: %(models)s") % {"models": ", ".join(map(str, models))})
+    else:
+        parts.append(gettext("any model"))
     if config.get("providers") is not None:
-        parts.append("providers: " + (", ".join(config["providers"]) or "(none)"))
+        names = ", ".join(config["providers"]) or gettext("(none)")
+        parts.append(gettext("providers: %(providers)s") % {"providers": names})
     for name, rule in params.items():
         if name == "model" and isinstance(rule, dict) and set(rule) <= {"allowed"}:
             continue
@@ -312,15 +318,15 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     # A teacher runs their course (course_services.TEACHER_FIELDS): which license pays, its
     # code and whether it is active stay with the institution's admins.
     TEACHER_READ_ONLY = ("license", "code", "active")
-    MONEY_FIELDSET = "Allowance and pool"
-    EXAM_FIELDSET = "Exam mode"
+    MONEY_FIELDSET = _("Allowance and pool")
+    EXAM_FIELDSET = _("Exam mode")
 
     def get_fieldsets(self, request, obj=None):
         if obj is None:
             return (
                 (None, {"fields": ("license", "code", "name")}),
                 (self.MONEY_FIELDSET, {"fields": ("allowance", "allowance_period", "pool_limit")}),
-                ("Overlay and exam policy as JSON", {"fields": ("policy", "exam_policy")}),
+                (_("Overlay and exam policy as JSON"), {"fields": ("policy", "exam_policy")}),
             )
         return (
             (
@@ -329,26 +335,30 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
             ),
             (self.MONEY_FIELDSET, {"fields": ("allowance", "allowance_period", "pool_limit")}),
             (
-                "Overlay as JSON",
+                _("Overlay as JSON"),
                 {
                     "classes": ("collapse",),
                     "fields": ("policy",),
-                    "description": "The course's overlay: it may only narrow the license type's "
-                    "policy. Rules the form above does not cover are edited here; saving the "
-                    "form keeps them. {} = the license type's policy as it is.",
+                    "description": _(
+                        "The course's overlay: it may only narrow the license type's "
+                        "policy. Rules the form above does not cover are edited here; saving the "
+                        "form keeps them. {} = the license type's policy as it is."
+                    ),
                 },
             ),
             (self.EXAM_FIELDSET, {"fields": ("exam_mode", "exam_does")}),
             (
-                "Exam policy as JSON",
+                _("Exam policy as JSON"),
                 {
                     "classes": ("collapse",),
                     "fields": ("exam_policy",),
-                    "description": "Used in exam mode when “allow only” is chosen; it may only "
-                    "narrow the course's policy. Empty = every service off.",
+                    "description": _(
+                        "Used in exam mode when “allow only” is chosen; it may only "
+                        "narrow the course's policy. Empty = every service off."
+                    ),
                 },
             ),
-            ("LMS link (LTI)", {"classes": ("collapse",), "fields": ("lti_context_id",)}),
+            (_("LMS link (LTI)"), {"classes": ("collapse",), "fields": ("lti_context_id",)}),
         )
 
     def get_readonly_fields(self, request, obj=None):
@@ -375,14 +385,16 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     def allowance_display(self, obj):
         return with_money(obj.allowance, obj.institution)
 
-    @admin.display(description="in exam mode")
+    @admin.display(description=_("in exam mode"))
     def exam_does(self, obj):
         """For a read-only view of the page (the form's radio otherwise)."""
-        return "allow only the exam policy" if obj.exam_policy else "all services off"
+        return _("allow only the exam policy") if obj.exam_policy else _("all services off")
 
-    @admin.display(description="time zone")
+    @admin.display(description=_("time zone"))
     def time_zone(self, obj):
-        return f"{_zone(obj)} (the institution's: windows and periods are in this zone)"
+        return _("%(zone)s (the institution's: windows and periods are in this zone)") % {
+            "zone": _zone(obj)
+        }
 
     def ledger_rows(self, obj):
         return obj.transactions.all()
@@ -552,7 +564,9 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
         course = self._viewable(request, object_id)
         service = request.POST.get("service", "")
         if service not in SERVICES:
-            return JsonResponse({"outcome": "invalid", "message": "Choose a service"}, status=400)
+            return JsonResponse(
+                {"outcome": "invalid", "message": _("Choose a service")}, status=400
+            )
         body = request.POST.get("body", "")
         return JsonResponse(course_try_request(course, service, body, now=clock.utcnow()))
 
@@ -635,7 +649,7 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                 "service": service,
                 "license_type": describe_service(base, service),
                 "course": describe_service(course_doc, service),
-                "exam": describe_service(exam_doc, service) if exam_doc else "off",
+                "exam": describe_service(exam_doc, service) if exam_doc else gettext("off"),
             }
             for service in names
         ]
@@ -650,12 +664,14 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                 "paused": row.paused,
                 "requests": row.requests,
                 "refusals": row.refusals,
-                "credits": f"{row.credits:,}",
+                "credits": grouped(row.credits),
                 "money": rate.format(row.credits),
                 "models": ", ".join(row.models),
                 "last_at": _local(row.last_at, zone) if row.last_at else "",
-                "period_used": f"{row.period_used:,}",
-                "allowance": "unlimited" if row.allowance is None else f"{row.allowance:,}",
+                "period_used": grouped(row.period_used),
+                "allowance": gettext("unlimited")
+                if row.allowance is None
+                else grouped(row.allowance),
             }
             for row in usage.rows
         ]
@@ -665,7 +681,7 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
             "period_start": _local(usage.period_start, zone),
             "requests": usage.requests,
             "refusals": usage.refusals,
-            "credits": f"{usage.credits:,}",
+            "credits": grouped(usage.credits),
             "money": rate.format(usage.credits),
         }
 

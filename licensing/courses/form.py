@@ -65,11 +65,14 @@ class CourseForm(MoneyFormMixin, AdminModelFormMixin, forms.ModelForm):
     money_fields = ("allowance", "pool_limit")
 
     exam_does = forms.ChoiceField(
-        label="In exam mode",
+        label=_("In exam mode"),
         required=False,
         choices=[
-            (EXAM_OFF, "All services off (every request is refused: “course … is in exam mode”)"),
-            (EXAM_ONLY, "Allow only what the exam form below allows"),
+            (
+                EXAM_OFF,
+                _("All services off (every request is refused: “course … is in exam mode”)"),
+            ),
+            (EXAM_ONLY, _("Allow only what the exam form below allows")),
         ],
         widget=forms.RadioSelect,
     )
@@ -161,8 +164,10 @@ class CourseForm(MoneyFormMixin, AdminModelFormMixin, forms.ModelForm):
         # PostgreSQL's jsonb refuses NUL (\u0000) and lone surrogates (\ud800): form errors.
         if not is_storable_json(value):
             raise forms.ValidationError(
-                "The document may not contain NUL characters (\\u0000) or lone surrogates "
-                "(\\ud800-\\udfff)."
+                _(
+                    "The document may not contain NUL characters (\\u0000) or lone surrogates "
+                    "(\\ud800-\\udfff)."
+                )
             )
         return value
 
@@ -194,12 +199,12 @@ class CourseForm(MoneyFormMixin, AdminModelFormMixin, forms.ModelForm):
         if code and institution_id is not None:
             taken = Course.objects.filter(institution_id=institution_id, code=code)
             if taken.exclude(pk=self.instance.pk).exists():
-                self.add_error("code", "The institution has a course with this code already.")
+                self.add_error("code", _("The institution has a course with this code already."))
 
     def _clean_overlay(self, cleaned: dict[str, Any], overlay_form: PolicyForm) -> None:
         """The overlay form's changes written onto the JSON view's overlay."""
         if not overlay_form.is_valid():
-            self.add_error(None, "The overlay form has errors: see the marked fields below.")
+            self.add_error(None, _("The overlay form has errors: see the marked fields below."))
         elif "policy" in cleaned and overlay_form.changed_data:
             base = self.instance.license.license_type.policy
             start = overlay_as_document(base, cleaned["policy"])
@@ -217,7 +222,7 @@ class CourseForm(MoneyFormMixin, AdminModelFormMixin, forms.ModelForm):
             if "exam_does" in self.changed_data or not cleaned.get("exam_policy"):
                 cleaned["exam_policy"] = None
         elif not exam_form.is_valid():
-            self.add_error(None, "The exam form has errors: see the marked fields below.")
+            self.add_error(None, _("The exam form has errors: see the marked fields below."))
         elif "exam_policy" in cleaned:
             start = exam_as_document(cleaned["exam_policy"])
             if exam_form.changed_data:

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, cast
 from django.core.exceptions import ValidationError
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from core import clock
 from core.localcache import clear_all
@@ -326,7 +327,7 @@ def course_key_create(
     """A key of a member of the course: it pays at the student's allowance, the course pool and
     the license. Returns (row, full key); the key is shown once and never stored."""
     if not CourseMember.objects.filter(course=course, end_user=end_user).exists():
-        raise ValidationError({"student": "The student is not a member of this course."})
+        raise ValidationError({"student": _("The student is not a member of this course.")})
     row, key = api_key_create(
         license=course.license, name=name, expires_at=expires_at, end_user=end_user, course=course
     )

@@ -24,8 +24,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import DatabaseError, close_old_connections, connection, connections, transaction
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
 
+from core.languages import grouped, supported_language
 from core.zones import zone_or_utc
 
 from ..models import AdminProfile, BudgetAlert
@@ -164,12 +166,59 @@ def _send_in_background(alert_id: int) -> None:
 
 
 def institution_admin_emails(institution_id: int) -> list[str]:
+    return sorted({email for email, _language in _institution_admins(institution_id)})
+
+
+def _institution_admins(institution_id: int) -> list[tuple[str, str]]:
+    """(e-mail, language) of the institution's admins: each their own language, else the
+    institution's, else the gateway's (licensing.access.languages.language_of, by one query)."""
     users = get_user_model().objects.filter(
         is_active=True,
         gateway_profile__institution_id=institution_id,
         gateway_profile__role=AdminProfile.Role.ADMIN,
     )
-    return sorted(set(users.exclude(email="").values_list("email", flat=True)))
+    rows = users.exclude(email="").values_list(
+        "email", "gateway_profile__language", "gateway_profile__institution__language"
+    )
+    return [
+        (email, supported_language(own) or supported_language(default) or settings.LANGUAGE_CODE)
+        for email, own, default in rows
+    ]
+
+
+def _alert_mail(alert: BudgetAlert, lic) -> tuple[str, str]:
+    """The alert's subject and text in the active language."""
+    holder = (
+        ""
+        if alert.holder == "license"
+        else " " + _("(wallet %(holder)s)") % {"holder": alert.holder}
+    )
+    if alert.period == "lifetime":
+        window = _("its lifetime budget")
+    else:
+        window = _("the %(period)s window from %(start)s") % {
+            "period": _(alert.period),
+            "start": _local_day(alert.window_start, lic),
+        }
+    percent = lic.alert_threshold_percent or round(100 * alert.threshold / alert.limit)
+    subject = _("[Inference Gateway] License %(name)s reached %(percent)s%% of its budget") % {
+        "name": lic.name,
+        "percent": percent,
+    }
+    message = _(
+        "License %(name)s of %(institution)s%(holder)s has spent %(spent)s of %(limit)s "
+        "micro-credits in %(window)s (alert threshold %(threshold)s).\n\n"
+        "This alert is sent once per budget window."
+    ) % {
+        "name": lic.name,
+        "institution": lic.institution.name,
+        "holder": holder,
+        "spent": grouped(alert.spent),
+        "limit": grouped(alert.limit),
+        "window": window,
+        "threshold": grouped(alert.threshold),
+    }
+    return subject, message
 
 
 def _local_day(instant, lic) -> str:
@@ -183,27 +232,19 @@ def send_budget_alert(alert_id: int) -> None:
     if alert.sent_at is not None:
         return
     lic = alert.license
-    recipients = institution_admin_emails(lic.institution_id)
+    admins = _institution_admins(lic.institution_id)
+    recipients = sorted({email for email, _language in admins})
     if recipients:
-        holder = "" if alert.holder == "license" else f" (wallet {alert.holder})"
-        window = (
-            "its lifetime budget"
-            if alert.period == "lifetime"
-            else f"the {alert.period} window from {_local_day(alert.window_start, lic)}"
-        )
-        send_mail(
-            subject=f"[Inference Gateway] License {lic.name} reached "
-            f"{lic.alert_threshold_percent or round(100 * alert.threshold / alert.limit)}% "
-            "of its budget",
-            message=(
-                f"License {lic.name} of {lic.institution.name}{holder} has spent "
-                f"{alert.spent:,} of {alert.limit:,} micro-credits in {window} "
-                f"(alert threshold {alert.threshold:,}).\n\n"
-                "This alert is sent once per budget window."
-            ),
-            from_email=settings.DEFAULT_FROM_EMAIL,
-            recipient_list=recipients,
-        )
+        # One message per language, each admin's in theirs (docs/languages.md).
+        for language in sorted({language for _email, language in admins}):
+            with translation.override(language):
+                subject, message = _alert_mail(alert, lic)
+            send_mail(
+                subject=subject,
+                message=message,
+                from_email=settings.DEFAULT_FROM_EMAIL,
+                recipient_list=sorted({e for e, lang in admins if lang == language}),
+            )
     else:
         logger.warning("budget alert for license %s: its institution has no admin email", lic)
     BudgetAlert.objects.filter(pk=alert_id).update(sent_at=timezone.now(), recipients=recipients)

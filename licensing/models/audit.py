@@ -3,6 +3,7 @@
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from .institutions import Institution
 
@@ -12,25 +13,28 @@ class AuditEvent(models.Model):
     budgets, tokens (licensing.access.audit). Written once, never changed."""
 
     class Action(models.TextChoices):
-        SIGN_IN = "sign_in", "Signed in"
-        SIGN_IN_REFUSED = "sign_in_refused", "Sign-in refused"
-        SIGN_OUT = "sign_out", "Signed out"
-        ROLE_CHANGED = "role_changed", "Role changed"
-        USER_CREATED = "user_created", "User created"
-        USER_DEACTIVATED = "user_deactivated", "User deactivated"
-        API_KEY_CREATED = "api_key_created", "API key created"
-        API_KEY_REVOKED = "api_key_revoked", "API key revoked"
-        POLICY_CHANGED = "policy_changed", "Policy changed"
-        BUDGET_CHANGED = "budget_changed", "Budget changed"
-        TOKEN_CREATED = "token_created", "Management token created"
-        SSO_CONFIGURED = "sso_configured", "Identity provider configured"
-        TERMS_ACCEPTED = "terms_accepted", "Terms of use accepted"
-        COURSE_CREATED = "course_created", "Course created"
-        COURSE_CHANGED = "course_changed", "Course changed"
-        COURSE_DELETED = "course_deleted", "Course deleted"
-        EXAM_MODE_CHANGED = "exam_mode_changed", "Exam mode switched"
-        COURSE_WINDOW_CHANGED = "course_window_changed", "Course window added or removed"
-        COURSE_MEMBER_CHANGED = "course_member_changed", "Course member added, changed or removed"
+        SIGN_IN = "sign_in", _("Signed in")
+        SIGN_IN_REFUSED = "sign_in_refused", _("Sign-in refused")
+        SIGN_OUT = "sign_out", _("Signed out")
+        ROLE_CHANGED = "role_changed", _("Role changed")
+        USER_CREATED = "user_created", _("User created")
+        USER_DEACTIVATED = "user_deactivated", _("User deactivated")
+        API_KEY_CREATED = "api_key_created", _("API key created")
+        API_KEY_REVOKED = "api_key_revoked", _("API key revoked")
+        POLICY_CHANGED = "policy_changed", _("Policy changed")
+        BUDGET_CHANGED = "budget_changed", _("Budget changed")
+        TOKEN_CREATED = "token_created", _("Management token created")
+        SSO_CONFIGURED = "sso_configured", _("Identity provider configured")
+        TERMS_ACCEPTED = "terms_accepted", _("Terms of use accepted")
+        COURSE_CREATED = "course_created", _("Course created")
+        COURSE_CHANGED = "course_changed", _("Course changed")
+        COURSE_DELETED = "course_deleted", _("Course deleted")
+        EXAM_MODE_CHANGED = "exam_mode_changed", _("Exam mode switched")
+        COURSE_WINDOW_CHANGED = "course_window_changed", _("Course window added or removed")
+        COURSE_MEMBER_CHANGED = (
+            "course_member_changed",
+            _("Course member added, changed or removed"),
+        )
 
     created_at = models.DateTimeField(default=timezone.now)
     institution = models.ForeignKey(
@@ -43,11 +47,11 @@ class AuditEvent(models.Model):
         blank=True,
         related_name="+",
     )
-    actor_name = models.CharField(max_length=254, blank=True, help_text="Kept if the user goes")
+    actor_name = models.CharField(max_length=254, blank=True, help_text=_("Kept if the user goes"))
     action = models.CharField(max_length=32, choices=Action.choices)
-    target = models.CharField(max_length=200, blank=True, help_text="e.g. license:3, user:7")
+    target = models.CharField(max_length=200, blank=True, help_text=_("e.g. license:3, user:7"))
     detail = models.JSONField(default=dict, blank=True)
-    ip = models.GenericIPAddressField(null=True, blank=True, verbose_name="from")
+    ip = models.GenericIPAddressField(null=True, blank=True, verbose_name=_("from"))
     user_agent = models.CharField(max_length=300, blank=True)
 
     class Meta:

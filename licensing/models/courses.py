@@ -8,6 +8,8 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from .institutions import Institution, License
 from .keys import EndUser
@@ -37,37 +39,39 @@ class Course(models.Model):
     license type's policy. Access windows and exam mode switch it off (or narrower) in time."""
 
     class Period(models.TextChoices):
-        DAY = "day", "Day"
-        WEEK = "week", "Week"
-        MONTH = "month", "Month"
+        DAY = "day", _("Day")
+        WEEK = "week", _("Week")
+        MONTH = "month", _("Month")
 
     institution = models.ForeignKey(Institution, on_delete=models.CASCADE, related_name="courses")
     license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="courses")
     name = models.CharField(max_length=200)
-    code = models.CharField(max_length=64, help_text="Unique in the institution, e.g. CS101")
+    code = models.CharField(max_length=64, help_text=_("Unique in the institution, e.g. CS101"))
     allowance = models.BigIntegerField(
         null=True,
         blank=True,
         validators=[MinValueValidator(0)],
-        help_text="Micro-credits per student and period; empty = no per-student limit",
+        help_text=_("Micro-credits per student and period; empty = no per-student limit"),
     )
     allowance_period = models.CharField(max_length=8, choices=Period.choices, default=Period.DAY)
     pool_limit = models.BigIntegerField(
         null=True,
         blank=True,
         validators=[MinValueValidator(0)],
-        help_text="Micro-credits for the whole course per period; empty = no course pool",
+        help_text=_("Micro-credits for the whole course per period; empty = no course pool"),
     )
     policy = models.JSONField(
         default=dict,
         blank=True,
-        help_text="Overlay: may only narrow the license type's policy ({} = as the license type)",
+        help_text=_(
+            "Overlay: may only narrow the license type's policy ({} = as the license type)"
+        ),
     )
     exam_mode = models.BooleanField(default=False)
     exam_policy = models.JSONField(
         null=True,
         blank=True,
-        help_text="What exam mode allows: empty = every service off; else a narrower overlay",
+        help_text=_("What exam mode allows: empty = every service off; else a narrower overlay"),
     )
     lti_context_id = models.CharField(max_length=255, blank=True, default="")
     active = models.BooleanField(default=True)
@@ -94,7 +98,7 @@ class Course(models.Model):
         errors: dict[str, str] = {}
         if self.license_id is not None and self.institution_id is not None:
             if self.license.institution_id != self.institution_id:
-                errors["license"] = "The license belongs to another institution."
+                errors["license"] = gettext("The license belongs to another institution.")
             else:
                 errors.update(
                     _overlay_problems(
@@ -110,8 +114,8 @@ class CourseWindow(models.Model):
     exam mode (`exam`, beside the switch)."""
 
     class Kind(models.TextChoices):
-        ACCESS = "access", "Open"
-        EXAM = "exam", "Exam"
+        ACCESS = "access", _("Open")
+        EXAM = "exam", _("Exam")
 
     course = models.ForeignKey(Course, on_delete=models.CASCADE, related_name="windows")
     kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.ACCESS)
@@ -135,7 +139,7 @@ class CourseWindow(models.Model):
     def clean(self):
         # The check constraint's rule, as a message on the field (forms, the API's 400).
         if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
-            raise ValidationError({"ends_at": "The window must end after it starts."})
+            raise ValidationError({"ends_at": _("The window must end after it starts.")})
 
 
 class CourseMember(models.Model):
@@ -146,10 +150,10 @@ class CourseMember(models.Model):
     end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="memberships")
     paused = models.BooleanField(default=False)
     top_up = models.BigIntegerField(
-        default=0, validators=[MinValueValidator(0)], help_text="Extra micro-credits"
+        default=0, validators=[MinValueValidator(0)], help_text=_("Extra micro-credits")
     )
     top_up_window_start = models.DateTimeField(
-        null=True, blank=True, help_text="The period the top-up is for"
+        null=True, blank=True, help_text=_("The period the top-up is for")
     )
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 
 def default_policy():
@@ -24,13 +25,13 @@ class Institution(models.Model):
         blank=True,
         default="",
         db_default="",
-        help_text="Shown in the student portal; a student accepts it before their first key",
+        help_text=_("Shown in the student portal; a student accepts it before their first key"),
     )
     portal_key_limit = models.PositiveSmallIntegerField(
         default=5,
         db_default=5,
         validators=[MaxValueValidator(100)],
-        help_text="Active API keys one student may hold in the portal",
+        help_text=_("Active API keys one student may hold in the portal"),
     )
     # Money shown as money (licensing.console.money): empty = GATEWAY_CURRENCY and
     # GATEWAY_CREDITS_PER_CURRENCY_UNIT.
@@ -39,15 +40,17 @@ class Institution(models.Model):
         blank=True,
         default="",
         db_default="",
-        validators=[RegexValidator(r"^[A-Z]{3}\Z", "Three capital letters (ISO 4217), e.g. EUR")],
-        help_text="ISO 4217 code shown beside micro-credits (e.g. EUR); empty = the gateway's",
+        validators=[
+            RegexValidator(r"^[A-Z]{3}\Z", _("Three capital letters (ISO 4217), e.g. EUR"))
+        ],
+        help_text=_("ISO 4217 code shown beside micro-credits (e.g. EUR); empty = the gateway's"),
     )
     # Courses' periods (day, week, month) and access windows are read in this time zone.
     timezone = models.CharField(
         max_length=64,
         default="UTC",
         db_default="UTC",
-        help_text="IANA time zone of the institution's course periods, e.g. Europe/Berlin",
+        help_text=_("IANA time zone of the institution's course periods, e.g. Europe/Berlin"),
     )
     # The language of the admin, the portal and the teacher's pages for a person who has chosen
     # none and whose browser asks for none the gateway speaks (gateway_site.settings.LANGUAGES);
@@ -58,13 +61,13 @@ class Institution(models.Model):
         blank=True,
         default="",
         db_default="",
-        help_text="Default language of the institution's pages, e.g. de; empty = the gateway's",
+        help_text=_("Default language of the institution's pages, e.g. de; empty = the gateway's"),
     )
     micro_credits_per_currency_unit = models.BigIntegerField(
         null=True,
         blank=True,
         validators=[MinValueValidator(1)],
-        help_text="Micro-credits worth one unit of the currency; empty = the gateway's",
+        help_text=_("Micro-credits worth one unit of the currency; empty = the gateway's"),
     )
 
     class Meta:
@@ -83,14 +86,16 @@ class LicenseType(models.Model):
     name = models.CharField(max_length=200)
     active = models.BooleanField(default=True)
     policy = models.JSONField(
-        default=default_policy, help_text="Policy document (see docs/policy.md)"
+        default=default_policy, help_text=_("Policy document (see docs/policy.md)")
     )
     guardrails = models.JSONField(
         default=dict,
         blank=True,
-        help_text='{"input": {"patterns": ["regex", ...], "moderation": true}, '
-        '"output": {"patterns": [...], "moderation": false}} (moderation: the direct '
-        "provider's moderation call; a failed call refuses the request with 503)",
+        help_text=_(
+            '{"input": {"patterns": ["regex", ...], "moderation": true}, '
+            '"output": {"patterns": [...], "moderation": false}} (moderation: the direct '
+            "provider's moderation call; a failed call refuses the request with 503)"
+        ),
     )
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -119,14 +124,14 @@ class LicenseType(models.Model):
 
 class License(models.Model):
     class Strategy(models.TextChoices):
-        POOLED = "pooled", "Pooled: one wallet for the license"
-        PER_USER = "per_user", "Per user: one wallet per end user or API key"
+        POOLED = "pooled", _("Pooled: one wallet for the license")
+        PER_USER = "per_user", _("Per user: one wallet per end user or API key")
 
     class Period(models.TextChoices):
-        DAILY = "daily", "Daily"
-        WEEKLY = "weekly", "Weekly"
-        MONTHLY = "monthly", "Monthly"
-        LIFETIME = "lifetime", "Lifetime"
+        DAILY = "daily", _("Daily")
+        WEEKLY = "weekly", _("Weekly")
+        MONTHLY = "monthly", _("Monthly")
+        LIFETIME = "lifetime", _("Lifetime")
 
     institution = models.ForeignKey(Institution, on_delete=models.CASCADE, related_name="licenses")
     license_type = models.ForeignKey(LicenseType, on_delete=models.PROTECT, related_name="licenses")
@@ -138,15 +143,17 @@ class License(models.Model):
     )
     budget_period = models.CharField(max_length=32, choices=Period.choices, default=Period.LIFETIME)
     budget_limit = models.BigIntegerField(
-        null=True, blank=True, help_text="Micro-credits per wallet and period; empty = unlimited"
+        null=True, blank=True, help_text=_("Micro-credits per wallet and period; empty = unlimited")
     )
     alert_threshold_percent = models.PositiveSmallIntegerField(
         null=True,
         blank=True,
         validators=[MinValueValidator(1), MaxValueValidator(100)],
-        verbose_name="alert threshold (%)",
-        help_text="Email the institution's admins once per window when a wallet's spend "
-        "reaches this share of the limit (e.g. 80); empty = no alert",
+        verbose_name=_("alert threshold (%)"),
+        help_text=_(
+            "Email the institution's admins once per window when a wallet's spend "
+            "reaches this share of the limit (e.g. 80); empty = no alert"
+        ),
     )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
@@ -173,9 +180,9 @@ class AdminProfile(models.Model):
     """Ties a staff user to one institution with a role (superusers need none: they see all)."""
 
     class Role(models.TextChoices):
-        ADMIN = "admin", "Institution admin: licenses, license types, keys, end users, issuers"
-        REVIEWER = "reviewer", "Reviewer: reads licenses, wallets and transactions"
-        TEACHER = "teacher", "Teacher: their own courses"
+        ADMIN = "admin", _("Institution admin: licenses, license types, keys, end users, issuers")
+        REVIEWER = "reviewer", _("Reviewer: reads licenses, wallets and transactions")
+        TEACHER = "teacher", _("Teacher: their own courses")
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="gateway_profile"
@@ -187,9 +194,12 @@ class AdminProfile(models.Model):
     # Set by the identity provider at each sign-in (licensing.signin.sso): the admin's forms
     # leave such a role alone, the next sign-in would undo a change.
     managed_by_idp = models.BooleanField(default=False, db_default=False)
+    # The person's own choice of language (the language menu), following them to every device;
+    # empty = none (their browser's, else their institution's). Checked against LANGUAGES.
+    language = models.CharField(max_length=16, blank=True, default="", db_default="")
 
     class Meta:
-        verbose_name = "institution role"
+        verbose_name = _("institution role")
 
     def __str__(self):
         return f"{self.user} ({self.role}, {self.institution})"
@@ -201,4 +211,4 @@ class Colleague(User):
 
     class Meta:
         proxy = True
-        verbose_name = "colleague"
+        verbose_name = _("colleague")

@@ -54,14 +54,14 @@ class ApiKey(models.Model):
         null=True,
         blank=True,
         editable=False,
-        help_text="Last request that reached a provider (updated at most once a minute)",
+        help_text=_("Last request that reached a provider (updated at most once a minute)"),
     )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-created_at"]
-        verbose_name = "API key"
+        verbose_name = _("API key")
         constraints = [
             # A front-end key acts for many people: it is never one student's own key.
             models.CheckConstraint(
@@ -102,19 +102,21 @@ class JwtIssuer(models.Model):
         Institution, on_delete=models.CASCADE, related_name="jwt_issuers"
     )
     license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="jwt_issuers")
-    issuer = models.CharField(max_length=500, unique=True, help_text="The `iss` claim")
-    audience = models.CharField(max_length=500, help_text="The required `aud` claim")
-    algorithms = models.JSONField(default=list, help_text='e.g. ["RS256"] or ["HS256"]')
+    issuer = models.CharField(max_length=500, unique=True, help_text=_("The `iss` claim"))
+    audience = models.CharField(max_length=500, help_text=_("The required `aud` claim"))
+    algorithms = models.JSONField(default=list, help_text=_('e.g. ["RS256"] or ["HS256"]'))
     jwks_url = models.CharField(max_length=500, blank=True)
-    public_keys = models.TextField(blank=True, help_text="PEM public keys, one or more")
+    public_keys = models.TextField(blank=True, help_text=_("PEM public keys, one or more"))
     hs256_secret = EncryptedTextField(max_length=500, blank=True)  # encrypted at rest
     course_claim = models.CharField(
         max_length=100,
         blank=True,
         default="",
         help_text=(
-            "The claim that names a course code of the license (e.g. course); blank = tokens "
-            "name no course. An unknown code is refused like an unknown token."
+            _(
+                "The claim that names a course code of the license (e.g. course); blank = tokens "
+                "name no course. An unknown code is refused like an unknown token."
+            )
         ),
     )
     active = models.BooleanField(default=True)
@@ -122,7 +124,7 @@ class JwtIssuer(models.Model):
 
     class Meta:
         ordering = ["issuer"]
-        verbose_name = "JWT issuer"
+        verbose_name = _("JWT issuer")
 
     def __str__(self):
         return self.issuer
@@ -130,15 +132,17 @@ class JwtIssuer(models.Model):
     def clean(self):
         algs = self.algorithms
         if not isinstance(algs, list) or not algs or not all(isinstance(a, str) for a in algs):
-            raise ValidationError({"algorithms": "A non-empty list of algorithm names."})
+            raise ValidationError({"algorithms": _("A non-empty list of algorithm names.")})
         unknown = [a for a in algs if a not in ALLOWED_JWT_ALGORITHMS]
         if unknown:
-            raise ValidationError({"algorithms": f"Unsupported algorithms: {unknown}"})
+            raise ValidationError(
+                {"algorithms": _("Unsupported algorithms: %(names)s") % {"names": unknown}}
+            )
         if not (self.jwks_url or self.public_keys or self.hs256_secret):
-            raise ValidationError("Give a JWKS URL, public keys or an HS256 secret.")
+            raise ValidationError(_("Give a JWKS URL, public keys or an HS256 secret."))
         if self.course_claim in REGISTERED_JWT_CLAIMS:
             raise ValidationError(
-                {"course_claim": "A registered claim (iss, sub, aud, ...) names no course."}
+                {"course_claim": _("A registered claim (iss, sub, aud, ...) names no course.")}
             )
         if self.jwks_url:
             # The SSRF guard's rules for every URL an admin sets (checked again at each fetch).
@@ -164,12 +168,14 @@ class EndUser(models.Model):
         null=True,
         blank=True,
         related_name="end_users",
-        help_text="The portal student (signed in with the institution's identity provider)",
+        help_text=_("The portal student (signed in with the institution's identity provider)"),
     )
     active = models.BooleanField(
-        default=True, db_default=True, help_text="Off: the student lost the role; keys refused"
+        default=True, db_default=True, help_text=_("Off: the student lost the role; keys refused")
     )
     terms_accepted_at = models.DateTimeField(null=True, blank=True)
+    # The student's own choice of language (the portal's menu; as AdminProfile.language).
+    language = models.CharField(max_length=16, blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -3,6 +3,7 @@ and budget alerts."""
 
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from .institutions import License
 from .keys import ApiKey, EndUser
@@ -12,7 +13,7 @@ class Wallet(models.Model):
     """Spend of one budget holder (the license, a key or an end user) in one window."""
 
     license = models.ForeignKey(License, on_delete=models.CASCADE, related_name="wallets")
-    holder = models.CharField(max_length=100, help_text="license, key:<id> or user:<id>")
+    holder = models.CharField(max_length=100, help_text=_("license, key:<id> or user:<id>"))
     period = models.CharField(max_length=32)
     window_start = models.DateTimeField()
     unit = models.CharField(max_length=32)
@@ -35,10 +36,10 @@ class Outcome(models.TextChoices):
     """A ledger row's status class, for reviewers (decided by the pipeline's step that ended
     the request, see licensing.ledger.record's codes)."""
 
-    SUCCESS = "success", "Success"
-    CLIENT_ERROR = "client_error", "Client error"
-    DENIED = "denied", "Denied by the gateway"
-    FAILURE = "failure", "Provider or gateway failure"
+    SUCCESS = "success", _("Success")
+    CLIENT_ERROR = "client_error", _("Client error")
+    DENIED = "denied", _("Denied by the gateway")
+    FAILURE = "failure", _("Provider or gateway failure")
 
 
 class Transaction(models.Model):
@@ -80,14 +81,14 @@ class Transaction(models.Model):
     attempts = models.PositiveSmallIntegerField(
         default=1,
         db_default=1,
-        help_text="Provider calls made for the request (0: refused before any)",
+        help_text=_("Provider calls made for the request (0: refused before any)"),
     )
     failovers = models.CharField(
         max_length=500,
         blank=True,
         default="",
         db_default="",
-        help_text="The attempts that failed before the last: connection and reason",
+        help_text=_("The attempts that failed before the last: connection and reason"),
     )
     status_code = models.PositiveSmallIntegerField()
     prompt_tokens = models.BigIntegerField(null=True, blank=True)
@@ -96,26 +97,29 @@ class Transaction(models.Model):
     images = models.IntegerField(null=True, blank=True)
     megapixels = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
     units = models.IntegerField(
-        null=True, blank=True, help_text="Searches made or pages fetched (web_search, fetch)"
+        null=True, blank=True, help_text=_("Searches made or pages fetched (web_search, fetch)")
     )
-    credits = models.BigIntegerField(default=0, help_text="Micro-credits charged")
+    credits = models.BigIntegerField(default=0, help_text=_("Micro-credits charged"))
     metadata = models.JSONField(default=dict, blank=True)
     latency_ms = models.IntegerField(default=0)
     upstream_id = models.CharField(
         max_length=200,
         blank=True,
         default="",
-        verbose_name="answer id",
-        help_text="The id of the provider's answer (chatcmpl-..., resp_...) a user may quote",
+        verbose_name=_("answer id"),
+        help_text=_("The id of the provider's answer (chatcmpl-..., resp_...) a user may quote"),
     )
     outcome = models.CharField(
-        max_length=16, choices=Outcome.choices, default=Outcome.SUCCESS, verbose_name="status class"
+        max_length=16,
+        choices=Outcome.choices,
+        default=Outcome.SUCCESS,
+        verbose_name=_("status class"),
     )
     error_code = models.CharField(
-        max_length=40, blank=True, default="", help_text="Why it failed or was refused"
+        max_length=40, blank=True, default="", help_text=_("Why it failed or was refused")
     )
     error_message = models.CharField(
-        max_length=500, blank=True, default="", help_text="The reason, sanitized"
+        max_length=500, blank=True, default="", help_text=_("The reason, sanitized")
     )
 
     class Meta:
@@ -158,8 +162,8 @@ class BudgetAlert(models.Model):
     period = models.CharField(max_length=32)
     window_start = models.DateTimeField()
     holder = models.CharField(max_length=100)
-    spent = models.BigIntegerField(help_text="The wallet's spend after the crossing request")
-    threshold = models.BigIntegerField(help_text="Micro-credits")
+    spent = models.BigIntegerField(help_text=_("The wallet's spend after the crossing request"))
+    threshold = models.BigIntegerField(help_text=_("Micro-credits"))
     limit = models.BigIntegerField()
     created_at = models.DateTimeField(default=timezone.now)
     sent_at = models.DateTimeField(null=True, blank=True)

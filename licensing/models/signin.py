@@ -6,6 +6,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from core.fields import EncryptedTextField
 from core.outbound import Refused, validate_outbound_url
@@ -22,12 +24,12 @@ class IdentityProvider(models.Model):
         Institution, on_delete=models.CASCADE, related_name="identity_provider"
     )
     issuer = models.CharField(
-        max_length=500, unique=True, help_text="The issuer URL (discovery at /.well-known/...)"
+        max_length=500, unique=True, help_text=_("The issuer URL (discovery at /.well-known/...)")
     )
     client_id = models.CharField(max_length=255)
     client_secret = EncryptedTextField(max_length=1000, blank=True)  # encrypted at rest
     client_secret_env = models.CharField(
-        max_length=100, blank=True, help_text="Or: the environment variable holding the secret"
+        max_length=100, blank=True, help_text=_("Or: the environment variable holding the secret")
     )
     groups_claim = models.CharField(max_length=100, default="groups")
     admin_groups = models.JSONField(default=list, blank=True)
@@ -40,15 +42,15 @@ class IdentityProvider(models.Model):
         null=True,
         blank=True,
         related_name="+",
-        help_text="The license students land on (per-user budgets apply)",
+        help_text=_("The license students land on (per-user budgets apply)"),
     )
     email_domains = models.CharField(
         max_length=500,
         blank=True,
-        help_text="Comma-separated e-mail domains: the login page finds the institution by them",
+        help_text=_("Comma-separated e-mail domains: the login page finds the institution by them"),
     )
     sso_only = models.BooleanField(
-        default=False, help_text="Refuse local passwords for this institution's users"
+        default=False, help_text=_("Refuse local passwords for this institution's users")
     )
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -56,7 +58,7 @@ class IdentityProvider(models.Model):
 
     class Meta:
         ordering = ["institution__name"]
-        verbose_name = "identity provider (SSO)"
+        verbose_name = _("identity provider (SSO)")
 
     def __str__(self):
         return f"{self.institution} ({self.issuer})"
@@ -73,7 +75,7 @@ class SsoIdentity(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identity"
     )
     email = models.CharField(max_length=254, blank=True)
-    groups = models.JSONField(default=list, blank=True, help_text="At the last sign-in")
+    groups = models.JSONField(default=list, blank=True, help_text=_("At the last sign-in"))
     last_sign_in = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -108,26 +110,28 @@ class LtiPlatform(models.Model):
     institution = models.ForeignKey(
         Institution, on_delete=models.CASCADE, related_name="lti_platforms"
     )
-    issuer = models.CharField(max_length=500, help_text="The platform's `iss` (its base URL)")
-    client_id = models.CharField(max_length=255, help_text="The client id the LMS gave the tool")
+    issuer = models.CharField(max_length=500, help_text=_("The platform's `iss` (its base URL)"))
+    client_id = models.CharField(max_length=255, help_text=_("The client id the LMS gave the tool"))
     deployment_ids = models.JSONField(
-        default=list, blank=True, help_text='The deployment ids accepted, e.g. ["1"]'
+        default=list, blank=True, help_text=_('The deployment ids accepted, e.g. ["1"]')
     )
-    jwks_url = models.CharField(max_length=500, help_text="The platform's public keyset URL")
+    jwks_url = models.CharField(max_length=500, help_text=_("The platform's public keyset URL"))
     auth_login_url = models.CharField(
-        max_length=500, help_text="The platform's OIDC authentication request URL"
+        max_length=500, help_text=_("The platform's OIDC authentication request URL")
     )
     license = models.ForeignKey(
         License,
         on_delete=models.PROTECT,
         related_name="lti_platforms",
-        help_text="Courses created by a launch go on this license (same institution)",
+        help_text=_("Courses created by a launch go on this license (same institution)"),
     )
     allowance = models.BigIntegerField(
         null=True,
         blank=True,
         validators=[MinValueValidator(0), MaxValueValidator(2**63 - 1)],
-        help_text="Default allowance of the courses a launch creates (micro-credits); empty = none",
+        help_text=_(
+            "Default allowance of the courses a launch creates (micro-credits); empty = none"
+        ),
     )
     allowance_period = models.CharField(
         max_length=8, choices=Course.Period.choices, default=Course.Period.WEEK
@@ -138,7 +142,7 @@ class LtiPlatform(models.Model):
 
     class Meta:
         ordering = ["institution__name", "issuer"]
-        verbose_name = "LTI platform"
+        verbose_name = _("LTI platform")
         constraints = [
             models.UniqueConstraint(fields=["issuer", "client_id"], name="uniq_lti_platform")
         ]
@@ -161,13 +165,13 @@ class LtiPlatform(models.Model):
         if not isinstance(ids, list) or not all(
             isinstance(i, str) and 0 < len(i) <= 255 for i in ids
         ):
-            errors["deployment_ids"] = "A list of deployment ids (strings)."
+            errors["deployment_ids"] = gettext("A list of deployment ids (strings).")
         if (
             self.license_id
             and self.institution_id
             and self.license.institution_id != self.institution_id
         ):
-            errors["license"] = "The license must belong to the platform's institution."
+            errors["license"] = gettext("The license must belong to the platform's institution.")
         if errors:
             raise ValidationError(errors)
 
@@ -185,7 +189,7 @@ class LtiLaunchState(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        verbose_name = "LTI launch"
+        verbose_name = _("LTI launch")
         indexes = [models.Index(fields=["created_at"], name="lti_launch_time")]
 
     def __str__(self):
@@ -206,8 +210,8 @@ class LtiIdentity(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        verbose_name = "LTI identity"
-        verbose_name_plural = "LTI identities"
+        verbose_name = _("LTI identity")
+        verbose_name_plural = _("LTI identities")
         constraints = [
             models.UniqueConstraint(fields=["platform", "subject"], name="uniq_lti_subject")
         ]

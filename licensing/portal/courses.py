@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django.utils.translation import gettext, gettext_noop
+
 from catalog.registry import service_label
 from core import clock
+from core.languages import grouped
 
 from ..access.scoping import owns, scope_of
 from ..courses.rules import in_exam, is_open, next_opening
@@ -120,7 +123,7 @@ class CourseLevels:
 
     @property
     def remaining_text(self) -> str:
-        return "" if self.remaining is None else f"{self.remaining:,}"
+        return "" if self.remaining is None else grouped(self.remaining)
 
     @property
     def remaining_money(self) -> str:
@@ -133,9 +136,9 @@ class CourseLevels:
         if remaining is None:
             return ""
         for name, value in (
-            ("your allowance", self.allowance.remaining),
-            ("the course pool", self.pool.remaining if self.pool else None),
-            ("the license", self.license.remaining),
+            (gettext_noop("your allowance"), self.allowance.remaining),
+            (gettext_noop("the course pool"), self.pool.remaining if self.pool else None),
+            (gettext_noop("the license"), self.license.remaining),
         ):
             if value == remaining:
                 return name
@@ -235,7 +238,8 @@ def policy_in_words(policy: Policy | None) -> list[ServiceWords]:
         return []
     found = []
     for service, rules in sorted(policy.services.items()):
-        providers = "any" if rules.providers is None else ", ".join(sorted(rules.providers))
+        every = gettext("any")
+        providers = every if rules.providers is None else ", ".join(sorted(rules.providers))
         # The first model rule holds the merged values of every model rule in force
         # (licensing.rules.scopes.conjoin); a later one is a patterns list of its own.
         model = next((rule for rule in rules.rules if rule.name == "model"), None)
@@ -245,16 +249,18 @@ def policy_in_words(policy: Policy | None) -> list[ServiceWords]:
 
 def _models_in_words(rule) -> str:
     if rule is None:
-        return "any"
+        return gettext("any")
     if rule.forbidden:
-        return "none"
+        return gettext("none")
     if rule.allowed is not None:
         return ", ".join(str(v) for v in rule.allowed)
     if rule.patterns is not None:
-        return "matching " + ", ".join(p.pattern for p in rule.patterns)
+        return gettext("matching %(patterns)s") % {
+            "patterns": ", ".join(p.pattern for p in rule.patterns)
+        }
     if rule.excluded is not None:
-        return "any but " + ", ".join(str(v) for v in rule.excluded)
-    return "any"
+        return gettext("any but %(models)s") % {"models": ", ".join(str(v) for v in rule.excluded)}
+    return gettext("any")
 
 
 @dataclass(frozen=True)
@@ -275,7 +281,12 @@ class CourseSettings:
 
     @staticmethod
     def credits(rate: Rate, value: int | None) -> str:
-        return "no limit" if value is None else f"{value:,} micro-credits ({rate.format(value)})"
+        if value is None:
+            return gettext("no limit")
+        return gettext("%(credits)s micro-credits (%(money)s)") % {
+            "credits": grouped(value),
+            "money": rate.format(value),
+        }
 
 
 def course_settings(course: Course, now: datetime | None = None) -> CourseSettings:

@@ -9,6 +9,7 @@ from datetime import date, datetime, time, timedelta
 
 from django.db.models import Count, Sum
 from django.db.models.functions import TruncDate
+from django.utils.translation import gettext_noop
 
 from catalog.registry import SERVICES, Service, purposes_in_words
 from catalog.routing import (
@@ -22,6 +23,7 @@ from catalog.routing import (
 )
 from core import clock
 from core.errors import GatewayError
+from core.languages import grouped
 from core.zones import zone_or_utc
 
 from ..courses.selectors import course_rules
@@ -128,15 +130,15 @@ class SpendFigures:
 
     @property
     def used_text(self) -> str:
-        return f"{self.used:,}"
+        return grouped(self.used)
 
     @property
     def remaining_text(self) -> str:
-        return "" if self.remaining is None else f"{self.remaining:,}"
+        return "" if self.remaining is None else grouped(self.remaining)
 
     @property
     def limit_text(self) -> str:
-        return "" if self.limit is None else f"{self.limit:,}"
+        return "" if self.limit is None else grouped(self.limit)
 
     @property
     def remaining_money(self) -> str:
@@ -155,6 +157,19 @@ class SpendFigures:
         if not self.limit:
             return 0
         return min(100, self.used * 100 // self.limit)
+
+
+# The period words the pages translate where they show a period ({% translate wallet.period %}):
+# licenses' budget periods and courses' allowance periods.
+PERIOD_WORDS = (
+    gettext_noop("daily"),
+    gettext_noop("weekly"),
+    gettext_noop("monthly"),
+    gettext_noop("lifetime"),
+    gettext_noop("day"),
+    gettext_noop("week"),
+    gettext_noop("month"),
+)
 
 
 @dataclass(frozen=True)
@@ -215,11 +230,11 @@ class UsageRow:
 
     @property
     def credits_text(self) -> str:
-        return f"{self.credits:,}"
+        return grouped(self.credits)
 
     @property
     def requests_text(self) -> str:
-        return f"{self.requests:,}"
+        return grouped(self.requests)
 
 
 @dataclass(frozen=True)

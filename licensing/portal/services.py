@@ -9,6 +9,8 @@ import unicodedata
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from core.text import is_storable_text
 
@@ -36,9 +38,9 @@ def key_name_clean(raw: str) -> str:
     surrogates, at most 100 characters."""
     name = raw.strip()
     if len(name) > MAX_KEY_NAME:
-        raise ValidationError(f"At most {MAX_KEY_NAME} characters.")
+        raise ValidationError(_("At most %(n)s characters.") % {"n": MAX_KEY_NAME})
     if not is_storable_text(name) or any(unicodedata.category(c) == "Cc" for c in name):
-        raise ValidationError("The name cannot hold control characters.")
+        raise ValidationError(_("The name cannot hold control characters."))
     return name
 
 
@@ -80,14 +82,18 @@ def portal_key_create(
     which audits it), paying at their allowance, the course pool and the license."""
     locked = _locked(end_user)
     if not locked.active:
-        raise PortalRefused("Your student access has ended.", status=403)
+        raise PortalRefused(gettext("Your student access has ended."), status=403)
     if terms_pending(locked):
-        raise PortalRefused("Accept the terms of use before you create a key.", status=403)
+        raise PortalRefused(gettext("Accept the terms of use before you create a key."), status=403)
     limit = locked.license.institution.portal_key_limit
     if active_key_count(locked) >= limit:
         raise PortalRefused(
-            f"You have {limit} active key{'s' if limit != 1 else ''}, the most allowed: "
-            "revoke one first.",
+            ngettext(
+                "You have %(limit)s active key, the most allowed: revoke one first.",
+                "You have %(limit)s active keys, the most allowed: revoke one first.",
+                limit,
+            )
+            % {"limit": limit},
             status=409,
         )
     clean_name = key_name_clean(name)
@@ -97,7 +103,9 @@ def portal_key_create(
                 course=course, end_user=locked, name=clean_name, via="portal", request=request
             )
         except ValidationError as exc:  # not (or no longer) a member
-            raise PortalRefused("You are not a member of this course.", status=404) from exc
+            raise PortalRefused(
+                gettext("You are not a member of this course."), status=404
+            ) from exc
     row, key = api_key_create(license=locked.license, end_user=locked, name=clean_name)
     audit_event_record(
         action=AuditEvent.Action.API_KEY_CREATED,

@@ -15,9 +15,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core.languages import grouped
 from core.zones import zone_or_utc
 
 from ..access.scoping import scope_of
@@ -49,7 +52,7 @@ def student_required(view):
             return render(
                 request,
                 "portal/no_access.html",
-                {"title": "No student access", "contact": contact},
+                {"title": _("No student access"), "contact": contact},
                 status=403,
             )
         # The pages' times in the institution's time zone, as its days and budgets are.
@@ -82,7 +85,7 @@ def login(request):
         request,
         "portal/login.html",
         {
-            "title": "Sign in",
+            "title": _("Sign in"),
             "providers": providers,
             "find_by_email": len(providers) > PROVIDERS_LISTED_ALONE,
             "next": _next_of(request),
@@ -128,7 +131,9 @@ def dashboard(request, end_user: EndUser):
     bands = [charts.Band("Credits", [row.credits for row in usage.by_day], charts.PALETTE[0])]
     # Safe: licensing.console.charts escapes every label it writes.
     chart = mark_safe(
-        charts.stacked_bars(usage.days, bands, title="Micro-credits by day", unit="micro-credits")
+        charts.stacked_bars(
+            usage.days, bands, title=gettext("Micro-credits by day"), unit="micro-credits"
+        )
     )
     return _page(
         request,
@@ -155,7 +160,7 @@ def data_flow(request, end_user: EndUser):
         end_user,
         "portal/data.html",
         {
-            "title": "Where your requests go",
+            "title": _("Where your requests go"),
             "models": models,
             "destinations": selectors.destinations_of(models),
         },
@@ -174,12 +179,12 @@ def terms(request, end_user: EndUser):
                 request,
                 end_user,
                 "portal/terms.html",
-                {"title": "Terms of use", "error": "Tick the box to accept the terms."},
+                {"title": _("Terms of use"), "error": _("Tick the box to accept the terms.")},
                 status=400,
             )
         services.terms_accept(end_user=end_user, request=request)
         return HttpResponseRedirect(reverse("portal:keys"))
-    return _page(request, end_user, "portal/terms.html", {"title": "Terms of use"})
+    return _page(request, end_user, "portal/terms.html", {"title": _("Terms of use")})
 
 
 def _key_name_valid(value: str) -> None:
@@ -192,7 +197,7 @@ class KeyForm(forms.Form):
         max_length=services.MAX_KEY_NAME,
         strip=True,
         validators=[_key_name_valid],
-        widget=forms.TextInput(attrs={"placeholder": "e.g. laptop, thesis project"}),
+        widget=forms.TextInput(attrs={"placeholder": _("e.g. laptop, thesis project")}),
     )
 
 
@@ -225,7 +230,7 @@ def keys(request, end_user: EndUser):
         end_user,
         "portal/keys.html",
         {
-            "title": "Your API keys",
+            "title": _("Your API keys"),
             "form": form,
             "error": error,
             "keys": rows,
@@ -381,14 +386,18 @@ def _instructor_page(request, access: courses.CourseAccess, error: str = "", sta
             {
                 "row": row,
                 "money": rate.format(row.credits),
-                "credits": f"{row.credits:,}",
-                "period": f"{row.period_used:,}"
-                + ("" if row.allowance is None else f" of {row.allowance:,}"),
+                "credits": grouped(row.credits),
+                "period": grouped(row.period_used)
+                + (
+                    ""
+                    if row.allowance is None
+                    else " " + _("of %(allowance)s") % {"allowance": grouped(row.allowance)}
+                ),
             }
             for row in usage.rows
         ],
         "total_money": rate.format(usage.credits),
-        "total_credits": f"{usage.credits:,}",
+        "total_credits": grouped(usage.credits),
         "admin_url": reverse("admin:licensing_course_change", args=[course.pk]),
         "error": error,
     }
@@ -405,7 +414,7 @@ def course_exam(request, course_id: str):
         raise Http404("No such course")
     wanted = request.POST.get("exam_mode")
     if wanted not in ("on", "off"):
-        return _instructor_page(request, access, "Choose exam mode on or off.", status=400)
+        return _instructor_page(request, access, gettext("Choose exam mode on or off."), status=400)
     try:
         course_update(
             course=access.course,

@@ -13,6 +13,8 @@ from decimal import ROUND_HALF_EVEN, Decimal
 
 from django.conf import settings
 
+from core.languages import grouped
+
 
 @dataclass(frozen=True)
 class Rate:
@@ -33,7 +35,7 @@ class Rate:
 def format_amount(value: Decimal, currency: str) -> str:
     """An amount of money in the one format (Rate.format's): for sums across rates."""
     places = Decimal("0.01") if value == 0 or abs(value) >= Decimal("0.01") else Decimal("0.0001")
-    return f"{value.quantize(places, rounding=ROUND_HALF_EVEN):,} {currency}"
+    return f"{grouped(value.quantize(places, rounding=ROUND_HALF_EVEN))} {currency}"
 
 
 def default_rate() -> Rate:

@@ -39,7 +39,7 @@ class LtiPlatformAdmin(ScopedAdminMixin, admin.ModelAdmin):
         "updated_at",
     )
 
-    @admin.display(description="paste into the LMS")
+    @admin.display(description=_("paste into the LMS"))
     def tool_urls(self, obj):
         login_url, launch_url = lti_urls()
         return f"login_url: {login_url}  launch_url: {launch_url}"

@@ -32,7 +32,7 @@ name_model(SsoIdentity, _("SSO identity"), _("SSO identities"))
 class IdentityProviderForm(AdminModelFormMixin, forms.ModelForm):
     secret_fields = ("client_secret",)
 
-    clear_client_secret = forms.BooleanField(required=False, label="Clear the stored secret")
+    clear_client_secret = forms.BooleanField(required=False, label=_("Clear the stored secret"))
 
     class Meta:
         model = IdentityProvider
@@ -50,7 +50,7 @@ class IdentityProviderForm(AdminModelFormMixin, forms.ModelForm):
             "active",
         )
         help_texts = {
-            name: 'A JSON list of group names, e.g. ["staff-admins"]' for name in GROUP_FIELDS
+            name: _('A JSON list of group names, e.g. ["staff-admins"]') for name in GROUP_FIELDS
         }
 
     def clean(self):
@@ -58,7 +58,9 @@ class IdentityProviderForm(AdminModelFormMixin, forms.ModelForm):
         self._clean_lists(cleaned)
         self._clean_license(cleaned)
         if not cleaned.get("client_secret") and not cleaned.get("client_secret_env"):
-            self.add_error("client_secret", "Enter the client secret or its environment variable.")
+            self.add_error(
+                "client_secret", _("Enter the client secret or its environment variable.")
+            )
         return cleaned
 
     def _clean_lists(self, cleaned: dict) -> None:
@@ -87,9 +89,9 @@ class IdentityProviderForm(AdminModelFormMixin, forms.ModelForm):
         license = cleaned.get("student_license")
         if institution is not None and license is not None:
             if license.institution_id != institution.pk:
-                self.add_error("student_license", "This license belongs to another institution.")
+                self.add_error("student_license", _("This license belongs to another institution."))
         if cleaned.get("student_groups") and license is None:
-            self.add_error("student_license", "Student groups need a student license.")
+            self.add_error("student_license", _("Student groups need a student license."))
 
 
 @admin.register(IdentityProvider)
@@ -112,16 +114,16 @@ class IdentityProviderAdmin(admin.ModelAdmin):
                 None,
                 {"fields": ["institution", "issuer", "client_id", *secret, "client_secret_env"]},
             ),
-            ("Roles from the groups claim", {"fields": ["groups_claim", *GROUP_FIELDS]}),
+            (_("Roles from the groups claim"), {"fields": ["groups_claim", *GROUP_FIELDS]}),
             ("Sign-in", {"fields": ["student_license", "email_domains", "sso_only", "active"]}),
-            *([("Registered at the IdP", {"fields": ["redirect_uri"]})] if obj else []),
+            *([(_("Registered at the IdP"), {"fields": ["redirect_uri"]})] if obj else []),
         ]
 
     def get_readonly_fields(self, request, obj=None):
         # One provider per institution: moving it would be a new provider (a new redirect URI).
         return (*self.readonly_fields, *(("institution",) if obj else ()))
 
-    @admin.display(description="redirect URI (register it at the IdP)")
+    @admin.display(description=_("redirect URI (register it at the IdP)"))
     def redirect_uri(self, obj):
         return redirect_uri_of(obj.pk) if obj.pk else "-"
 

@@ -31,6 +31,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext_noop
 
 from core.config import get_config
 from core.text import is_storable_text
@@ -147,10 +149,10 @@ class PlatformSettings:
 
 def _deployment_ids(deployment_ids: list[str]) -> list[str]:
     if not deployment_ids:
-        raise ValidationError("Give at least one deployment id")
+        raise ValidationError(_("Give at least one deployment id"))
     ids = [_text(d, "A deployment id", 255) for d in deployment_ids]
     if len(ids) > 100:
-        raise ValidationError("At most 100 deployment ids")
+        raise ValidationError(_("At most 100 deployment ids"))
     return ids
 
 
@@ -158,7 +160,7 @@ def _check_allowance(allowance: int | None, allowance_period: str) -> None:
     if allowance is not None and (
         isinstance(allowance, bool) or not isinstance(allowance, int) or not 0 <= allowance
     ):
-        raise ValidationError("The allowance is a whole number of micro-credits, 0 or more")
+        raise ValidationError(_("The allowance is a whole number of micro-credits, 0 or more"))
     if allowance is not None and allowance > MAX_ALLOWANCE:
         raise ValidationError(f"The allowance is at most {MAX_ALLOWANCE}")
     if allowance_period not in Course.Period.values:
@@ -188,7 +190,7 @@ def lti_platform_configure(
     jwks_url = _text(jwks_url, "The JWKS URL", 500)
     auth_login_url = _text(auth_login_url, "The auth login URL", 500)
     if license.institution_id != institution.pk:
-        raise ValidationError("The license must belong to the same institution")
+        raise ValidationError(_("The license must belong to the same institution"))
     _check_allowance(allowance, allowance_period)
     settings = PlatformSettings(
         issuer=issuer,
@@ -224,7 +226,7 @@ def _platform_saved(
     if platform is None:
         platform = LtiPlatform(issuer=issuer, client_id=client_id, institution=institution)
     elif platform.institution_id != institution.pk:
-        raise ValidationError("Another institution already registered this platform")
+        raise ValidationError(_("Another institution already registered this platform"))
     platform.deployment_ids = list(dict.fromkeys(settings.deployment_ids))
     platform.jwks_url = settings.jwks_url
     platform.auth_login_url = settings.auth_login_url
@@ -296,7 +298,9 @@ def login_redirect_url(params: dict[str, Any]) -> tuple[LtiPlatform, str]:
     platform = found[0]
     if deployment and deployment not in platform.deployment_ids:
         raise LtiError(
-            "unknown_deployment", "This deployment of the tool is not registered.", status=403
+            "unknown_deployment",
+            gettext_noop("This deployment of the tool is not registered."),
+            status=403,
         )
     now = _now()
     # Stale rows go at each login: a nonce must outlive every id_token it was asked for.
@@ -331,9 +335,11 @@ def launch_state_take(state: Any) -> LtiLaunchState:
     """The pending launch of this `state`, marked used (committed: single use whatever follows),
     or LtiError (unknown, used, older than 10 minutes)."""
     if not state:
-        raise LtiError("no_state", "The launch holds no state.", status=400)
+        raise LtiError("no_state", gettext_noop("The launch holds no state."), status=400)
     if not _clean_text(state) or len(state) > 64:
-        raise LtiError("state_mismatch", "The launch's state is not one of this gateway.", 400)
+        raise LtiError(
+            "state_mismatch", gettext_noop("The launch's state is not one of this gateway."), 400
+        )
     with transaction.atomic():
         row = (
             LtiLaunchState.objects.select_for_update()
@@ -344,13 +350,15 @@ def launch_state_take(state: Any) -> LtiLaunchState:
         if row is None or not hmac.compare_digest(row.state, state):
             raise LtiError(
                 "state_mismatch",
-                "This launch was not started here. Open the tool again from your course.",
+                gettext_noop(
+                    "This launch was not started here. Open the tool again from your course."
+                ),
                 status=400,
             )
         if row.used_at is not None:
             raise LtiError(
                 "state_reused",
-                "This launch was used already. Open the tool again from your course.",
+                gettext_noop("This launch was used already. Open the tool again from your course."),
                 status=400,
             )
         now = _now()
@@ -359,7 +367,9 @@ def launch_state_take(state: Any) -> LtiLaunchState:
     if not 0 <= (now - row.created_at).total_seconds() <= STATE_LIFETIME:
         raise LtiError(
             "launch_expired",
-            "This launch took longer than 10 minutes. Open the tool again from your course.",
+            gettext_noop(
+                "This launch took longer than 10 minutes. Open the tool again from your course."
+            ),
             status=400,
         )
     return row
@@ -383,15 +393,21 @@ def verify_launch_token(token: Any, *, launch: LtiLaunchState) -> dict[str, Any]
 def _launch_token_header(token: Any) -> dict[str, Any]:
     """The header of what looks like a signed JWT with an algorithm we take, or LtiError."""
     if not token or not isinstance(token, str):
-        raise LtiError("no_id_token", "The launch holds no id_token.", status=400)
+        raise LtiError("no_id_token", gettext_noop("The launch holds no id_token."), status=400)
     if len(token) > MAX_TOKEN_LENGTH or token.count(".") != 2 or not token.isascii():
-        raise LtiError("invalid_token", "The id_token is not a signed JWT.", status=400)
+        raise LtiError(
+            "invalid_token", gettext_noop("The id_token is not a signed JWT."), status=400
+        )
     try:
         header = token_header(token)
     except Exception:  # noqa: BLE001 (any garbage in the header)
-        raise LtiError("invalid_token", "The id_token is not a signed JWT.", status=400) from None
+        raise LtiError(
+            "invalid_token", gettext_noop("The id_token is not a signed JWT."), status=400
+        ) from None
     if header.get("alg") not in ALGORITHMS:
-        raise LtiError("invalid_token", "The id_token's algorithm is not RS256 or ES256.")
+        raise LtiError(
+            "invalid_token", gettext_noop("The id_token's algorithm is not RS256 or ES256.")
+        )
     return header
 
 
@@ -402,7 +418,9 @@ def _launch_token_decoded(
     this platform's and the required claims present; or LtiError (_decode_error)."""
     keys = jwks_cache.keys_for(platform.jwks_url, header.get("kid"))
     if not keys:
-        raise LtiError("bad_signature", "No key of the platform's JWKS matches the id_token.")
+        raise LtiError(
+            "bad_signature", gettext_noop("No key of the platform's JWKS matches the id_token.")
+        )
     error: Exception | None = None
     for key in keys:
         try:
@@ -439,11 +457,11 @@ def _check_launch_times(claims: dict[str, Any], now: float) -> None:
     if problem is not None:
         raise LtiError(*problem)
     if claims["exp"] + LEEWAY < now:
-        raise LtiError("expired", "The id_token has expired.")
+        raise LtiError("expired", gettext_noop("The id_token has expired."))
     if claims["iat"] - LEEWAY > now:
-        raise LtiError("invalid_iat", "The id_token was issued in the future.")
+        raise LtiError("invalid_iat", gettext_noop("The id_token was issued in the future."))
     if claims.get("nbf", now) - LEEWAY > now:
-        raise LtiError("invalid_nbf", "The id_token is not valid yet.")
+        raise LtiError("invalid_nbf", gettext_noop("The id_token is not valid yet."))
 
 
 def _check_launch_azp(claims: dict[str, Any], platform: LtiPlatform) -> None:
@@ -453,7 +471,7 @@ def _check_launch_azp(claims: dict[str, Any], platform: LtiPlatform) -> None:
     if (isinstance(aud, list) and len(aud) > 1 and azp is None) or (
         azp is not None and azp != platform.client_id
     ):
-        raise LtiError("wrong_audience", "The id_token's azp is not this tool.")
+        raise LtiError("wrong_audience", gettext_noop("The id_token's azp is not this tool."))
 
 
 def _check_launch_nonce(claims: dict[str, Any], launch: LtiLaunchState) -> None:
@@ -471,8 +489,8 @@ def _check_launch_nonce(claims: dict[str, Any], launch: LtiLaunchState) -> None:
         .exists()
     )
     if seen:
-        raise LtiError("nonce_replayed", "This id_token was used already (replayed).")
-    raise LtiError("wrong_nonce", "The id_token's nonce is not this launch's.")
+        raise LtiError("nonce_replayed", gettext_noop("This id_token was used already (replayed)."))
+    raise LtiError("wrong_nonce", gettext_noop("The id_token's nonce is not this launch's."))
 
 
 def _check_launch_message(claims: dict[str, Any], platform: LtiPlatform) -> None:
@@ -480,28 +498,33 @@ def _check_launch_message(claims: dict[str, Any], platform: LtiPlatform) -> None
     deployment = claims.get(CLAIM + "deployment_id")
     if not isinstance(deployment, str) or deployment not in platform.deployment_ids:
         raise LtiError(
-            "unknown_deployment", "This deployment of the tool is not registered on the gateway."
+            "unknown_deployment",
+            gettext_noop("This deployment of the tool is not registered on the gateway."),
         )
     if claims.get(CLAIM + "message_type") != MESSAGE_TYPE:
         raise LtiError(
-            "unsupported_message", "Only resource link launches are supported.", status=400
+            "unsupported_message",
+            gettext_noop("Only resource link launches are supported."),
+            status=400,
         )
     if claims.get(CLAIM + "version") != VERSION:
-        raise LtiError("unsupported_version", "Only LTI 1.3.0 launches are supported.", 400)
+        raise LtiError(
+            "unsupported_version", gettext_noop("Only LTI 1.3.0 launches are supported."), 400
+        )
 
 
 def _decode_error(error: Exception | None) -> LtiError:
     if isinstance(error, jwt.InvalidAudienceError):
-        return LtiError("wrong_audience", "The id_token is meant for another tool.")
+        return LtiError("wrong_audience", gettext_noop("The id_token is meant for another tool."))
     if isinstance(error, jwt.InvalidIssuerError):
-        return LtiError("wrong_issuer", "The id_token's issuer is not this platform.")
+        return LtiError("wrong_issuer", gettext_noop("The id_token's issuer is not this platform."))
     if isinstance(error, jwt.MissingRequiredClaimError):
         return LtiError("missing_claim", f"The id_token has no '{error.claim}' claim.")
     if isinstance(error, jwt.InvalidSignatureError) or error is None:
-        return LtiError("bad_signature", "The id_token's signature does not verify.")
+        return LtiError("bad_signature", gettext_noop("The id_token's signature does not verify."))
     if isinstance(error, jwt.PyJWTError):
-        return LtiError("invalid_token", "The id_token is not acceptable.")
-    return LtiError("bad_signature", "The id_token's signature does not verify.")
+        return LtiError("invalid_token", gettext_noop("The id_token is not acceptable."))
+    return LtiError("bad_signature", gettext_noop("The id_token's signature does not verify."))
 
 
 # --- the launch: what the claims say ------------------------------------------------------------
@@ -534,18 +557,26 @@ def launch_of(claims: dict[str, Any]) -> Launch:
     sub = _claim_text(claims.get("sub"), "subject", 255, required=True)
     roles = claims.get(CLAIM + "roles")
     if not isinstance(roles, list) or len(roles) > 200 or not all(_clean_text(r) for r in roles):
-        raise LtiError("invalid_claims", "The launch's roles are not acceptable.", status=400)
+        raise LtiError(
+            "invalid_claims", gettext_noop("The launch's roles are not acceptable."), status=400
+        )
     instructor = any(r in INSTRUCTOR_ROLES for r in roles)
     if not instructor and not any(r in LEARNER_ROLES for r in roles):
         raise LtiError(
             "no_lti_role",
-            "Your role in this course is neither instructor nor learner: nothing to open.",
+            gettext_noop(
+                "Your role in this course is neither instructor nor learner: nothing to open."
+            ),
         )
     context = claims.get(CLAIM + "context")
     if context is None:
-        raise LtiError("no_context", "The launch names no course (context claim).", status=400)
+        raise LtiError(
+            "no_context", gettext_noop("The launch names no course (context claim)."), status=400
+        )
     if not isinstance(context, dict):
-        raise LtiError("invalid_claims", "The launch's context is not acceptable.", status=400)
+        raise LtiError(
+            "invalid_claims", gettext_noop("The launch's context is not acceptable."), status=400
+        )
     context_id = _claim_text(context.get("id"), "context id", 255, required=True)
     label = _claim_text(context.get("label"), "course label", MAX_LABEL)
     title = _claim_text(context.get("title"), "course title", MAX_TITLE)
@@ -587,8 +618,10 @@ def launch_complete(*, platform: LtiPlatform, launch: Launch, request=None) -> L
         # rows; this one may simply start again.
         raise LtiError(
             "concurrent_launch",
-            "Another launch of this course or account was under way at the same moment. "
-            "Open the tool again.",
+            gettext_noop(
+                "Another launch of this course or account was under way at the same moment. "
+                "Open the tool again."
+            ),
             status=409,
         ) from None
 
@@ -613,13 +646,16 @@ def _user_of(platform: LtiPlatform, launch: Launch):
     user = identity.user
     if user.is_superuser:
         # A superuser signs in with their password (break-glass), never through an LMS.
-        raise LtiError("superuser_launch", "A superuser account cannot sign in through the LMS.")
+        raise LtiError(
+            "superuser_launch", gettext_noop("A superuser account cannot sign in through the LMS.")
+        )
     if not user.is_active:
-        raise LtiError("user_inactive", "This account has been deactivated.")
+        raise LtiError("user_inactive", gettext_noop("This account has been deactivated."))
     foreign = AdminProfile.objects.filter(user=user).exclude(institution_id=platform.institution_id)
     if foreign.exists():
         raise LtiError(
-            "role_in_other_institution", "This account holds a role in another institution."
+            "role_in_other_institution",
+            gettext_noop("This account holds a role in another institution."),
         )
     identity.name, identity.email = launch.name, launch.email
     identity.last_launch = timezone.now()
@@ -664,8 +700,10 @@ def _launch(*, platform: LtiPlatform, launch: Launch, request) -> Launched:
         if not launch.instructor:
             raise LtiError(
                 "course_not_open",
-                "Your teacher has not opened this course on the gateway yet. Ask them to open "
-                "the tool once from the course, then try again.",
+                gettext_noop(
+                    "Your teacher has not opened this course on the gateway yet. Ask them to open "
+                    "the tool once from the course, then try again."
+                ),
             )
         course = Course.objects.create(
             institution_id=institution_id,
@@ -679,7 +717,9 @@ def _launch(*, platform: LtiPlatform, launch: Launch, request) -> Launched:
         created = True
         changes.append(f"course {course.pk} created")
     elif not course.active:
-        raise LtiError("course_inactive", "This course is switched off on the gateway.")
+        raise LtiError(
+            "course_inactive", gettext_noop("This course is switched off on the gateway.")
+        )
     if launch.instructor:
         changes += _make_teacher(user, course, institution_id)
     else:

@@ -15,6 +15,8 @@ from django.contrib.auth import login
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.translation import gettext, gettext_noop
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
@@ -33,9 +35,10 @@ def _refused(
     lti.launch_refusal_record(error=error, request=request, platform=platform, who=who)
     context = {
         **admin.site.each_context(request),
-        "title": "Launch refused",
+        "title": _("Launch refused"),
         "reason": error.reason,
-        "message": error.message,
+        # The English of the audit log, in the page's language here (the catalogue has it).
+        "message": gettext(error.message),
         "institution": platform.institution.name if platform is not None else "",
         "contacts": admin_contacts(platform.institution_id) if platform is not None else [],
         "lti": True,
@@ -64,7 +67,9 @@ def lti_launch(request: HttpRequest) -> HttpResponse:
         state = lti.launch_state_take(request.POST.get("state"))
         platform = state.platform
         if not platform.active:
-            raise lti.LtiError("unknown_platform", "This LMS is not registered on the gateway.")
+            raise lti.LtiError(
+                "unknown_platform", gettext_noop("This LMS is not registered on the gateway.")
+            )
         claims = lti.verify_launch_token(request.POST.get("id_token"), launch=state)
         sub = claims.get("sub")
         # Who, for the audit row of a refusal after the signature held (printable only).

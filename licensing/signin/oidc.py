@@ -26,6 +26,7 @@ from urllib.parse import quote_plus, urlencode, urlsplit
 
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from authlib.oidc.core import CodeIDToken
+from django.utils.translation import gettext_noop
 from joserfc import jwt
 from joserfc.errors import (
     ExpiredTokenError,
@@ -174,7 +175,7 @@ class DiscoveryCache:
 def _parse_jwks(document: Any) -> dict[str | None, list]:
     """{kid: [joserfc keys]}: RSA and EC signing keys only (never a symmetric one)."""
     if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
-        raise Refused("invalid_jwks", "The answer is not a JWK set (no `keys` list)")
+        raise Refused("invalid_jwks", gettext_noop("The answer is not a JWK set (no `keys` list)"))
     keys: dict[str | None, list] = {}
     for jwk in document["keys"][:MAX_KEYS]:
         if not isinstance(jwk, dict) or jwk.get("use", "sig") != "sig":
@@ -191,7 +192,7 @@ def _parse_jwks(document: Any) -> dict[str | None, list]:
             continue
         keys.setdefault(kid, []).append(key)
     if not keys:
-        raise Refused("invalid_jwks", "The JWK set holds no usable signing key")
+        raise Refused("invalid_jwks", gettext_noop("The JWK set holds no usable signing key"))
     return keys
 
 

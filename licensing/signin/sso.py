@@ -22,6 +22,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext_noop
 
 from core.config import get_config
 from core.crypto import reveal
@@ -97,7 +99,7 @@ def validate_domains(value: Any) -> str:
             domains.append(domain)
     text = ",".join(domains)
     if len(text) > 500:
-        raise ValidationError("Too many e-mail domains (500 characters in all)")
+        raise ValidationError(_("Too many e-mail domains (500 characters in all)"))
     return text
 
 
@@ -151,7 +153,7 @@ def identity_provider_configure(
     client_id = _text(client_id, "The client id", 255, required=True)
     groups_claim = _text(groups_claim, "The groups claim", 100, required=True)
     if student_license is not None and student_license.institution_id != institution.pk:
-        raise ValidationError("The student license must belong to the same institution")
+        raise ValidationError(_("The student license must belong to the same institution"))
     mapped = _mapped_groups(
         student_license, admin_groups, reviewer_groups, teacher_groups, student_groups
     )
@@ -191,7 +193,7 @@ def _mapped_groups(
         "student_groups": validate_groups(student_groups, "student groups"),
     }
     if mapped["student_groups"] and student_license is None:
-        raise ValidationError("Student groups need a student license")
+        raise ValidationError(_("Student groups need a student license"))
     return mapped
 
 
@@ -200,7 +202,7 @@ def _provider_for_update(institution: Institution, issuer: str) -> tuple[Identit
     institution's."""
     other = IdentityProvider.objects.filter(issuer=issuer).exclude(institution=institution)
     if other.exists():
-        raise ValidationError("Another institution already uses this issuer")
+        raise ValidationError(_("Another institution already uses this issuer"))
     provider = IdentityProvider.objects.select_for_update().filter(institution=institution).first()
     if provider is None:
         return IdentityProvider(institution=institution), True
@@ -216,7 +218,7 @@ def _client_secret_set(
 ) -> None:
     """The secret or the name of its variable, never both; None keeps the stored one."""
     if client_secret is not None and client_secret_env is not None:
-        raise ValidationError("Give the client secret or its environment variable, not both")
+        raise ValidationError(_("Give the client secret or its environment variable, not both"))
     if client_secret is not None:
         provider.client_secret = _text(client_secret, "The client secret", 1000, required=True)
         provider.client_secret_env = ""
@@ -226,7 +228,7 @@ def _client_secret_set(
             raise ValidationError(f"Not an environment variable name: {name!r}")
         provider.client_secret_env, provider.client_secret = name, ""
     elif created:
-        raise ValidationError("A new provider needs a client secret or its environment variable")
+        raise ValidationError(_("A new provider needs a client secret or its environment variable"))
 
 
 def _provider_configured_record(
@@ -380,7 +382,11 @@ def sign_in_complete(
         # the other one made the user; this one may simply start again.
         outcome = SignInRefused(
             "concurrent_sign_in",
-            "Another sign-in of this account was under way at the same moment. Try again.",
+            gettext_noop(
+                gettext_noop(
+                    "Another sign-in of this account was under way at the same moment. Try again."
+                )
+            ),
             status=409,
         )
     if isinstance(outcome, SignInRefused):
@@ -420,7 +426,9 @@ def _sign_in(
         return _refusal(
             provider,
             "no_mapped_group",
-            "None of your groups at your identity provider is one this gateway gives a role to.",
+            gettext_noop(
+                "None of your groups at your identity provider is one this gateway gives a role to."
+            ),
         )
     if identity is None:
         identity = _identity_created(provider, sub, email)
@@ -451,7 +459,7 @@ def _email_refusal(provider: IdentityProvider, claims: dict[str, Any]) -> SignIn
     return _refusal(
         provider,
         "email_not_verified",
-        "Your identity provider says your e-mail address is not verified.",
+        gettext_noop("Your identity provider says your e-mail address is not verified."),
     )
 
 
@@ -463,7 +471,7 @@ def _user_refusal(provider: IdentityProvider, user) -> SignInRefused | None:
         return _refusal(
             provider,
             "role_in_other_institution",
-            "This account holds a role in another institution.",
+            gettext_noop("This account holds a role in another institution."),
         )
     if not user.is_active:
         return _refusal(provider, "user_inactive", "This account has been deactivated.")

@@ -28,6 +28,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpRespons
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext, gettext_noop
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -87,9 +89,10 @@ def _refused(
         contacts = admin_contacts(provider.institution_id)
     context = {
         **admin.site.each_context(request),
-        "title": "Sign-in refused",
+        "title": _("Sign-in refused"),
         "reason": reason,
-        "message": message,
+        # The English of the audit log, in the page's language here (the catalogue has it).
+        "message": gettext(message),
         "institution": provider.institution.name if provider is not None else "",
         "contacts": list(contacts or []),
         "no_group": reason == "no_mapped_group",
@@ -208,12 +211,14 @@ def _pending_problem(pending: Any, provider_pk: int, *, now: float) -> CallbackP
     if not isinstance(pending, dict) or pending.get("provider") != provider_pk:
         return CallbackProblem(
             "no_pending_login",
-            "This sign-in was not started here, or was finished already. "
-            "Start again from the sign-in page.",
+            gettext_noop(
+                "This sign-in was not started here, or was finished already. "
+                "Start again from the sign-in page."
+            ),
         )
     if not 0 <= now - float(pending.get("created", 0)) <= PENDING_LIFETIME:
         return CallbackProblem(
-            "login_expired", "This sign-in took longer than 10 minutes. Start again."
+            "login_expired", gettext_noop("This sign-in took longer than 10 minutes. Start again.")
         )
     return None
 
@@ -223,18 +228,19 @@ def _answer_problem(params: Mapping[str, str], pending: dict) -> CallbackProblem
     if not _state_matches(state, pending):
         return CallbackProblem(
             "state_mismatch",
-            "The answer of the identity provider does not belong to this sign-in.",
+            gettext_noop("The answer of the identity provider does not belong to this sign-in."),
         )
     if "error" in params:
         error = params.get("error", "")[:100]
         return CallbackProblem(
             "idp_error",
-            f"The identity provider refused the sign-in ({_printable(error)}).",
+            gettext("The identity provider refused the sign-in (%(error)s).")
+            % {"error": _printable(error)},
             status=403,
         )
     if not code or len(code) > MAX_PARAM or not _printable(code) == code:
         return CallbackProblem(
-            "no_code", "The identity provider's answer holds no authorization code."
+            "no_code", gettext_noop("The identity provider's answer holds no authorization code.")
         )
     return None
 
@@ -323,8 +329,11 @@ class GatewayAuthenticationForm(AdminAuthenticationForm):
         institution = getattr(self.request, "sso_only_institution", None)
         if institution:
             return ValidationError(
-                f"{institution} signs in with its identity provider only: use the "
-                f"“Sign in with {institution}” button.",
+                _(
+                    "%(institution)s signs in with its identity provider only: use the "
+                    "“Sign in with %(institution)s” button."
+                )
+                % {"institution": institution},
                 code="sso_only",
             )
         return super().get_invalid_login_error()
@@ -340,7 +349,7 @@ def admin_login(request: HttpRequest) -> HttpResponseBase:
     providers = sign_in_providers()
     context = {
         **site.each_context(request),
-        "title": "Log in",
+        "title": _("Log in"),
         "subtitle": None,
         "app_path": request.get_full_path(),
         "username": request.user.get_username(),

@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from licensing.console import consumers, live
 from licensing.console.consumers import PATH, websocket_application
 from licensing.ledger import feed as ledger_feed
-from licensing.models import Transaction
+from licensing.models import AdminProfile, Transaction
 from tests.live_helpers import WebsocketCommunicator, feed_entry, session_cookie, staff_user
 
 LIVE_URL = "/admin/licensing/transaction/live/"
@@ -465,6 +465,43 @@ def test_a_reviewer_sees_its_institution_and_a_superuser_every_one(institutions)
         "root": ["req-a1", "req-b1", "req-b2"],
     }
     assert ledger_feed.viewers == 0 and ledger_feed.stats.sent == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_rows_name_their_holders_in_each_viewers_language(institutions):
+    """The websocket's rows are named in the language of the viewer's pages (their own choice,
+    then the cookie, the browser, the institution: licensing.access.languages.page_language),
+    although the consumer runs where no page activated one."""
+    a = institutions["a"]
+    greta = staff_user("greta", institution=a.institution, role="reviewer")
+    AdminProfile.objects.filter(user=greta).update(language="de")  # her own choice
+    cookies = {
+        "greta": session_cookie(greta),
+        "bea": session_cookie(staff_user("bea", institution=a.institution, role="reviewer")),
+        "ed": session_cookie(staff_user("ed", institution=a.institution, role="reviewer")),
+    }
+    extra = {"bea": [(b"accept-language", b"fr, de-AT;q=0.8")], "greta": [], "ed": []}
+
+    async def scenario():
+        feeds = {}
+        for name, cookie in cookies.items():
+            headers = [(b"host", b"testserver"), (b"origin", b"http://testserver")]
+            headers += [(b"cookie", cookie.encode()), *extra[name]]
+            feeds[name] = WebsocketCommunicator(websocket_application(), PATH, headers=headers)
+            assert (await feeds[name].connect()) == (True, None)
+        ledger_feed.publish([feed_entry(a, "req-1", end_user_id=987654)])  # no such person
+        holders = {}
+        for name, feed in feeds.items():
+            message = await feed.receive_json_from(timeout=2.0)
+            holders[name] = [row["holder"] for row in message["rows"]]
+            await feed.disconnect()
+        return holders
+
+    assert run(scenario) == {
+        "greta": ["Endnutzer 987654"],
+        "bea": ["Endnutzer 987654"],
+        "ed": ["end user 987654"],
+    }
 
 
 @pytest.mark.django_db(transaction=True)

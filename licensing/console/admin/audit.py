@@ -12,6 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseBadRequest
 from django.urls import path
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
 
 from ...access.scoping import scope_of
 from ...models import AuditEvent
@@ -84,11 +85,11 @@ class AuditEventAdmin(RefuseNulParamsMixin, ReadOnlyAdminMixin, ScopedAdminMixin
             request, cl.queryset, f"audit-{stamp}.csv", columns=AUDIT_CSV_COLUMNS, computed={}
         )
 
-    @admin.display(description=_time_heading("time"), ordering="created_at")
+    @admin.display(description=_time_heading(_("time")), ordering="created_at")
     def time(self, obj):
         return _short_time(obj.created_at)
 
-    @admin.display(description="what")
+    @admin.display(description=_("what"))
     def what(self, obj):
         summary = detail_summary(obj.detail)
         return format_html('<span title="{}">{}</span>', summary, summary[:120])

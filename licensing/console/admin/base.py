@@ -8,17 +8,19 @@ from django.contrib import admin
 from django.http import Http404, HttpResponseBadRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
-from django.utils.functional import lazy
+from django.utils.functional import Promise, lazy
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy as _lazy
+from django.utils.translation import gettext_lazy
+
+from core.languages import grouped
 
 from ...access.scoping import TEACHER, institution_id_of, owns, scope_of, scoped
 from ...models import Institution
 
 
 def _credits(value) -> str:
-    return _("unlimited") if value is None else f"{value:,}"
+    return _("unlimited") if value is None else grouped(value)
 
 
 def name_model(model, singular, plural) -> None:
@@ -39,9 +41,9 @@ def _short_time(value):
     return format_html('<span style="white-space: nowrap">{}</span>', text)
 
 
-def _time_heading(word: str):
+def _time_heading(word: str | Promise):
     """A column's heading naming the current time zone ("time (Europe/Berlin)"), read when
-    the page is drawn."""
+    the page is drawn (a lazy `word` in the page's language)."""
     return lazy(lambda: f"{word} ({timezone.get_current_timezone_name()})", str)()
 
 
@@ -179,7 +181,7 @@ class KeepLedgerIntactMixin(_ModelAdmin):
     and where the change page's delete link would be."""
 
     # What "deactivate" means for this kind of row, in the refusal's words.
-    deactivate_hint = _lazy(
+    deactivate_hint = gettext_lazy(
         "Deactivate it instead: untick “active” on its page and save. It stops working at "
         "once and its history stays."
     )

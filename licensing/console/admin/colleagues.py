@@ -14,8 +14,8 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
 from django.utils.html import format_html
-from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from ...access.colleagues import (
     ASSIGNABLE_ROLES,
@@ -33,16 +33,16 @@ from .base import RefuseNulParamsMixin, _short_time
 
 # E-mail backends that never hand a message to anyone: where each one leaves it instead.
 UNSENT_MAIL = {
-    "django.core.mail.backends.console.EmailBackend": gettext_lazy(
+    "django.core.mail.backends.console.EmailBackend": _(
         "this gateway writes e-mail to its log (EMAIL_BACKEND is the console backend)"
     ),
-    "django.core.mail.backends.filebased.EmailBackend": gettext_lazy(
+    "django.core.mail.backends.filebased.EmailBackend": _(
         "this gateway writes e-mail to files in EMAIL_FILE_PATH (the file backend)"
     ),
-    "django.core.mail.backends.locmem.EmailBackend": gettext_lazy(
+    "django.core.mail.backends.locmem.EmailBackend": _(
         "this gateway keeps e-mail in memory (the test backend)"
     ),
-    "django.core.mail.backends.dummy.EmailBackend": gettext_lazy(
+    "django.core.mail.backends.dummy.EmailBackend": _(
         "this gateway drops e-mail (the dummy backend)"
     ),
 }
@@ -70,7 +70,7 @@ class ColleagueForm(forms.ModelForm):
         if profile is not None and "role" in self.fields:
             self.fields["role"].initial = profile.role
         if "email" in self.fields:
-            self.fields["email"].help_text = "The invitation link goes here"
+            self.fields["email"].help_text = _("The invitation link goes here")
 
 
 class SuperuserColleagueForm(ColleagueForm):
@@ -194,19 +194,20 @@ class ColleagueAdmin(RefuseNulParamsMixin, admin.ModelAdmin):
     def _tell_invitation(self, request, user) -> None:
         link = request.build_absolute_uri(invitation_path(user))
         sent = invitation_send(user=user, link=link, inviter=request.user)
-        said = _("%(user)s sets their password with this link: %(link)s — it is shown once here.")
-        said %= {"user": user.get_username(), "link": link}
+        said = gettext(
+            "%(user)s sets their password with this link: %(link)s — it is shown once here."
+        ) % {"user": user.get_username(), "link": link}
         nowhere = mail_goes_nowhere()
         if sent and nowhere is None:
-            said += " " + _("It was e-mailed to %(email)s.") % {"email": user.email}
+            said += " " + gettext("It was e-mailed to %(email)s.") % {"email": user.email}
         elif sent:
-            said += " " + _(
+            said += " " + gettext(
                 "It was not e-mailed to %(email)s: %(where)s. Pass the link on yourself, or "
                 "set up sending mail (EMAIL_BACKEND, docs/configuration.md)."
             ) % {"email": user.email, "where": nowhere}
         messages.success(request, said)
 
-    @admin.action(description="New invitation link (not signed in yet)", permissions=["change"])
+    @admin.action(description=_("New invitation link (not signed in yet)"), permissions=["change"])
     def new_invitation(self, request, queryset):
         # Only for colleagues who never signed in: a link sets a password, and one admin must
         # not take over another's account with it.
@@ -217,48 +218,53 @@ class ColleagueAdmin(RefuseNulParamsMixin, admin.ModelAdmin):
         if skipped:
             messages.warning(
                 request,
-                f"{skipped} selected colleague(s) got no link: they have signed in already "
-                "(they reset their own password) or there were more than 20.",
+                _(
+                    "%(skipped)s selected colleague(s) got no link: they have signed in already "
+                    "(they reset their own password) or there were more than 20."
+                )
+                % {"skipped": skipped},
             )
 
     # --- the columns ----------------------------------------------------------------------
 
-    @admin.display(description="role", ordering="gateway_profile__role")
+    @admin.display(description=_("role"), ordering="gateway_profile__role")
     def role(self, obj):
         profile = self._profile(obj)
         if profile is None:
             return "-"
         label = profile.get_role_display().split(":")[0]
-        return f"{label} ({MANAGED_BY_IDP})" if profile.managed_by_idp else label
+        return f"{label} ({_(MANAGED_BY_IDP)})" if profile.managed_by_idp else label
 
-    @admin.display(description="role")
+    @admin.display(description=_("role"))
     def role_shown(self, obj):
         profile = self._profile(obj)
         if profile is not None and not profile.managed_by_idp:
-            return f"{self.role(obj)} (your own role: another admin changes it)"
+            return _("%(role)s (your own role: another admin changes it)") % {
+                "role": self.role(obj)
+            }
         return self.role(obj)
 
-    @admin.display(description="active")
+    @admin.display(description=_("active"))
     def active_shown(self, obj):
-        return "yes (you cannot deactivate yourself)" if obj.is_active else "no"
+        return _("yes (you cannot deactivate yourself)") if obj.is_active else _("no")
 
-    @admin.display(description="active", boolean=True, ordering="is_active")
+    @admin.display(description=_("active"), boolean=True, ordering="is_active")
     def active(self, obj):
         return obj.is_active
 
-    @admin.display(description="institution", ordering="gateway_profile__institution__name")
+    @admin.display(description=_("institution"), ordering="gateway_profile__institution__name")
     def institution(self, obj):
         profile = self._profile(obj)
         return profile.institution.name if profile else "-"
 
-    @admin.display(description="institution")
+    @admin.display(description=_("institution"))
     def institution_shown(self, obj):
         return self.institution(obj)
 
-    @admin.display(description="last sign-in", ordering="last_login")
+    @admin.display(description=_("last sign-in"), ordering="last_login")
     def last_login_display(self, obj):
         if obj.last_login is None:
-            return format_html("<em>{}</em>", "never (invited)")
+            return format_html("<em>{}</em>", _("never (invited)"))
         return _short_time(obj.last_login)
 
     def get_list_display(self, request):

@@ -7,8 +7,8 @@ instead)."""
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.urls import path, reverse
-from django.utils.translation import gettext, gettext_lazy
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from catalog.forms import FORMFIELD_OVERRIDES
 from core.localcache import clear_all
@@ -49,7 +49,7 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     autocomplete_fields = ("license",)
     date_hierarchy = "created_at"
     actions = ("activate", "deactivate")
-    deactivate_hint = gettext_lazy(
+    deactivate_hint = _(
         "Deactivate it instead: untick “active” on its page (or use the list's “Deactivate "
         "selected API keys”). It stops working at once; its history stays."
     )
@@ -107,26 +107,26 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
         ordering = ("user__last_name", "user__first_name", "subject")
         return people_json(request, queryset, "end_user", ordering, with_license=True)
 
-    @admin.display(description=gettext_lazy("end user"))
+    @admin.display(description=_("end user"))
     def person(self, obj):
         return end_user_person(obj.end_user).label() if obj.end_user_id else "-"
 
     def ledger_rows(self, obj):
         return Transaction.objects.filter(api_key=obj)
 
-    @admin.display(description="key", ordering="prefix")
+    @admin.display(description=_("key"), ordering="prefix")
     def key_prefix(self, obj):
         return f"{obj.prefix}…" if obj.prefix else "-"
 
-    @admin.display(description="expires", ordering="expires_at")
+    @admin.display(description=_("expires"), ordering="expires_at")
     def expires(self, obj):
         return _short_time(obj.expires_at)
 
-    @admin.display(description="last used", ordering="last_used_at")
+    @admin.display(description=_("last used"), ordering="last_used_at")
     def last_used(self, obj):
         return _short_time(obj.last_used_at)
 
-    @admin.display(description="created", ordering="created_at")
+    @admin.display(description=_("created"), ordering="created_at")
     def created(self, obj):
         return _short_time(obj.created_at)
 
@@ -162,8 +162,11 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
         obj._state.db = row._state.db
         messages.success(
             request,
-            f"The new API key is {key} — copy it now: it is not stored and will not be "
-            "shown again.",
+            _(
+                "The new API key is %(key)s — copy it now: it is not stored and will not be "
+                "shown again."
+            )
+            % {"key": key},
         )
         if row.is_front_end:
             messages.info(request, front_end_hint())
@@ -186,14 +189,14 @@ class ApiKeyAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                 request=request,
                 extra={"before": {"active": not active}, "after": {"active": active}},
             )
-        state = "activated" if active else "deactivated"
-        self.message_user(request, f"{updated} API key(s) {state}.", messages.SUCCESS)
+        text = _("%(n)s API key(s) activated.") if active else _("%(n)s API key(s) deactivated.")
+        self.message_user(request, text % {"n": updated}, messages.SUCCESS)
 
-    @admin.action(description="Activate selected API keys", permissions=["change"])
+    @admin.action(description=_("Activate selected API keys"), permissions=["change"])
     def activate(self, request, queryset):
         self._set_active(request, queryset, True)
 
-    @admin.action(description="Deactivate selected API keys", permissions=["change"])
+    @admin.action(description=_("Deactivate selected API keys"), permissions=["change"])
     def deactivate(self, request, queryset):
         self._set_active(request, queryset, False)
 
@@ -243,12 +246,12 @@ class JwtIssuerAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     def ledger_rows(self, obj):
         return Transaction.objects.filter(end_user__issuer=obj)
 
-    @admin.display(description="algorithms")
+    @admin.display(description=_("algorithms"))
     def algorithm_list(self, obj):
         algs = obj.algorithms
         return ", ".join(str(a) for a in algs) if isinstance(algs, list) else str(algs)
 
-    @admin.display(description="keys from")
+    @admin.display(description=_("keys from"))
     def key_source(self, obj):
         sources = []
         if obj.jwks_url:
@@ -274,11 +277,11 @@ class EndUserAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     list_filter = ("issuer", "license")
     list_select_related = ("issuer", "license")
     search_fields = ("subject",)  # and the person's name and e-mail: get_search_results
-    search_help_text = gettext_lazy("Part of a name, an e-mail address or a subject.")
+    search_help_text = _("Part of a name, an e-mail address or a subject.")
     date_hierarchy = "created_at"
     fields = ("name", "email", "subject", "issuer", "license", "user", "active", "created_at")
     readonly_fields = fields
-    deactivate_hint = gettext_lazy(
+    deactivate_hint = _(
         "It stays: its license or its sign-in role decides whether it may still make requests "
         "(a student who loses the role is deactivated at their next sign-in)."
     )
@@ -294,11 +297,11 @@ class EndUserAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     def _person(self, obj):
         return row_person(obj, obj)
 
-    @admin.display(description=gettext_lazy("name"))
+    @admin.display(description=_("name"))
     def name(self, obj):
         return self._person(obj).name or "-"
 
-    @admin.display(description=gettext_lazy("e-mail"))
+    @admin.display(description=_("e-mail"))
     def email(self, obj):
         return self._person(obj).email or "-"
 

@@ -12,12 +12,13 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import gettext_lazy as _lazy
 from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES
 from catalog.registry import service_label
+from core.languages import grouped
 from core.zones import zone_or_utc
 
 from ...access.changes import audit_row_change, stored_snapshot
@@ -85,15 +86,15 @@ class InstitutionAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
             return readonly
         return (*readonly, *self.OPERATOR_FIELDS)
 
-    @admin.display(description="licenses", ordering="_licenses")
+    @admin.display(description=_("licenses"), ordering="_licenses")
     def license_count(self, obj):
         return obj._licenses
 
-    @admin.display(description="license types", ordering="_types")
+    @admin.display(description=_("license types"), ordering="_types")
     def license_type_count(self, obj):
         return obj._types
 
-    @admin.display(description="JWT issuers", ordering="_issuers")
+    @admin.display(description=_("JWT issuers"), ordering="_issuers")
     def issuer_count(self, obj):
         return obj._issuers
 
@@ -113,14 +114,16 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "institution", "active", "guardrails", "updated_at")}),
         (
-            "Policy as JSON",
+            _("Policy as JSON"),
             {
                 "classes": ("collapse",),
                 "fields": ("policy",),
-                "description": "The whole policy document. Rules the form above does not cover "
-                "(patterns, excluded values, fair-use limits, data residency, ...) are edited "
-                "here; saving the form keeps them. Fields changed in the form are written onto "
-                "this document.",
+                "description": _(
+                    "The whole policy document. Rules the form above does not cover "
+                    "(patterns, excluded values, fair-use limits, data residency, ...) are edited "
+                    "here; saving the form keeps them. Fields changed in the form are written onto "
+                    "this document."
+                ),
             },
         ),
     )
@@ -154,10 +157,12 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
         field = super().formfield_for_dbfield(db_field, request, **kwargs)
         if db_field.name == "policy" and field is not None:
             field.help_text = format_html(
-                "The policy document: which services, providers and parameter values are "
-                "allowed. Format, rule keys, the exact 403 messages and examples: "
-                '<a href="{}" target="_blank">the policy reference</a>. Rules must name '
-                "parameters of the service's request (unknown names are refused).",
+                gettext(
+                    "The policy document: which services, providers and parameter values are "
+                    "allowed. Format, rule keys, the exact 403 messages and examples: "
+                    '<a href="{}" target="_blank">the policy reference</a>. Rules must name '
+                    "parameters of the service's request (unknown names are refused)."
+                ),
                 reverse("admin:licensing_policy_docs"),
             )
         return field
@@ -169,7 +174,9 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
             raise Http404("No license type with this id")
         service = request.POST.get("service", "")
         if service not in SERVICES:
-            return JsonResponse({"outcome": "invalid", "message": "Choose a service"}, status=400)
+            return JsonResponse(
+                {"outcome": "invalid", "message": _("Choose a service")}, status=400
+            )
         return JsonResponse(try_request(obj.policy, service, request.POST.get("body", "")))
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
@@ -180,16 +187,16 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
             context["try_url"] = reverse("admin:licensing_licensetype_try", args=[obj.pk])
         return super().render_change_form(request, context, add, change, form_url, obj)
 
-    @admin.display(description="enabled services")
+    @admin.display(description=_("enabled services"))
     def services(self, obj):
         policy = obj.policy
         if not isinstance(policy, dict) or not isinstance(policy.get("services"), dict):
-            return "(invalid document)"
+            return gettext("(invalid document)")
         order = {name: i for i, name in enumerate(SERVICES)}
         names = sorted(policy["services"], key=lambda s: (order.get(s, len(order)), s))
-        return ", ".join(service_label(s) for s in names) or "(none)"
+        return ", ".join(service_label(s) for s in names) or gettext("(none)")
 
-    @admin.display(description="licenses", ordering="_licenses")
+    @admin.display(description=_("licenses"), ordering="_licenses")
     def license_count(self, obj):
         return obj._licenses
 
@@ -230,7 +237,7 @@ class UsageChangeList(ChangeList):
 @admin.register(License)
 class LicenseAdmin(AuditedSaveMixin, KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = LicenseForm
-    deactivate_hint = _lazy(
+    deactivate_hint = _(
         "Deactivate it instead: untick “active” on its page and save. Its keys and its users' "
         "requests are refused from then on; its ledger, wallets and budget alerts stay."
     )
@@ -269,7 +276,7 @@ class LicenseAdmin(AuditedSaveMixin, KeepLedgerIntactMixin, ScopedAdminMixin, ad
         ]
         fieldsets = [
             (None, {"fields": ["name", "institution", "license_type", "active"]}),
-            ("Budget", {"fields": budget}),
+            (_("Budget"), {"fields": budget}),
         ]
         if obj is not None:
             usage = [
@@ -279,8 +286,8 @@ class LicenseAdmin(AuditedSaveMixin, KeepLedgerIntactMixin, ScopedAdminMixin, ad
                 "resets_display",
                 "transactions_link",
             ]
-            fieldsets.append(("Usage in the current window", {"fields": usage}))
-            fieldsets.append(("Dates", {"fields": ["created_at", "updated_at"]}))
+            fieldsets.append((_("Usage in the current window"), {"fields": usage}))
+            fieldsets.append((_("Dates"), {"fields": ["created_at", "updated_at"]}))
         return fieldsets
 
     def get_changelist(self, request, **kwargs):
@@ -295,56 +302,64 @@ class LicenseAdmin(AuditedSaveMixin, KeepLedgerIntactMixin, ScopedAdminMixin, ad
             usage = obj._usage = licenses_usage([obj])[obj.pk]
         return usage
 
-    @admin.display(description="limit", ordering="budget_limit")
+    @admin.display(description=_("limit"), ordering="budget_limit")
     def budget_limit_display(self, obj):
         limit = with_money(obj.budget_limit, obj.institution)
         if obj.budget_limit is not None:
             limit = f"{limit} {obj.get_budget_period_display().lower()}"
             if obj.budget_strategy == License.Strategy.PER_USER:
-                limit += " per holder"
+                limit += " " + _("per holder")
         return limit
 
-    @admin.display(description="spent")
+    @admin.display(description=_("spent"))
     def spent_display(self, obj):
         usage = self._usage(obj)
         spent = with_money(usage.spent, obj.institution)
         if not usage.pooled and usage.holders:
-            return f"{spent}; {usage.holders} holders, highest {usage.highest:,}"
+            return _("%(spent)s; %(holders)s holders, highest %(highest)s") % {
+                "spent": spent,
+                "holders": usage.holders,
+                "highest": grouped(usage.highest),
+            }
         return spent
 
-    @admin.display(description="remaining")
+    @admin.display(description=_("remaining"))
     def remaining_display(self, obj):
         usage = self._usage(obj)
         text = with_money(usage.remaining, obj.institution)
         if usage.remaining is not None and not usage.pooled:
-            return f"{text} (least-left holder)"
+            return _("%(remaining)s (least-left holder)") % {"remaining": text}
         return text
 
-    @admin.display(description="window")
+    @admin.display(description=_("window"))
     def window_display(self, obj):
         usage = self._usage(obj)
         if usage.window_start is None:
-            return "lifetime (never resets)"
-        return f"{usage.period} from {_local(usage.window_start, obj)}"
+            return _("lifetime (never resets)")
+        return _("%(period)s from %(start)s") % {
+            "period": _(usage.period),
+            "start": _local(usage.window_start, obj),
+        }
 
-    @admin.display(description="resets")
+    @admin.display(description=_("resets"))
     def resets_display(self, obj):
         usage = self._usage(obj)
         if usage.resets_at is None:
-            return "never"
+            return gettext("never")
         return format_html(
             '<span style="white-space: nowrap">{}</span>', _local(usage.resets_at, obj)
         )
 
-    @admin.display(description="ledger")
+    @admin.display(description=_("ledger"))
     def transactions_link(self, obj):
         transactions = reverse("admin:licensing_transaction_changelist")
         wallets = reverse("admin:licensing_wallet_changelist")
         return format_html(
-            '<a href="{}?license={}">transactions</a> · '
-            '<a href="{}?license__id__exact={}">wallets</a>',
+            '<a href="{}?license={}">{}</a> · <a href="{}?license__id__exact={}">{}</a>',
             transactions,
             obj.pk,
+            gettext("transactions"),
             wallets,
             obj.pk,
+            gettext("wallets"),
         )

@@ -10,7 +10,10 @@ from django.http import HttpResponseBadRequest
 from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from core.languages import grouped
 
 from ...access.scoping import scope_of
 from ...ledger.record import detail_fieldsets
@@ -121,14 +124,14 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             raise PermissionDenied
         return review_admin.choices_json(request, field)
 
-    @admin.display(description=_time_heading("time"), ordering="created_at")
+    @admin.display(description=_time_heading(_("time")), ordering="created_at")
     def time(self, obj):
         at = timezone.localtime(obj.created_at)
         return format_html(
             '<span title="{}">{}</span>', iso_utc(obj.created_at), at.strftime("%Y-%m-%d %H:%M")
         )
 
-    @admin.display(description="license")
+    @admin.display(description=_("license"))
     def license_name(self, obj):
         return _truncated(obj.license.name, 18)
 
@@ -141,7 +144,9 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             person = end_user_person(obj.end_user).label()
         key = ""
         if obj.api_key_id is not None:
-            key = _("API key %(name)s") % {"name": obj.api_key.name or f"{obj.api_key.prefix}…"}
+            key = gettext("API key %(name)s") % {
+                "name": obj.api_key.name or f"{obj.api_key.prefix}…"
+            }
         if person:
             return format_html(
                 '<span title="{}">{}</span>',
@@ -152,17 +157,17 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             return format_html('<span title="{}">{}…</span>', key, obj.api_key.prefix)
         return "-"
 
-    @admin.display(description="model")
+    @admin.display(description=_("model"))
     def model_name(self, obj):
         shown = obj.billed_model or obj.requested_model
-        title = f"requested {obj.requested_model}"
+        title = _("requested %(model)s") % {"model": obj.requested_model}
         if obj.billed_model and obj.billed_model != obj.requested_model:
-            title += f", billed {obj.billed_model}"
+            title += ", " + _("billed %(model)s") % {"model": obj.billed_model}
         if len(shown) > 20:
             shown = shown[:19] + "…"
         return format_html('<span title="{}">{}</span>', title, shown)
 
-    @admin.display(description="status")
+    @admin.display(description=_("status"))
     def status(self, obj):
         return format_html(
             '<span class="outcome outcome-{}" title="{}">{} {}</span>',
@@ -172,7 +177,7 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             obj.outcome.replace("_", " "),
         )
 
-    @admin.display(description="provider")
+    @admin.display(description=_("provider"))
     def served_by(self, obj):
         """The provider and the connection that answered (or was tried last)."""
         if not obj.provider:
@@ -181,41 +186,42 @@ class TransactionAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
             return obj.provider
         return f"{obj.provider}/{obj.connection}"
 
-    @admin.display(description="attempts")
+    @admin.display(description=_("attempts"))
     def attempts_display(self, obj):
         if obj.attempts <= 1:
             return str(obj.attempts)
         return format_html(
-            '<span class="failed-over" title="failed over: {}">{} ↻</span>',
-            obj.failovers or "-",
+            '<span class="failed-over" title="{}">{} ↻</span>',
+            gettext("failed over: %(why)s") % {"why": obj.failovers or "-"},
             obj.attempts,
         )
 
-    @admin.display(description="credits", ordering="credits")
+    @admin.display(description=_("credits"), ordering="credits")
     def credits_display(self, obj):
-        return f"{obj.credits:,}"
+        return grouped(obj.credits)
 
-    @admin.display(description="cost")
+    @admin.display(description=_("cost"))
     def cost(self, obj):
         return institution_rate(obj.license.institution).format(obj.credits)
 
-    @admin.display(description="tokens")
+    @admin.display(description=_("tokens"))
     def tokens(self, obj):
-        parts = [] if obj.total_tokens is None else [f"{obj.total_tokens:,}"]
+        parts = [] if obj.total_tokens is None else [grouped(obj.total_tokens)]
         if obj.images:
-            parts.append(f"{obj.images} img")
+            parts.append(gettext("%(n)s img") % {"n": obj.images})
         return " · ".join(parts) or "-"
 
-    @admin.display(description="reason")
+    @admin.display(description=_("reason"))
     def reason(self, obj):
         if not (obj.error_code or obj.error_message):
             return ""
         full = ": ".join(part for part in (obj.error_code, obj.error_message) if part)
         return _truncated(full, 26)
 
-    @admin.display(description="request id")
+    @admin.display(description=_("request id"))
     def request(self, obj):
-        title = obj.request_id + (f" · answer {obj.upstream_id}" if obj.upstream_id else "")
+        answer = gettext("answer %(id)s") % {"id": obj.upstream_id} if obj.upstream_id else ""
+        title = obj.request_id + (f" · {answer}" if answer else "")
         return format_html('<code title="{}">{}</code>', title, obj.request_id[:8])
 
 

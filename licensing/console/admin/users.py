@@ -5,6 +5,7 @@ A superuser's changes of roles and of the active flag land in the audit log too.
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.utils.translation import gettext_lazy as _
 
 from catalog.admin import register_catalog_viewer
 
@@ -31,8 +32,8 @@ class AdminProfileInline(admin.StackedInline):
     extra = 0
     max_num = 1
     autocomplete_fields = ("institution",)
-    verbose_name = "institution and role"
-    verbose_name_plural = "institution and role (leave empty for a superuser)"
+    verbose_name = _("institution and role")
+    verbose_name_plural = _("institution and role (leave empty for a superuser)")
 
 
 def _role_of(profile_id) -> tuple[int, str] | None:
@@ -130,12 +131,12 @@ class GatewayUserAdmin(SuperuserOnlyMixin, UserAdmin):
         row = AdminProfile.objects.filter(user_id=user.pk).values_list("institution_id", "role")
         audit_role(request, user, before, row.first())
 
-    @admin.display(description="institution", ordering="gateway_profile__institution__name")
+    @admin.display(description=_("institution"), ordering="gateway_profile__institution__name")
     def institution(self, obj):
         profile = getattr(obj, "gateway_profile", None)
         return profile.institution if profile else "-"
 
-    @admin.display(description="role", ordering="gateway_profile__role")
+    @admin.display(description=_("role"), ordering="gateway_profile__role")
     def role(self, obj):
         profile = getattr(obj, "gateway_profile", None)
         return profile.get_role_display().split(":")[0] if profile else "-"

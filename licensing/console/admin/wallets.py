@@ -2,7 +2,8 @@
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from ...models import BudgetAlert, Course, Wallet
 from ..money import with_money
@@ -34,7 +35,7 @@ def wallet_holder_names(holders: list[str]) -> dict[str, str]:
             continue
         names[holder] = person.label()
         if course is not None:
-            names[holder] = _("%(who)s in %(course)s") % {
+            names[holder] = gettext("%(who)s in %(course)s") % {
                 "who": person.label(),
                 "course": codes.get(course, course),
             }
@@ -78,26 +79,26 @@ class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     def get_changelist(self, request, **kwargs):
         return HolderNameChangeList
 
-    @admin.display(description="holder", ordering="holder")
+    @admin.display(description=_("holder"), ordering="holder")
     def holder_name(self, obj):
         name = getattr(obj, "_holder_name", None)
         if name is None:
             name = wallet_holder_names([obj.holder]).get(obj.holder, obj.holder)
         return name
 
-    @admin.display(description="spent", ordering="spent")
+    @admin.display(description=_("spent"), ordering="spent")
     def spent_display(self, obj):
         return with_money(obj.spent, obj.license.institution)
 
-    @admin.display(description="license limit")
+    @admin.display(description=_("license limit"))
     def limit_display(self, obj):
         return with_money(obj.license.budget_limit, obj.license.institution)
 
-    @admin.display(description="remaining")
+    @admin.display(description=_("remaining"))
     def remaining_display(self, obj):
         limit = obj.license.budget_limit
         if limit is None:
-            return _("unlimited")
+            return gettext("unlimited")
         return with_money(max(limit - obj.spent, 0), obj.license.institution)
 
 
@@ -119,14 +120,14 @@ class BudgetAlertAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     search_fields = ("license__name",)
     date_hierarchy = "created_at"
 
-    @admin.display(description="spent", ordering="spent")
+    @admin.display(description=_("spent"), ordering="spent")
     def spent_display(self, obj):
         return with_money(obj.spent, obj.license.institution)
 
-    @admin.display(description="threshold", ordering="threshold")
+    @admin.display(description=_("threshold"), ordering="threshold")
     def threshold_display(self, obj):
         return with_money(obj.threshold, obj.license.institution)
 
-    @admin.display(description="limit", ordering="limit")
+    @admin.display(description=_("limit"), ordering="limit")
     def limit_display(self, obj):
         return with_money(obj.limit, obj.license.institution)

@@ -17,6 +17,14 @@
   const changelistUrl = root.dataset.changelistUrl;
   const socketUrl = (location.protocol === "https:" ? "wss:" : "ws:") + "//" + location.host +
     root.dataset.socketPath;
+  // The page's words in its language (live.html's data-text-* attributes; English without).
+  const T = Object.assign({
+    success: "success", clientError: "client error", denied: "denied", failure: "failure",
+    key: "key %(id)s", user: "user %(id)s", tokens: "%(n)s tok", images: "%(n)s img",
+    pause: "Pause", resume: "Resume", live: "Live", connecting: "Connecting…",
+    reconnecting: "Reconnecting…", reconnectingIn: "Reconnecting in %(n)s s…",
+    waitingOne: "1 new row waiting", waitingMany: "%(n)s new rows waiting",
+  }, textsOf(root.dataset));
   // Times in the page's time zone (the institution's for its staff), as the server's rows:
   // "2026-11-27 09:30:00" (Sweden's format is ISO's).
   let clock = null;
@@ -32,8 +40,20 @@
     return clock.format(at);
   }
   const OUTCOMES = {
-    success: "success", client_error: "client error", denied: "denied", failure: "failure",
+    success: T.success, client_error: T.clientError, denied: T.denied, failure: T.failure,
   };
+
+  function textsOf(data) {
+    const texts = {};
+    for (const name in data) {
+      if (name.startsWith("text")) texts[name.charAt(4).toLowerCase() + name.slice(5)] = data[name];
+    }
+    return texts;
+  }
+
+  function fill(text, values) {
+    return text.replace(/%\((\w+)\)s/g, function (_, name) { return String(values[name]); });
+  }
 
   const shown = new Set();
   tbody.querySelectorAll("tr[data-request-id]").forEach(function (tr) {
@@ -59,14 +79,14 @@
   function holderOf(row) {
     if (row.holder) return row.holder;  // named by the server (licensing/console/live.py)
     const parts = [];
-    if (row.api_key_id !== null && row.api_key_id !== undefined) parts.push("key " + row.api_key_id);
-    if (row.end_user_id !== null && row.end_user_id !== undefined) parts.push("user " + row.end_user_id);
+    if (row.api_key_id !== null && row.api_key_id !== undefined) parts.push(fill(T.key, {id: row.api_key_id}));
+    if (row.end_user_id !== null && row.end_user_id !== undefined) parts.push(fill(T.user, {id: row.end_user_id}));
     return parts.length ? parts.join(" · ") : "-";
   }
 
   function usageOf(row) {
-    if (row.total_tokens !== null && row.total_tokens !== undefined) return row.total_tokens + " tok";
-    if (row.images !== null && row.images !== undefined) return row.images + " img";
+    if (row.total_tokens !== null && row.total_tokens !== undefined) return fill(T.tokens, {n: row.total_tokens});
+    if (row.images !== null && row.images !== undefined) return fill(T.images, {n: row.images});
     return "-";
   }
 
@@ -136,7 +156,7 @@
   function updateWaiting() {
     waitingNote.hidden = !paused;
     const n = waiting.length;
-    waitingNote.textContent = n === 1 ? "1 new row waiting" : n + " new rows waiting";
+    waitingNote.textContent = n === 1 ? T.waitingOne : fill(T.waitingMany, {n: n});
   }
 
   function receive(rows) {
@@ -150,7 +170,7 @@
 
   pauseButton.addEventListener("click", function () {
     paused = !paused;
-    pauseButton.textContent = paused ? "Resume" : "Pause";
+    pauseButton.textContent = paused ? T.resume : T.pause;
     pauseButton.setAttribute("aria-pressed", String(paused));
     if (!paused) {
       const rows = waiting;
@@ -161,11 +181,11 @@
   });
 
   function connect() {
-    setStatus(attempt ? "reconnecting" : "connecting", attempt ? "Reconnecting…" : "Connecting…");
+    setStatus(attempt ? "reconnecting" : "connecting", attempt ? T.reconnecting : T.connecting);
     const socket = new WebSocket(socketUrl);
     socket.addEventListener("open", function () {
       attempt = 0;
-      setStatus("live", "Live");
+      setStatus("live", T.live);
     });
     socket.addEventListener("message", function (event) {
       let message;
@@ -181,7 +201,7 @@
       // page at once); a refused connection (a session that ended) looks the same from here.
       const delay = Math.min(30000, 1000 * Math.pow(2, attempt)) * (0.75 + Math.random() / 2);
       attempt += 1;
-      setStatus("reconnecting", "Reconnecting in " + Math.round(delay / 1000) + " s…");
+      setStatus("reconnecting", fill(T.reconnectingIn, {n: Math.round(delay / 1000)}));
       window.setTimeout(connect, delay);
     });
   }
