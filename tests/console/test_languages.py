@@ -264,9 +264,10 @@ def test_the_budget_alert_goes_out_in_each_admins_language(school):
     german = sent[("head@school.test",)]
     assert german.subject == "[Inference Gateway] Lizenz Klasse 9 hat 80 % ihres Budgets erreicht"
     assert "hat 800.000 von 1.000.000 Mikro-Credits in dem Zeitraum (monatlich)" in german.body
+    assert "ab 2026-03-01 (UTC)" in german.body  # the day in the institution's time zone
     english = sent[("deputy@school.test",)]
     assert english.subject == "[Inference Gateway] License Klasse 9 reached 80% of its budget"
-    assert "in the monthly window from 2026-03-01 UTC" in english.body
+    assert "in the monthly window from 2026-03-01 (UTC)" in english.body
     alert.refresh_from_db()
     assert alert.recipients == ["deputy@school.test", "head@school.test"]
 
@@ -308,6 +309,7 @@ def test_the_institutions_language_is_chosen_from_the_languages_shipped(school):
 
     institution = school.institution
     data = {"name": institution.name, "portal_key_limit": 5, "terms_of_use": "", "currency": ""}
+    data["timezone"] = "Europe/Berlin"  # the form asks for it too (issue 37's time zones)
     form = InstitutionForm(data={**data, "language": "de"}, instance=institution)
     assert form.is_valid(), form.errors
     form.save()
