@@ -2,7 +2,8 @@
 `manage.py shell`: a row of every model an institution admin uses (so that every list has a row
 and every change form can be opened) and the people who see the pages: an institution admin, a
 teacher of a course with a window, a student who is a member of it (signed in as the SSO
-callback leaves them: a session), and a signed-in user with no access."""
+callback leaves them: a session), a signed-in user with no access, and a colleague invited to
+set their password."""
 
 from __future__ import annotations
 
@@ -75,6 +76,13 @@ LtiLaunchState.objects.create(platform=platform, state="a11y-state-{tag}",
 BudgetAlert.objects.create(license=lic, period="monthly", window_start=now, holder="license",
                            spent=4_100_000, threshold=4_000_000, limit=5_000_000)
 nobody = User.objects.create_user("nora-{tag}", email="nora-{tag}@elsewhere.example")
+# A colleague invited and not yet signed in: the page where they set a password.
+from licensing.access.colleagues import invitation_path
+from licensing.models import AdminProfile
+invited = User.objects.create_user("ivy-{tag}", is_staff=True)
+invited.set_unusable_password()
+invited.save()
+AdminProfile.objects.create(user=invited, institution=school, role="reviewer")
 
 
 def session_of(user):
@@ -87,9 +95,11 @@ def session_of(user):
 
 
 print("COURSE", course.pk)
+print("LICENSE_TYPE", lic.license_type_id)
 print("COURSE_KEY", course_key)
 print("STUDENT_SESSION", session_of(student))
 print("NOBODY_SESSION", session_of(nobody))
+print("INVITATION", invitation_path(invited))
 """
 
 
@@ -99,8 +109,10 @@ class School:
     tag: str
     password: str
     course: int  # the course's id
+    license_type: int  # the id of the type of the course's license (its own policy)
     course_key: str  # the student's course key
     sessions: dict[str, str]  # "student", "outsider": a session key
+    invitation: str  # the path where an invited colleague sets a password
 
     @property
     def admin(self) -> str:
@@ -123,6 +135,8 @@ def make_school(server, name: str, tag: str) -> School:
         tag=tag,
         password=password,
         course=int(found["COURSE"]),
+        license_type=int(found["LICENSE_TYPE"]),
         course_key=found["COURSE_KEY"],
         sessions={"student": found["STUDENT_SESSION"], "outsider": found["NOBODY_SESSION"]},
+        invitation=found["INVITATION"],
     )

@@ -180,3 +180,30 @@ def test_a_teacher_runs_the_course_with_the_keyboard_only(server, school, page):
     assert refused.status_code == 403 and "exam mode" in refused.json()["error"]["message"]
     assert_accessible(page, "the course page, saved")
     shot(page, "a11y-keyboard-course-saved")
+
+
+# The institution admin's pages of our own making (the review, the usage page, the live feed,
+# the policy form) and Django's with an autocomplete (the license form): Tab goes round each,
+# the focus visible at every stop.
+ADMIN_PAGES = [
+    "/admin/",
+    "/admin/licensing/license/add/",
+    "/admin/licensing/transaction/",
+    "/admin/licensing/transaction/usage/",
+    "/admin/licensing/transaction/live/",
+    "/admin/licensing/licensetype/{license_type}/change/",
+]
+
+
+def test_the_admins_pages_go_round_with_the_focus_always_visible(server, school, page):
+    page.context.clear_cookies()
+    page.goto(server.url + "/admin/login/")
+    page.fill("#id_username", school.admin)
+    page.fill("#id_password", school.password)
+    page.press("#id_password", "Enter")
+    page.wait_for_selector("#content-main")
+    for path in ADMIN_PAGES:
+        page.goto(server.url + path.format(license_type=school.license_type))
+        if focused(page) is None:  # an add form starts in its first field instead
+            _skip_to_content(page)
+        tab_round(page)

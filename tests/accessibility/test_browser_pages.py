@@ -33,6 +33,7 @@ PAGES = [
     (VISITOR, "/portal/login/"),  # the student portal's sign-in choices
     (VISITOR, "/sso/find/?email=someone%40nowhere.example"),  # refused: no such institution
     (VISITOR, "/sso/0/login/"),  # refused: no such identity provider
+    (VISITOR, "{invitation}"),  # an invited colleague sets their password
     # The error pages.
     (VISITOR, "/no-such-page/"),  # 404
     (TEACHER, "/admin/licensing/license/"),  # 403: not a teacher's page
@@ -126,8 +127,23 @@ def _page_id(entry) -> str:
 @pytest.mark.parametrize(("who", "path"), PAGES, ids=[_page_id(entry) for entry in PAGES])
 def test_page(server, school, people, who, path):
     page = people(who)
-    page.goto(server.url + path.format(course=school.course))
+    page.goto(server.url + path.format(course=school.course, invitation=school.invitation))
     assert_accessible(page)
+
+
+def test_no_page_scrolls_sideways_on_a_narrow_screen(server, school, people):
+    """WCAG 1.4.10 (Reflow): 320 CSS pixels wide (a 1,280-pixel screen zoomed to 400 %), no page
+    of PAGES scrolls sideways; a wide table scrolls in a box of its own."""
+    wide = []
+    for who, path in (entry for entry in PAGES if not hasattr(entry, "marks")):
+        page = people(who)
+        page.set_viewport_size({"width": 320, "height": 640})
+        page.goto(server.url + path.format(course=school.course, invitation=school.invitation))
+        width = page.evaluate("document.documentElement.scrollWidth")
+        if width > 320:
+            wide.append(f"{who} {path}: {width} px")
+        page.set_viewport_size({"width": 1440, "height": 900})
+    assert not wide, wide
 
 
 def test_every_admin_page_of_an_institution_admin(server, school, people):
@@ -154,6 +170,38 @@ def test_every_admin_page_of_an_institution_admin(server, school, people):
             reports.append(accessibility_report(page))
     failed = [report for report in reports if report]
     assert not failed, f"{len(failed)} of {len(visited)} pages fail:\n\n" + "\n\n".join(failed)
+
+
+def test_the_admin_after_an_action(server, school, people):
+    """States a page reaches only after an action: a form refused with its errors, a delete to
+    confirm, an object's history, and the verdicts of "try a request" on a license type."""
+    page = people(ADMIN)
+    page.goto(server.url + "/admin/licensing/license/add/")
+    page.click("input[name=_save]")
+    page.wait_for_selector(".errornote")
+    assert_accessible(page, "the license form with its errors")
+
+    page.goto(server.url + "/admin/licensing/apikey/")
+    page.click("#result_list tbody th a")
+    page.click("a.deletelink")
+    page.wait_for_selector("input[type=submit]")
+    assert_accessible(page, "a delete to confirm")
+    page.goto(page.url.replace("/delete/", "/history/"))
+    assert_accessible(page, "an object's history")
+
+    page.goto(server.url + f"/admin/licensing/licensetype/{school.license_type}/change/")
+    for body, verdict in (
+        ('{"model": "gpt-4o-audio-preview", "messages": [{"role": "user", "content": "Hi"}]}',
+         "Denied"),
+        ('{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}]}', "Allowed"),
+        ('{"model": ', "Not evaluated"),
+    ):  # fmt: skip
+        page.fill("#try-body", body)
+        page.click("#try-submit")
+        page.wait_for_selector(f"#try-result:has-text('{verdict}')")
+        assert_accessible(page, f"a tried request: {verdict}")
+    page.locator("#try-request").scroll_into_view_if_needed()
+    shot(page, "a11y-try-request")
 
 
 def test_the_server_error_page(server, page):
