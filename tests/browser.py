@@ -272,8 +272,8 @@ _RUN_AXE = """async ([tags, rules]) => {
 
 
 # WCAG 2.1's 1.4.11 (Non-text Contrast) for form fields, which axe does not check: the border
-# that shows where a field is stands out 3:1 from what is behind the field. Reported as the
-# rule `field-border-contrast`, like axe's.
+# that shows where a field is (or the field's own background) stands out 3:1 from what is
+# behind the field. Reported as the rule `field-border-contrast`, like axe's.
 _FIELD_BORDERS = """() => {
   const rgb = c => (c.match(/[\\d.]+/g) || []).map(Number);
   const lum = ([r, g, b]) => [r, g, b].map(v => (v /= 255) <= 0.03928 ? v / 12.92
@@ -294,8 +294,10 @@ _FIELD_BORDERS = """() => {
     const style = getComputedStyle(field);
     const box = field.getBoundingClientRect();
     if (!box.width || !box.height || style.visibility === "hidden") continue;
-    const border = rgb(style.borderBottomColor);
-    const found = style.borderBottomStyle === "none" ? 1 : ratio(border, behind(field));
+    const around = behind(field), fill = rgb(style.backgroundColor);
+    const line = rgb(style.borderBottomColor);
+    const edge = style.borderBottomStyle === "none" ? 1 : ratio(line, around);
+    const found = Math.max(edge, fill.length === 3 || fill[3] === 1 ? ratio(fill, around) : 1);
     if (found < 3) bad.push({target: field.id ? "#" + field.id : field.className || field.tagName,
                              html: field.outerHTML.slice(0, 160),
                              summary: "The field's border has a contrast of " + found.toFixed(2)
