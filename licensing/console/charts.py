@@ -116,9 +116,11 @@ def day_label(day: date) -> str:
     return gettext("%(month)s %(day)s") % {"month": dateformat.format(day, "M"), "day": day.day}
 
 
-def _svg(width: float, height: float, label: str, body: list[str]) -> str:
+def _svg(width: float, height: float, label: str, body: list[str], role: str = "img") -> str:
+    """A chart named by `label`: an image, or a group when it holds links (an image's insides
+    are hidden from assistive technology, so its links could not be reached)."""
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="usage-chart" role="img" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="usage-chart" role="{role}" '
         f'viewBox="0 0 {num(width)} {num(height)}" width="100%" aria-label="{esc(label)}" '
         f'font-family="system-ui, -apple-system, Segoe UI, sans-serif" font-size="{FONT}" '
         f'fill="currentColor">' + "".join(body) + "</svg>"
@@ -287,4 +289,5 @@ def hbars(rows: Sequence[HBar], *, title: str, unit: str, width: int = WIDTH) ->
             f'fill="{PALETTE[0]}"/>'
             f'<text x="{num(label_w + bar + 6)}" y="{num(y + 11)}">{grouped(row.value)}</text></g>'
         )
-    return _svg(width, len(rows) * row_h + 6, title, body)
+    role = "group" if any(row.href for row in rows) else "img"
+    return _svg(width, len(rows) * row_h + 6, title, body, role)

@@ -192,6 +192,17 @@ def test_the_admin_page_is_scoped_by_role(world, admin_client):
         assert client.get(EXPORT).status_code == 403
 
 
+def test_events_without_an_actor_are_offered_in_words(world, admin_client):
+    """The actor filter's link for events without a name (a command's, the system's) has text:
+    an empty link has no name for a screen reader."""
+    audit_event_record(
+        action=AuditEvent.Action.COURSE_CREATED, institution=world["a"]["institution"]
+    )
+    page = admin_client.get(LIST).content.decode()
+    assert '<a href="?actor_name=">(no name)</a>' in page
+    assert events_shown(admin_client, {"actor_name": ""}) == {""}
+
+
 def test_the_admin_page_filters_and_exports_csv(world, admin_client):
     inst = world["a"]["institution"]
     audit_event_record(

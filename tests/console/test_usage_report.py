@@ -448,6 +448,10 @@ def test_hbars_longest_first_with_values_and_links():
     assert float(rects[0].get("width")) == pytest.approx(3 * float(rects[1].get("width")), 0.01)
     assert [a.get("href") for a in root.iter(f"{SVG}a")] == ["/a"]
     assert {"9,000", "3,000"} <= {t.text for t in root.iter(f"{SVG}text")}
+    # Links inside: a named group, not an image (an image's links cannot be reached).
+    assert (root.get("role"), root.get("aria-label")) == ("group", "Top")
+    plain = parse(charts.hbars([charts.HBar("b", 3000, None)], title="Top", unit="u"))
+    assert plain.get("role") == "img"
 
 
 def test_nice_ticks():

@@ -15,7 +15,7 @@ import pytest
 from fake_upstreams.lti import INSTRUCTOR, LEARNER, LtiFake
 from fake_upstreams.server import FakeServer
 from tests import browser as browser_helpers
-from tests.browser import BROWSER_TEST, browser_page, running_server, shot
+from tests.browser import BROWSER_TEST, assert_accessible, browser_page, running_server, shot
 from tests.ports import run_script_ports
 
 pytestmark = BROWSER_TEST
@@ -110,6 +110,7 @@ def test_a_forged_launch_is_refused(server, lms, page):
         text = page.inner_text("#content")
         assert "Launch refused" in text and "bad_signature" in text
         shot(page, "lti-03-refused")
+        assert_accessible(page, "a refused launch")
         page.goto(server.url + "/portal/")
         assert "#wallet" not in page.content()
         assert page.locator("#wallet").count() == 0

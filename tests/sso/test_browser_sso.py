@@ -15,7 +15,7 @@ import pytest
 from fake_upstreams.oidc import OidcFake
 from fake_upstreams.server import FakeServer
 from tests import browser as browser_helpers
-from tests.browser import BROWSER_TEST, browser_page, running_server, shot
+from tests.browser import BROWSER_TEST, assert_accessible, browser_page, running_server, shot
 from tests.ports import run_script_ports
 
 pytestmark = BROWSER_TEST
@@ -119,6 +119,7 @@ def test_a_refused_user_sees_why_and_whom_to_ask(server, idp, page):
     # Styled like the admin: its header is there.
     assert page.eval_on_selector("#header", "e => getComputedStyle(e).display") == "flex"
     shot(page, "sso-05-refused")
+    assert_accessible(page, "a refused sign-in: no group")
     # No session: the admin still asks to sign in.
     page.goto(server.url + "/admin/")
     assert "/admin/login/" in page.url
