@@ -86,3 +86,14 @@ def test_slugs_are_githubs():
     assert slug("Run it (fresh machine, only Python 3.11+ needed)") == (
         "run-it-fresh-machine-only-python-311-needed"
     )
+
+
+CONFLICT = re.compile(r"^(<{7} |={7}$|>{7} )", re.M)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(ROOT).as_posix())
+def test_no_merge_conflict_markers(page):
+    """A merge whose conflict markers were committed leaves a page that reads as two drafts
+    (docs/providers.md did, from issue 34 to 37)."""
+    found = [match.group(0) for match in CONFLICT.finditer(page.read_text())]
+    assert not found, found
