@@ -45,13 +45,8 @@ PAGES = [
     (ADMIN, "/admin/licensing/transaction/usage/?since=2026-13-01"),  # ... with an error
     (ADMIN, "/admin/licensing/transaction/live/"),
     (ADMIN, "/admin/licensing/auditevent/"),
-    pytest.param(
-        ADMIN,
-        "/admin/licensing/licensetype/policy-docs/",
-        # Served as plain text (no title, no language) until issue 37's item 5 renders the
-        # policy help as a page; strict: this fails once it passes, to drop the mark.
-        marks=pytest.mark.xfail(strict=True, reason="the policy help is raw Markdown"),
-    ),
+    (ADMIN, "/admin/licensing/licensetype/policy-docs/"),  # the policy help, rendered
+    (ADMIN, "/manage/v1/docs"),  # the management API's docs page
     (ADMIN, "/admin/my-token/"),
     (ADMIN, "/admin/password_change/"),
     # The teacher's pages: the course in the admin (windows, exam switch, per-student usage)

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from fake_upstreams import demo
-from tests.browser import BROWSER_TEST, shot
+from tests.browser import BROWSER_TEST, assert_accessible, shot
 
 pytestmark = BROWSER_TEST
 
@@ -43,6 +43,7 @@ def _sign_in_as(page, person: demo.DemoPerson, shot_name: str | None = None):
     for someone in demo.PEOPLE:
         assert someone.name in listed and someone.email in listed
     if shot_name:
+        assert_accessible(page, "the development identity provider's sign-in page")
         shot(page, shot_name)
     page.click(f"button:has-text('Sign in as {person.name}')")
 
@@ -101,6 +102,7 @@ def test_launches_from_the_lms_simulator_land_in_the_course(server, page, guide)
     page.goto(guide["From the LMS"])
     assert page.inner_text(".dev-banner") == demo.LMS_BANNER
     assert COURSE_TITLE in page.inner_text("main h2")
+    assert_accessible(page, "the LMS simulator's launch page")
     shot(page, "first-run-05-lms")
     page.click(f"button:has-text('Launch as {STUDENT.name} (student)')")
     page.wait_for_url(server.url + "/portal/courses/*/")
