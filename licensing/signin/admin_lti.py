@@ -2,11 +2,21 @@
 `manage.py configure_lti`), with the two URLs to paste into the LMS; the identities and the
 launch rows a launch leaves behind, view only. Scoped to the institution like every page."""
 
+from django import forms
 from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
 from ..access.audit import audit_event_record
 from ..console.admin.base import ReadOnlyAdminMixin, ScopedAdminMixin, name_model
+from ..console.forms import MONEY_OF_INSTITUTION
+from ..console.money import (
+    MoneyFormMixin,
+    Rate,
+    currencies_of,
+    institution_rate,
+    single_rate,
+    with_money,
+)
 from ..models import AuditEvent, LtiIdentity, LtiLaunchState, LtiPlatform
 from .lti import lti_urls
 
@@ -16,9 +26,54 @@ name_model(LtiPlatform, _("LTI platform"), _("LTI platforms"))
 name_model(LtiIdentity, _("LTI identity"), _("LTI identities"))
 
 
+class LtiPlatformForm(MoneyFormMixin, forms.ModelForm):
+    """The default allowance of the courses a launch creates is entered and shown in the
+    institution's currency, like a course's own (MoneyFormMixin)."""
+
+    money_fields = ("allowance",)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "allowance" in self.fields:  # the model's help names the stored unit
+            self.fields["allowance"].help_text = _(
+                "Default allowance per student of the courses a launch creates; empty = none"
+            )
+        choices = getattr(self.fields.get("institution"), "queryset", None)
+        if self.instance.institution_id:
+            shown: Rate | None = institution_rate(self.instance.institution)
+        else:  # a new platform: the institution offered, if there is one only
+            shown = single_rate(choices, "pk")
+        if shown is None:
+            chooser = ("id_institution", currencies_of(choices, "pk"))
+            self.setup_money(None, MONEY_OF_INSTITUTION, chooser)
+        else:
+            self.setup_money(shown)
+
+    def money_rate(self) -> Rate | None:
+        institution = self.cleaned_data.get("institution")
+        if institution is None and self.instance.institution_id:
+            institution = self.instance.institution
+        return institution_rate(institution) if institution is not None else None
+
+    def clean(self):
+        cleaned = super().clean()
+        self.clean_money()
+        return cleaned
+
+    class Meta:
+        model = LtiPlatform
+        fields = (  # the admin's `fields` below decide the order shown
+            "institution", "issuer", "client_id", "deployment_ids", "jwks_url", "auth_login_url",
+            "license", "allowance", "allowance_period", "active",
+        )  # fmt: skip
+
+
 @admin.register(LtiPlatform)
 class LtiPlatformAdmin(ScopedAdminMixin, admin.ModelAdmin):
-    list_display = ("issuer", "client_id", "institution", "license", "allowance", "active")
+    form = LtiPlatformForm
+    list_display = (
+        "issuer", "client_id", "institution", "license", "allowance_display", "active"
+    )  # fmt: skip
     list_filter = ("institution", "active")
     list_select_related = ("institution", "license")
     search_fields = ("issuer", "client_id", "institution__name")
@@ -38,6 +93,10 @@ class LtiPlatformAdmin(ScopedAdminMixin, admin.ModelAdmin):
         "created_at",
         "updated_at",
     )
+
+    @admin.display(description=_("default allowance"), ordering="allowance")
+    def allowance_display(self, obj):
+        return with_money(obj.allowance, obj.institution)
 
     @admin.display(description=_("paste into the LMS"))
     def tool_urls(self, obj):

@@ -151,6 +151,8 @@ def client_factory():
 
 def test_the_admin_form_checks_urls_and_the_license(licenses, client_factory):
     alpha, beta = licenses
+    alpha.institution.currency, alpha.institution.micro_credits_per_currency_unit = "EUR", 10**6
+    alpha.institution.save()
     user = get_user_model().objects.create_user("alpha-admin", is_staff=True)
     AdminProfile.objects.create(user=user, institution=alpha.institution, role="admin")
     browser = client_factory(user)
@@ -162,7 +164,7 @@ def test_the_admin_form_checks_urls_and_the_license(licenses, client_factory):
         "jwks_url": "http://10.0.0.1/certs",
         "auth_login_url": ISSUER + "/auth",
         "license": str(alpha.pk),
-        "allowance": "1000",
+        "allowance": "1.50",  # money, in the institution's currency (EUR below)
         "allowance_period": "week",
         "active": "on",
     }
@@ -174,11 +176,13 @@ def test_the_admin_form_checks_urls_and_the_license(licenses, client_factory):
         {**form, "jwks_url": ISSUER + "/certs", "license": str(beta.pk)},
     )
     assert other.status_code == 200 and b"errorlist" in other.content
-    huge = browser.post(
-        "/admin/licensing/ltiplatform/add/",
-        {**form, "jwks_url": ISSUER + "/certs", "allowance": str(2**64)},
-    )
-    assert huge.status_code == 200 and b"errorlist" in huge.content
+    # (a lone surrogate cannot be encoded by the test client; the forms' own tests send its bytes)
+    for hostile in (str(2**64), "1e400", "-1", "1\x00", "NaN", "1.0000001", "x" * 10_000):
+        refused = browser.post(
+            "/admin/licensing/ltiplatform/add/",
+            {**form, "jwks_url": ISSUER + "/certs", "allowance": hostile},
+        )
+        assert refused.status_code == 200 and b"errorlist" in refused.content, hostile
     assert not LtiPlatform.objects.exists()
     saved = browser.post(
         "/admin/licensing/ltiplatform/add/", {**form, "jwks_url": ISSUER + "/certs"}
@@ -186,5 +190,8 @@ def test_the_admin_form_checks_urls_and_the_license(licenses, client_factory):
     assert saved.status_code == 302
     platform = LtiPlatform.objects.get()
     assert platform.institution == alpha.institution and platform.deployment_ids == ["1"]
+    assert platform.allowance == 1_500_000  # 1.50 EUR at 1,000,000 micro-credits a euro
+    listing = browser.get("/admin/licensing/ltiplatform/").content.decode()
+    assert "1.50 EUR (1,500,000 micro-credits)" in listing
     event = AuditEvent.objects.get(action=AuditEvent.Action.SSO_CONFIGURED)
     assert event.actor == user and event.detail["method"] == "lti"
