@@ -241,7 +241,7 @@ def test_the_management_api_answers_in_english_whatever_is_chosen(school):
     head = signed_in(staff("head", school.institution, language="de"))
     response = head.get("/manage/v1/licenses", headers={"Accept-Language": "de"})
     assert response.status_code == 200 and response["Content-Language"] == "en"
-    unauthenticated = Client().get("/manage/v1/", headers={"Accept-Language": "de"})
+    unauthenticated = Client().get("/manage/v1/licenses", headers={"Accept-Language": "de"})
     assert unauthenticated.status_code == 401
     assert "Authentication credentials were not provided." in unauthenticated.text
 
