@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from django.utils.text import get_text_list
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext_noop
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrOrPromise as StrOrPromise
@@ -34,7 +35,9 @@ class Credentials(StrEnum):
 @dataclass(frozen=True)
 class ProviderKind:
     kind: str  # the value of Provider.kind
-    label: str  # its choice label (part of the migration state: changing it is a migration)
+    # Its choice label (part of the migration state: changing it is a migration), in English;
+    # marked for the catalogues and translated where a page shows it.
+    label: str
     endpoints: frozenset[str]  # the internal endpoint names (Service.endpoint) it can serve
     credentials: Credentials
     telemetry_name: str  # gen_ai.provider.name: the GenAI conventions' value, else our own
@@ -64,7 +67,7 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
     for k in (
         ProviderKind(
             "openai",
-            "OpenAI REST API",
+            gettext_noop("OpenAI REST API"),
             frozenset({"chat_completions", "responses", "embeddings", "image_generation"}),
             Credentials.API_KEY,
             "openai",
@@ -72,7 +75,7 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
         ),
         ProviderKind(
             "openrouter",
-            "OpenRouter (OpenAI-compatible)",
+            gettext_noop("OpenRouter (OpenAI-compatible)"),
             frozenset({"chat_completions", "responses", "embeddings"}),
             Credentials.API_KEY,
             "openrouter",
@@ -80,7 +83,7 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
         ),
         ProviderKind(
             "bedrock",
-            "AWS Bedrock Runtime",
+            gettext_noop("AWS Bedrock Runtime"),
             frozenset({"chat_completions", "responses", "image_generation", "bedrock_embeddings"}),
             Credentials.IAM,
             "aws.bedrock",
@@ -88,7 +91,7 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
         ),
         ProviderKind(
             "gemini",
-            "Google Gemini API",
+            gettext_noop("Google Gemini API"),
             frozenset({"chat_completions", "responses", "image_generation", "gemini_embeddings"}),
             Credentials.API_KEY,
             "gcp.gemini",
@@ -96,7 +99,7 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
         ),
         ProviderKind(
             "websearch",
-            "Web search API",
+            gettext_noop("Web search API"),
             frozenset({"web_search"}),
             Credentials.API_KEY,
             "brave_search",
@@ -104,7 +107,7 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
         ),
         ProviderKind(
             "academic",
-            "Academic search API",
+            gettext_noop("Academic search API"),
             frozenset({"web_search"}),
             Credentials.OPTIONAL,
             "openalex",
@@ -112,7 +115,7 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
         ),
         ProviderKind(
             "fetch",
-            "The gateway's own URL fetcher",
+            gettext_noop("The gateway's own URL fetcher"),
             frozenset({"web_fetch"}),
             Credentials.BUILTIN,
             "inference_gateway",
@@ -120,7 +123,7 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
         ),
         ProviderKind(
             "azure_openai",
-            "Azure OpenAI",
+            gettext_noop("Azure OpenAI"),
             frozenset({"chat_completions", "responses", "embeddings"}),
             Credentials.API_KEY,
             "azure.ai.openai",
@@ -128,7 +131,7 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
         ),
         ProviderKind(
             "anthropic",
-            "Anthropic Messages API",
+            gettext_noop("Anthropic Messages API"),
             frozenset({"chat_completions", "responses"}),
             Credentials.API_KEY,
             "anthropic",
@@ -136,7 +139,7 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
         ),
         ProviderKind(
             "openai_compatible",
-            "OpenAI-compatible server (vLLM, Ollama, llama.cpp, TGI, Mistral, ...)",
+            gettext_noop("OpenAI-compatible server (vLLM, Ollama, llama.cpp, TGI, Mistral, ...)"),
             frozenset({"chat_completions", "responses", "embeddings"}),
             Credentials.OPTIONAL,
             "openai_compatible",

@@ -43,7 +43,16 @@ def _stays(href: str) -> bool:
 def render(text: str) -> str:
     tokens = _MARKDOWN.parse(text)
     _anchored(tokens)
-    return _MARKDOWN.renderer.render(tokens, _MARKDOWN.options, {})
+    return _scrollable(_MARKDOWN.renderer.render(tokens, _MARKDOWN.options, {}))
+
+
+def _scrollable(html: str) -> str:
+    """Code blocks and tables scroll sideways in a box of their own on a narrow screen (WCAG
+    1.4.10), and such a box takes the keyboard's focus so that it can be scrolled without a
+    mouse (2.1.1). markdown-it writes both tags without attributes."""
+    html = html.replace("<pre>", '<pre tabindex="0">')
+    html = html.replace("<table>", '<div class="docs-scroll" tabindex="0"><table>')
+    return html.replace("</table>", "</table></div>")
 
 
 @cache

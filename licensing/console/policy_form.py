@@ -379,7 +379,8 @@ class PolicyForm(forms.Form):
     def _provider_label(self, slug: str) -> str:
         if self.connected is None:
             return slug
-        label = f"{slug}: {self.connected.provider_labels.get(slug, '')}".rstrip(": ")
+        kind = self.connected.provider_labels.get(slug, "")
+        label = f"{slug}: {gettext(kind) if kind else ''}".rstrip(": ")
         if slug not in self.connected.providers:
             label += " (" + gettext("not connected") + ")"
         return label

@@ -49,8 +49,8 @@ teacher = User.objects.create_user("hilde", password="schul-pw-3", is_staff=True
                                    first_name="Hilde", last_name="Lehrerin")
 AdminProfile.objects.create(user=teacher, institution=school, role="teacher")
 CourseTeacher.objects.create(course=course, user=teacher)
-student = User.objects.create_user("lena", first_name="Lena", last_name="Schmidt")
-end_user = EndUser.objects.create(license=lic, user=student, subject="lena-sub")
+student = User.objects.create_user("lena-de", first_name="Lena", last_name="Schmidt")
+end_user = EndUser.objects.create(license=lic, user=student, subject="lena-de-sub")
 course_member_add(course=course, end_user=end_user)
 session = SessionStore()
 session[SESSION_KEY] = str(student.pk)
@@ -91,9 +91,10 @@ ATTRIBUTES = """() => Array.from(document.querySelectorAll(
 DATA = ("Klasse 10b policy",)
 
 
-# Code a person types or reads as code: a policy document's rule keys (params.model.allowed),
+# Code a person types or reads as code: a policy document's rule keys (params.model.allowed,
+# models.text.allowed),
 # the docs' file names (docs/policy.md).
-CODE = re.compile(r"params\.[\w.]+|docs/[\w./-]+")
+CODE = re.compile(r"(?:params|models)\.[\w.]+|docs/[\w./-]+")
 
 
 # The page's text less code (the SDK example, rule keys, JSON documents) and scripts.

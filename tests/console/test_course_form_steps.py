@@ -33,9 +33,9 @@ class PolicyFormStandIn:
 
 class FormSelf(SimpleNamespace):
     def add_error(self, field, error):
-        self.errors.setdefault(field, []).append(
-            error if isinstance(error, str) else error.messages[0]
-        )
+        # A message is a string, a lazy one (translated when shown) or a ValidationError.
+        message = error.messages[0] if isinstance(error, forms.ValidationError) else str(error)
+        self.errors.setdefault(field, []).append(message)
 
 
 def form_self(changed_data=()):
