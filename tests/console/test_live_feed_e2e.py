@@ -197,6 +197,9 @@ def test_a_viewer_that_does_not_read_loses_rows_and_memory_stays_bounded(
     # nothing answers no ping either, a loaded machine can take longer than the ping's 20 s
     # deadline to flood it, and this test is about buffering, not keepalive.
     monkeypatch.setattr(gateway.server.config, "ws_ping_interval", None)
+    # The layer's messages expire after 60 s, and a channel left with none is removed: a loaded
+    # machine's flood can outlast that, and the held messages this test counts must stay.
+    monkeypatch.setattr(layer, "expiry", 3600)
     with viewer(gateway.url, root_cookie, compression=None, ping_interval=None) as ws:
         wait_for_viewers(1)
         tracemalloc.start()
