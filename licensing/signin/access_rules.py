@@ -1,0 +1,60 @@
+"""Access rules for the sign-in paths (OIDC, SAML, LTI, SCIM): the language is
+licensing.rules.access (pure); here, the one check that reads the database: a rule's license
+and courses are its institution's (docs/decisions/access-rules.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
+
+from ..models import Course, License
+from ..rules.access import (
+    AccessDecision,
+    AttributesRefused,
+    attributes_read,
+    check_rules,
+    decide,
+    normalise_claims,
+    rules_from_groups,
+)
+
+__all__ = [
+    "AccessDecision",
+    "AttributesRefused",
+    "attributes_read",
+    "decide",
+    "normalise_claims",
+    "rules_from_groups",
+    "validate_rules",
+]
+
+
+def validate_rules(value: Any, *, institution_id: int) -> list[dict]:
+    """The rules in their stored shape, their license and course ids the institution's; raises
+    ValidationError (another institution's id is refused like an unknown one)."""
+    rules = check_rules(value)
+    licenses = {r["license"] for r in rules if r["license"] is not None}
+    known = set(
+        License.objects.filter(pk__in=licenses, institution_id=institution_id).values_list(
+            "pk", flat=True
+        )
+    )
+    if licenses - known:
+        raise ValidationError(
+            _("No license of this institution has the id %(ids)s"),
+            params={"ids": ", ".join(map(str, sorted(licenses - known)))},
+        )
+    courses = {c for r in rules for c in r["courses"]}
+    found = set(
+        Course.objects.filter(pk__in=courses, institution_id=institution_id).values_list(
+            "pk", flat=True
+        )
+    )
+    if courses - found:
+        raise ValidationError(
+            _("No course of this institution has the id %(ids)s"),
+            params={"ids": ", ".join(map(str, sorted(courses - found)))},
+        )
+    return rules
