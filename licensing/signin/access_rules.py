@@ -4,10 +4,14 @@ and courses are its institution's (docs/decisions/access-rules.md)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
+
+from core.jsonio import parse_json
 
 from ..models import Course, License
 from ..rules.access import (
@@ -26,6 +30,7 @@ __all__ = [
     "attributes_read",
     "decide",
     "normalise_claims",
+    "rules_file_read",
     "rules_from_groups",
     "validate_rules",
 ]
@@ -58,3 +63,24 @@ def validate_rules(value: Any, *, institution_id: int) -> list[dict]:
             params={"ids": ", ".join(map(str, sorted(courses - found)))},
         )
     return rules
+
+
+MAX_RULES_FILE = 1_000_000  # bytes: 100 rules of 20 conditions of 200 values fit
+
+
+def rules_file_read(path: str) -> Any:
+    """The JSON of a rules file (the commands' --rules), strict (no NaN, no 1e400, no lone
+    surrogate); its shape is validate_rules' check. Raises ValidationError."""
+    try:
+        raw = Path(path).read_bytes()[: MAX_RULES_FILE + 1]
+        if len(raw) > MAX_RULES_FILE:
+            raise ValidationError(_("The rules file is larger than 1 MB"))
+        return parse_json(raw.decode("utf-8"))
+    except OSError as exc:
+        raise ValidationError(
+            _("Cannot read the rules file: %(error)s"), params={"error": exc.strerror}
+        ) from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValidationError(
+            _("The rules file is not valid JSON: %(error)s"), params={"error": str(exc)[:200]}
+        ) from exc
