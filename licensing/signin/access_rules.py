@@ -84,3 +84,34 @@ def rules_file_read(path: str) -> Any:
         raise ValidationError(
             _("The rules file is not valid JSON: %(error)s"), params={"error": str(exc)[:200]}
         ) from exc
+
+
+def try_rules(
+    rules: list[dict], attributes_text: str, *, attributes_of=normalise_claims
+) -> dict[str, Any]:
+    """The admin's "try these attributes" panel: the decision for pasted JSON attributes
+    (an object of name -> value or list of values), and which rule decided."""
+    try:
+        pasted = parse_json(attributes_text[: MAX_RULES_FILE + 1])
+    except (json.JSONDecodeError, ValueError) as exc:
+        return {"outcome": "invalid", "message": str(_("Not JSON: %(error)s") % {"error": exc})}
+    if not isinstance(pasted, dict):
+        return {"outcome": "invalid", "message": str(_("Paste a JSON object of attributes"))}
+    try:
+        attributes = attributes_of(pasted, attributes_read(rules))
+    except AttributesRefused as exc:
+        return {"outcome": "refused", "message": exc.message}
+    decision = decide(rules, attributes)
+    if decision.rule_index is None:
+        return {"outcome": "none", "message": str(_("No rule matches: no access."))}
+    license = License.objects.filter(pk=decision.license_id).select_related("license_type")
+    found = license.first()
+    return {
+        "outcome": "matched",
+        "rule": decision.rule_index + 1,
+        "role": decision.role or str(_("no access")),
+        "license": f"{found.name} ({found.license_type.name})" if found else "-",
+        "courses": list(
+            Course.objects.filter(pk__in=decision.course_ids).values_list("code", flat=True)
+        ),
+    }
