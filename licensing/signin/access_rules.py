@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from core.jsonio import parse_json
@@ -115,3 +116,39 @@ def try_rules(
             Course.objects.filter(pk__in=decision.course_ids).values_list("code", flat=True)
         ),
     }
+
+
+def _condition_text(condition: dict) -> str:
+    test = next(t for t in ("contains", "is", "any_of", "present") if t in condition)
+    return f"{condition['attribute']} {test} {condition[test]}"
+
+
+def rules_table_html(rules: list[dict]):
+    """The rules as a table people read (the JSON field above is what is edited)."""
+    if not rules:
+        return _("No rules: nobody gets a role.")
+    rows = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (
+                number,
+                " AND ".join(_condition_text(c) for c in rule.get("when", [])) or _("always"),
+                rule.get("role") or _("no access"),
+                rule.get("license") or "-",
+                ", ".join(map(str, rule.get("courses", []))) or "-",
+            )
+            for number, rule in enumerate(rules, start=1)
+        ),
+    )
+    return format_html(
+        "<table><caption>{}</caption><thead><tr><th scope='col'>#</th><th scope='col'>{}</th>"
+        "<th scope='col'>{}</th><th scope='col'>{}</th><th scope='col'>{}</th></tr></thead>"
+        "<tbody>{}</tbody></table>",
+        _("Access rules, first match wins"),
+        _("when"),
+        _("role"),
+        _("license id"),
+        _("course ids"),
+        rows,
+    )

@@ -9,7 +9,6 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.http import Http404, JsonResponse
 from django.urls import path, reverse
-from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
@@ -18,7 +17,7 @@ from core.crypto import Sealed
 
 from ..console.admin.base import name_model
 from ..models import IdentityProvider, SsoIdentity
-from .access_rules import try_rules, validate_rules
+from .access_rules import rules_table_html, try_rules, validate_rules
 from .sso import (
     identity_provider_configure,
     redirect_uri_of,
@@ -255,39 +254,3 @@ class SsoIdentityAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
-
-
-def _condition_text(condition: dict) -> str:
-    test = next(t for t in ("contains", "is", "any_of", "present") if t in condition)
-    return f"{condition['attribute']} {test} {condition[test]}"
-
-
-def rules_table_html(rules: list[dict]):
-    """The rules as a table people read (the JSON field above is what is edited)."""
-    if not rules:
-        return _("No rules: nobody gets a role.")
-    rows = format_html_join(
-        "",
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-        (
-            (
-                number,
-                " AND ".join(_condition_text(c) for c in rule.get("when", [])) or _("always"),
-                rule.get("role") or _("no access"),
-                rule.get("license") or "-",
-                ", ".join(map(str, rule.get("courses", []))) or "-",
-            )
-            for number, rule in enumerate(rules, start=1)
-        ),
-    )
-    return format_html(
-        "<table><caption>{}</caption><thead><tr><th scope='col'>#</th><th scope='col'>{}</th>"
-        "<th scope='col'>{}</th><th scope='col'>{}</th><th scope='col'>{}</th></tr></thead>"
-        "<tbody>{}</tbody></table>",
-        _("Access rules, first match wins"),
-        _("when"),
-        _("role"),
-        _("license id"),
-        _("course ids"),
-        rows,
-    )

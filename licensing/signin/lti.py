@@ -581,18 +581,19 @@ def _lti_role(roles: list[str]) -> bool:
     return instructor
 
 
-def lti_attributes(claims: dict[str, Any], rules: list[dict]) -> dict[str, list[str]]:
+def lti_attributes(claims: dict[str, Any], names: set[str]) -> dict[str, list[str]]:
     """The launch's claims as attributes, LTI's claims by their short names ("roles",
-    "custom.age_group", "context.label"); only those the rules read. AttributesRefused."""
+    "custom.age_group", "context.label"); only `names` (those the rules read).
+    AttributesRefused."""
     short = {(k[len(CLAIM) :] if k.startswith(CLAIM) else k): v for k, v in claims.items()}
-    return normalise_claims(short, attributes_read(rules))
+    return normalise_claims(short, names)
 
 
 def _ruled_role(claims: dict[str, Any], rules: list[dict]) -> tuple[bool, int | None]:
     """With the platform's rules: instructor (teacher) or learner (student), and the license
     of a course the launch creates; no rule, or no role: refused."""
     try:
-        decision = decide(rules, lti_attributes(claims, rules))
+        decision = decide(rules, lti_attributes(claims, attributes_read(rules)))
     except AttributesRefused as exc:
         raise LtiError("invalid_attributes", exc.message, status=400) from None
     if decision.role not in ("teacher", "student"):

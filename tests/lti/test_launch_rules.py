@@ -147,3 +147,46 @@ def test_configure_lti_rules_option(world, tmp_path):
         call_command(*args, "--rules", str(path))
     call_command(*args)  # left out: kept
     assert len(LtiPlatform.objects.get().access_rules) == 1
+
+
+def test_the_platform_admin_page_edits_and_tries_rules(world):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from licensing.models import AdminProfile
+
+    user = get_user_model().objects.create_user("alpha-admin", is_staff=True)
+    AdminProfile.objects.create(user=user, institution=world.institution, role="admin")
+    browser = Client()
+    browser.force_login(user)
+    url = f"/admin/licensing/ltiplatform/{world.platform.pk}/change/"
+    form = {
+        "institution": str(world.institution.pk),
+        "issuer": world.fake.issuer,
+        "client_id": world.fake.client_id,
+        "deployment_ids": '["dep-1"]',
+        "jwks_url": world.fake.jwks_url,
+        "auth_login_url": world.fake.auth_url,
+        "license": str(world.license.pk),
+        "allowance": "",
+        "allowance_period": "week",
+        "active": "on",
+    }
+    teacher = {"when": [{"attribute": "custom.stage", "is": "staff"}], "role": "teacher"}
+    bad = browser.post(url, {**form, "access_rules": json.dumps([{**teacher, "role": "admin"}])})
+    assert bad.status_code == 200 and "an LTI rule gives teacher, student" in bad.content.decode()
+    foreign = [{"when": [], "role": "student", "license": world.other_license.pk}]
+    bad = browser.post(url, {**form, "access_rules": json.dumps(foreign)})
+    assert bad.status_code == 200 and "No license of this institution" in bad.content.decode()
+    assert LtiPlatform.objects.get().access_rules == []
+    saved = browser.post(url, {**form, "access_rules": json.dumps([teacher])})
+    assert saved.status_code == 302, [str(e) for e in saved.context["adminform"].form.errors.items()]
+    assert LtiPlatform.objects.get().access_rules[0]["role"] == "teacher"
+    page = browser.get(url).content.decode()
+    assert "custom.stage is staff" in page and 'id="try-rules"' in page
+    try_url = f"/admin/licensing/ltiplatform/{world.platform.pk}/try-rules/"
+    claims = {CLAIM + "custom": {"stage": "staff"}}
+    answer = browser.post(try_url, {"attributes": json.dumps(claims)}).json()
+    assert (answer["outcome"], answer["rule"], answer["role"]) == ("matched", 1, "teacher")
+    claims = {CLAIM + "custom": {"stage": "\u0000"}}
+    assert browser.post(try_url, {"attributes": json.dumps(claims)}).json()["outcome"] == "refused"
