@@ -156,7 +156,8 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["preset"].choices = [("", _("No preset")), *preset_choices()]
+        preset = cast(forms.ChoiceField, self.fields["preset"])
+        preset.choices = [("", _("No preset")), *preset_choices()]
         self.policy_form = PolicyForm(
             self.data if self.is_bound else None,
             document=self.instance.policy,

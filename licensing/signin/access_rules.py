@@ -105,8 +105,11 @@ def try_rules(
     decision = decide(rules, attributes)
     if decision.rule_index is None:
         return {"outcome": "none", "message": str(_("No rule matches: no access."))}
-    license = License.objects.filter(pk=decision.license_id).select_related("license_type")
-    found = license.first()
+    found = None
+    if decision.license_id is not None:
+        found = (
+            License.objects.filter(pk=decision.license_id).select_related("license_type").first()
+        )
     return {
         "outcome": "matched",
         "rule": decision.rule_index + 1,

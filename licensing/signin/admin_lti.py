@@ -61,7 +61,7 @@ class LtiPlatformForm(MoneyFormMixin, forms.ModelForm):
         return institution_rate(institution) if institution is not None else None
 
     def clean(self):
-        cleaned = super().clean()
+        cleaned = super().clean() or self.cleaned_data
         self.clean_money()
         institution = cleaned.get("institution") or getattr(self.instance, "institution", None)
         if institution is not None:

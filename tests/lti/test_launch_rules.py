@@ -180,7 +180,9 @@ def test_the_platform_admin_page_edits_and_tries_rules(world):
     assert bad.status_code == 200 and "No license of this institution" in bad.content.decode()
     assert LtiPlatform.objects.get().access_rules == []
     saved = browser.post(url, {**form, "access_rules": json.dumps([teacher])})
-    assert saved.status_code == 302, [str(e) for e in saved.context["adminform"].form.errors.items()]
+    assert saved.status_code == 302, [
+        str(e) for e in saved.context["adminform"].form.errors.items()
+    ]
     assert LtiPlatform.objects.get().access_rules[0]["role"] == "teacher"
     page = browser.get(url).content.decode()
     assert "custom.stage is staff" in page and 'id="try-rules"' in page
