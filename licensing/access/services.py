@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import copy
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from ..models import Institution, License, LicenseType
+from core.text import is_storable_text
+
+from ..models import AuditEvent, Institution, License, LicenseType
 from ..rules.policy import PolicyDocumentError, open_policy_document, validate_policy_document
+from ..rules.presets import PRESETS
+from .audit import audit_event_record
 from .changes import audit_row_change, stored_snapshot
 
 DEFAULT_INSTITUTION = "Default institution"
@@ -139,3 +145,35 @@ def do_configure_institution(
     institution.save()
     audit_row_change(institution, before, actor_name=actor_name)
     return institution
+
+
+@transaction.atomic
+def do_create_license_type(
+    *, preset: str, institution: Institution, name: str = "", actor_name: str = ""
+) -> LicenseType:
+    """A license type of the institution started from a preset (licensing.rules.presets):
+    its policy and guardrails checked like any, an audit row `policy_changed`."""
+    chosen = PRESETS.get(preset)
+    if chosen is None:
+        raise ValidationError(f"Unknown preset {preset!r}; use one of {sorted(PRESETS)}")
+    name = (name or f"{chosen.label}").strip()
+    if not name or len(name) > 200 or not is_storable_text(name):
+        raise ValidationError("The name: 1 to 200 characters, no NUL")
+    if LicenseType.objects.filter(institution=institution, name=name).exists():
+        raise ValidationError(f"The institution already has a license type named {name!r}")
+    license_type = LicenseType(
+        institution=institution,
+        name=name,
+        policy=copy.deepcopy(chosen.policy),
+        guardrails=copy.deepcopy(chosen.guardrails),
+    )
+    license_type.full_clean()
+    license_type.save()
+    audit_event_record(
+        action=AuditEvent.Action.POLICY_CHANGED,
+        actor_name=actor_name,
+        institution=institution,
+        target=f"license_type:{license_type.pk}",
+        detail={"created": True, "preset": preset},
+    )
+    return license_type

@@ -6,6 +6,7 @@ and puts its errors on the `policy` / `guardrails` fields, so a bad document is 
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import cast
 
@@ -20,6 +21,7 @@ from core.text import SURROGATE, json_holds
 from core.zones import is_zone, zone_choices
 
 from ..models import ApiKey, Institution, JwtIssuer, License, LicenseType
+from ..rules.presets import PRESETS, preset_choices
 from .money import MoneyFormMixin, Rate, currencies_of, institution_rate, single_rate
 from .policy_form import PolicyForm
 
@@ -139,12 +141,23 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
     onto the JSON document, so rules only the JSON view shows are kept. A post without the policy
     form (a script posting JSON only) saves the JSON as it is."""
 
+    preset = forms.ChoiceField(
+        required=False,
+        label=_("Start from a preset"),
+        help_text=_(
+            "Fills the policy and the guardrails for an age group (docs/presets.md): a starting "
+            "point your school adapts, not legal advice. Chosen, it replaces the policy below."
+        ),
+    )
+
     class Meta:
         model = LicenseType
         fields = ("name", "institution", "active", "policy", "guardrails")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        preset = cast(forms.ChoiceField, self.fields["preset"])
+        preset.choices = [("", _("No preset")), *preset_choices()]
         self.policy_form = PolicyForm(
             self.data if self.is_bound else None,
             document=self.instance.policy,
@@ -162,6 +175,12 @@ class LicenseTypeForm(AdminModelFormMixin, forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        preset = PRESETS.get(cleaned.get("preset") or "")
+        if preset is not None and self.instance.pk is None:
+            # A new type from a preset: its document whole (the form's fields show the default).
+            cleaned["policy"] = copy.deepcopy(preset.policy)
+            cleaned["guardrails"] = copy.deepcopy(preset.guardrails)
+            return cleaned
         if "policy" not in self.fields or not self.policy_form.submitted:
             return cleaned
         if not self.policy_form.is_valid():

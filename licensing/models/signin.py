@@ -12,8 +12,15 @@ from django.utils.translation import gettext_lazy as _
 from core.fields import EncryptedTextField
 from core.outbound import Refused, validate_outbound_url
 
+from ..rules.access import rules_from_groups
 from .courses import Course
 from .institutions import Institution, License
+
+RULES_HELP = _(
+    "Access rules, first match wins: a JSON list of "
+    '{"when": [{"attribute": ..., "contains" | "is" | "any_of" | "present": ...}], '
+    '"role": ..., "license": <id>, "courses": [<id>]} (docs/access-rules.md)'
+)
 
 
 class IdentityProvider(models.Model):
@@ -44,6 +51,7 @@ class IdentityProvider(models.Model):
         related_name="+",
         help_text=_("The license students land on (per-user budgets apply)"),
     )
+    access_rules = models.JSONField(default=list, blank=True, help_text=RULES_HELP)
     email_domains = models.CharField(
         max_length=500,
         blank=True,
@@ -62,6 +70,28 @@ class IdentityProvider(models.Model):
 
     def __str__(self):
         return f"{self.institution} ({self.issuer})"
+
+    GROUP_FIELDS = ("admin_groups", "reviewer_groups", "teacher_groups", "student_groups")
+
+    def save(self, *args, **kwargs):
+        # The groups mapping is a shorthand for rules: while any group field is set, the rules
+        # are the ones it means (docs/decisions/access-rules.md), whoever saves the row.
+        if any(getattr(self, name) for name in self.GROUP_FIELDS):
+            self.access_rules = self.rules_of_groups()
+            fields = kwargs.get("update_fields")
+            if fields is not None:
+                kwargs["update_fields"] = {*fields, "access_rules"}
+        super().save(*args, **kwargs)
+
+    def rules_of_groups(self) -> list[dict]:
+        return rules_from_groups(
+            groups_claim=self.groups_claim,
+            admin_groups=list(self.admin_groups or []),
+            reviewer_groups=list(self.reviewer_groups or []),
+            teacher_groups=list(self.teacher_groups or []),
+            student_groups=list(self.student_groups or []),
+            student_license_id=self.student_license_id,
+        )
 
 
 class SsoIdentity(models.Model):
@@ -135,6 +165,11 @@ class LtiPlatform(models.Model):
     )
     allowance_period = models.CharField(
         max_length=8, choices=Course.Period.choices, default=Course.Period.WEEK
+    )
+    access_rules = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_("Access rules on the launch's claims (empty: roles from the LTI roles claim)"),
     )
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)

@@ -4,7 +4,11 @@ launch rows a launch leaves behind, view only. Scoped to the institution like ev
 
 from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
+from django.http import Http404, JsonResponse
+from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
+from django.views.decorators.http import require_POST
 
 from ..access.audit import audit_event_record
 from ..console.admin.base import ReadOnlyAdminMixin, ScopedAdminMixin, name_model
@@ -18,7 +22,8 @@ from ..console.money import (
     with_money,
 )
 from ..models import AuditEvent, LtiIdentity, LtiLaunchState, LtiPlatform
-from .lti import lti_urls
+from .access_rules import rules_table_html, try_rules
+from .lti import lti_attributes, lti_urls, validate_lti_rules
 
 # Django's own plural would read "LTI launchs".
 name_model(LtiLaunchState, _("LTI launch"), _("LTI launches"))
@@ -56,15 +61,23 @@ class LtiPlatformForm(MoneyFormMixin, forms.ModelForm):
         return institution_rate(institution) if institution is not None else None
 
     def clean(self):
-        cleaned = super().clean()
+        cleaned = super().clean() or self.cleaned_data
         self.clean_money()
+        institution = cleaned.get("institution") or getattr(self.instance, "institution", None)
+        if institution is not None:
+            try:
+                cleaned["access_rules"] = validate_lti_rules(
+                    cleaned.get("access_rules") or [], institution_id=institution.pk
+                )
+            except ValidationError as exc:
+                self.add_error("access_rules", exc)
         return cleaned
 
     class Meta:
         model = LtiPlatform
         fields = (  # the admin's `fields` below decide the order shown
             "institution", "issuer", "client_id", "deployment_ids", "jwks_url", "auth_login_url",
-            "license", "allowance", "allowance_period", "active",
+            "license", "allowance", "allowance_period", "access_rules", "active",
         )  # fmt: skip
 
 
@@ -77,7 +90,8 @@ class LtiPlatformAdmin(ScopedAdminMixin, admin.ModelAdmin):
     list_filter = ("institution", "active")
     list_select_related = ("institution", "license")
     search_fields = ("issuer", "client_id", "institution__name")
-    readonly_fields = ("tool_urls", "created_at", "updated_at")
+    readonly_fields = ("tool_urls", "rules_table", "created_at", "updated_at")
+    change_form_template = "admin/licensing/identityprovider/change_form.html"
     fields = (
         "institution",
         "issuer",
@@ -88,6 +102,8 @@ class LtiPlatformAdmin(ScopedAdminMixin, admin.ModelAdmin):
         "license",
         "allowance",
         "allowance_period",
+        "access_rules",
+        "rules_table",
         "active",
         "tool_urls",
         "created_at",
@@ -103,6 +119,33 @@ class LtiPlatformAdmin(ScopedAdminMixin, admin.ModelAdmin):
         login_url, launch_url = lti_urls()
         return f"login_url: {login_url}  launch_url: {launch_url}"
 
+    @admin.display(description=_("the rules, in order"))
+    def rules_table(self, obj):
+        if not obj.access_rules:
+            return _("No rules: roles from the LTI roles claim (instructor, learner).")
+        return rules_table_html(obj.access_rules)
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(require_POST(self.try_rules_view))
+        return [
+            path("<path:object_id>/try-rules/", view, name="licensing_ltiplatform_try"),
+            *super().get_urls(),
+        ]
+
+    def try_rules_view(self, request, object_id):
+        obj = self.get_object(request, object_id)
+        if obj is None or not self.has_view_permission(request, obj):
+            raise Http404("No LTI platform with this id")
+        answer = try_rules(
+            obj.access_rules, request.POST.get("attributes", ""), attributes_of=lti_attributes
+        )
+        return JsonResponse(answer)
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None and obj.access_rules:
+            context["try_rules_url"] = reverse("admin:licensing_ltiplatform_try", args=[obj.pk])
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
         audit_event_record(
@@ -117,6 +160,7 @@ class LtiPlatformAdmin(ScopedAdminMixin, admin.ModelAdmin):
                 "client_id": obj.client_id,
                 "deployment_ids": obj.deployment_ids,
                 "license": obj.license_id,
+                "access_rules": obj.access_rules,
             },
         )
 

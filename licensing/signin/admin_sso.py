@@ -7,13 +7,17 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
+from django.http import Http404, JsonResponse
+from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
+from django.views.decorators.http import require_POST
 
 from catalog.forms import FORMFIELD_OVERRIDES, AdminModelFormMixin
 from core.crypto import Sealed
 
 from ..console.admin.base import name_model
 from ..models import IdentityProvider, SsoIdentity
+from .access_rules import rules_table_html, try_rules, validate_rules
 from .sso import (
     identity_provider_configure,
     redirect_uri_of,
@@ -45,6 +49,7 @@ class IdentityProviderForm(AdminModelFormMixin, forms.ModelForm):
             "groups_claim",
             *GROUP_FIELDS,
             "student_license",
+            "access_rules",
             "email_domains",
             "sso_only",
             "active",
@@ -57,6 +62,7 @@ class IdentityProviderForm(AdminModelFormMixin, forms.ModelForm):
         cleaned = super().clean()
         self._clean_lists(cleaned)
         self._clean_license(cleaned)
+        self._clean_rules(cleaned)
         if not cleaned.get("client_secret") and not cleaned.get("client_secret_env"):
             self.add_error(
                 "client_secret", _("Enter the client secret or its environment variable.")
@@ -81,6 +87,22 @@ class IdentityProviderForm(AdminModelFormMixin, forms.ModelForm):
         except ValidationError as exc:
             self.add_error("email_domains", exc)
 
+    def _clean_rules(self, cleaned: dict) -> None:
+        """Group mappings, when any is set, are the rules (the model writes them); else the
+        rules as written, checked and scoped to the institution."""
+        if any(cleaned.get(name) for name in GROUP_FIELDS):
+            cleaned["access_rules"] = None
+            return
+        institution = cleaned.get("institution") or getattr(self.instance, "institution", None)
+        if institution is None:
+            return
+        try:
+            cleaned["access_rules"] = validate_rules(
+                cleaned.get("access_rules") or [], institution_id=institution.pk
+            )
+        except ValidationError as exc:
+            self.add_error("access_rules", exc)
+
     def _clean_license(self, cleaned: dict) -> None:
         """The student license is the institution's, and student groups need one."""
         institution = cleaned.get("institution")
@@ -104,7 +126,8 @@ class IdentityProviderAdmin(admin.ModelAdmin):
     list_filter = ("active", "sso_only")
     list_select_related = ("institution",)
     search_fields = ("institution__name", "issuer", "client_id", "email_domains")
-    readonly_fields = ("redirect_uri", "created_at", "updated_at")
+    readonly_fields = ("redirect_uri", "rules_table", "created_at", "updated_at")
+    change_form_template = "admin/licensing/identityprovider/change_form.html"
     autocomplete_fields = ("institution", "student_license")
 
     def get_fieldsets(self, request, obj=None):
@@ -115,6 +138,16 @@ class IdentityProviderAdmin(admin.ModelAdmin):
                 {"fields": ["institution", "issuer", "client_id", *secret, "client_secret_env"]},
             ),
             (_("Roles from the groups claim"), {"fields": ["groups_claim", *GROUP_FIELDS]}),
+            (
+                _("Access rules"),
+                {
+                    "fields": ["access_rules", *(["rules_table"] if obj else [])],
+                    "description": _(
+                        "First match wins (docs/access-rules.md). While a group field above is "
+                        "set, the rules are the groups mapping's; clear them to write your own."
+                    ),
+                },
+            ),
             ("Sign-in", {"fields": ["student_license", "email_domains", "sso_only", "active"]}),
             *([(_("Registered at the IdP"), {"fields": ["redirect_uri"]})] if obj else []),
         ]
@@ -126,6 +159,30 @@ class IdentityProviderAdmin(admin.ModelAdmin):
     @admin.display(description=_("redirect URI (register it at the IdP)"))
     def redirect_uri(self, obj):
         return redirect_uri_of(obj.pk) if obj.pk else "-"
+
+    @admin.display(description=_("the rules, in order"))
+    def rules_table(self, obj):
+        return rules_table_html(obj.access_rules)
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(require_POST(self.try_rules_view))
+        return [
+            path("<path:object_id>/try-rules/", view, name="licensing_identityprovider_try"),
+            *super().get_urls(),
+        ]
+
+    def try_rules_view(self, request, object_id):
+        obj = self.get_object(request, object_id)
+        if obj is None or not self.has_view_permission(request, obj):
+            raise Http404("No identity provider with this id")
+        return JsonResponse(try_rules(obj.access_rules, request.POST.get("attributes", "")))
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:
+            context["try_rules_url"] = reverse(
+                "admin:licensing_identityprovider_try", args=[obj.pk]
+            )
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data
@@ -145,6 +202,7 @@ class IdentityProviderAdmin(admin.ModelAdmin):
             teacher_groups=data.get("teacher_groups"),
             student_groups=data.get("student_groups"),
             student_license=data.get("student_license"),
+            access_rules=data.get("access_rules"),
             sso_only=bool(data.get("sso_only")),
             email_domains=data.get("email_domains"),
             active=bool(data.get("active")),

@@ -52,6 +52,13 @@ from ..models import (
     LtiLaunchState,
     LtiPlatform,
 )
+from .access_rules import (
+    AttributesRefused,
+    attributes_read,
+    decide,
+    normalise_claims,
+    validate_rules,
+)
 from .claims import email_claim_problem, time_claims_problem, token_header
 
 logger = logging.getLogger("gateway")
@@ -145,6 +152,7 @@ class PlatformSettings:
     allowance: int | None
     allowance_period: str
     active: bool
+    access_rules: list[dict] | None = None  # None: the stored ones stay
 
 
 def _deployment_ids(deployment_ids: list[str]) -> list[str]:
@@ -179,6 +187,7 @@ def lti_platform_configure(
     allowance: int | None,
     allowance_period: str,
     active: bool = True,
+    access_rules: list[dict] | None = None,
     actor=None,
     request=None,
 ) -> tuple[LtiPlatform, bool]:
@@ -192,6 +201,8 @@ def lti_platform_configure(
     if license.institution_id != institution.pk:
         raise ValidationError(_("The license must belong to the same institution"))
     _check_allowance(allowance, allowance_period)
+    if access_rules is not None:
+        access_rules = validate_lti_rules(access_rules, institution_id=institution.pk)
     settings = PlatformSettings(
         issuer=issuer,
         client_id=client_id,
@@ -202,6 +213,7 @@ def lti_platform_configure(
         allowance=allowance,
         allowance_period=allowance_period,
         active=active,
+        access_rules=access_rules,
     )
     with transaction.atomic():
         platform, created = _platform_saved(institution, settings)
@@ -234,6 +246,8 @@ def _platform_saved(
     platform.allowance = settings.allowance
     platform.allowance_period = settings.allowance_period
     platform.active = settings.active
+    if settings.access_rules is not None:
+        platform.access_rules = settings.access_rules
     platform.full_clean()
     platform.save()
     return platform, created
@@ -262,6 +276,7 @@ def _platform_configured_record(
             "client_id": settings.client_id,
             "deployment_ids": platform.deployment_ids,
             "license": settings.license.pk,
+            "access_rules": platform.access_rules,
         },
     )
 
@@ -541,6 +556,8 @@ class Launch:
     title: str
     name: str
     email: str
+    # The license of a course this launch creates, when an access rule names one.
+    course_license_id: int | None = None
 
 
 def _claim_text(value: Any, name: str, limit: int, *, required: bool = False) -> str:
@@ -551,15 +568,8 @@ def _claim_text(value: Any, name: str, limit: int, *, required: bool = False) ->
     return value.strip()
 
 
-def launch_of(claims: dict[str, Any]) -> Launch:
-    """The launch's person, role and course context, or LtiError (`invalid_claims`,
-    `no_context`, `no_lti_role`)."""
-    sub = _claim_text(claims.get("sub"), "subject", 255, required=True)
-    roles = claims.get(CLAIM + "roles")
-    if not isinstance(roles, list) or len(roles) > 200 or not all(_clean_text(r) for r in roles):
-        raise LtiError(
-            "invalid_claims", gettext_noop("The launch's roles are not acceptable."), status=400
-        )
+def _lti_role(roles: list[str]) -> bool:
+    """Without rules: instructor (True) or learner (False) by the LTI roles claim."""
     instructor = any(r in INSTRUCTOR_ROLES for r in roles)
     if not instructor and not any(r in LEARNER_ROLES for r in roles):
         raise LtiError(
@@ -568,6 +578,59 @@ def launch_of(claims: dict[str, Any]) -> Launch:
                 "Your role in this course is neither instructor nor learner: nothing to open."
             ),
         )
+    return instructor
+
+
+def lti_attributes(claims: dict[str, Any], names: set[str]) -> dict[str, list[str]]:
+    """The launch's claims as attributes, LTI's claims by their short names ("roles",
+    "custom.age_group", "context.label"); only `names` (those the rules read).
+    AttributesRefused."""
+    short = {(k[len(CLAIM) :] if k.startswith(CLAIM) else k): v for k, v in claims.items()}
+    return normalise_claims(short, names)
+
+
+def _ruled_role(claims: dict[str, Any], rules: list[dict]) -> tuple[bool, int | None]:
+    """With the platform's rules: instructor (teacher) or learner (student), and the license
+    of a course the launch creates; no rule, or no role: refused."""
+    try:
+        decision = decide(rules, lti_attributes(claims, attributes_read(rules)))
+    except AttributesRefused as exc:
+        raise LtiError("invalid_attributes", exc.message, status=400) from None
+    if decision.role not in ("teacher", "student"):
+        raise LtiError(
+            "no_matching_rule",
+            gettext_noop("No access rule of this LMS gives your account a role here."),
+        )
+    return decision.role == "teacher", decision.license_id
+
+
+def validate_lti_rules(value: Any, *, institution_id: int) -> list[dict]:
+    """A platform's rules: the roles an LMS may give are teacher and student (an admin's or
+    reviewer's role never comes from a launch); a rule's license is the one of the courses an
+    instructor's launch creates; courses are joined through the LMS, not named by rules."""
+    rules = validate_rules(value, institution_id=institution_id)
+    for number, rule in enumerate(rules, start=1):
+        if rule["role"] in ("admin", "reviewer") or rule["courses"]:
+            raise ValidationError(
+                _("Rule %(number)s: an LTI rule gives teacher, student or nothing, no courses"),
+                params={"number": number},
+            )
+    return rules
+
+
+def launch_of(claims: dict[str, Any], rules: list[dict] | None = None) -> Launch:
+    """The launch's person, role and course context, or LtiError (`invalid_claims`,
+    `no_context`, `no_lti_role`; with `rules`, the platform's: `invalid_attributes`,
+    `no_matching_rule`)."""
+    sub = _claim_text(claims.get("sub"), "subject", 255, required=True)
+    roles = claims.get(CLAIM + "roles")
+    if not isinstance(roles, list) or len(roles) > 200 or not all(_clean_text(r) for r in roles):
+        raise LtiError(
+            "invalid_claims", gettext_noop("The launch's roles are not acceptable."), status=400
+        )
+    instructor, course_license_id = (
+        _ruled_role(claims, rules) if rules else (_lti_role(roles), None)
+    )
     context = claims.get(CLAIM + "context")
     if context is None:
         raise LtiError(
@@ -591,6 +654,7 @@ def launch_of(claims: dict[str, Any]) -> Launch:
         sub=sub,
         instructor=instructor,
         context_id=context_id,
+        course_license_id=course_license_id,
         label=label,
         title=title,
         name=name,
@@ -697,6 +761,7 @@ def _launch(*, platform: LtiPlatform, launch: Launch, request) -> Launched:
     created = False
     changes: list[str] = []
     if course is None:
+        _check_course_license(launch, institution_id)
         if not launch.instructor:
             raise LtiError(
                 "course_not_open",
@@ -707,7 +772,7 @@ def _launch(*, platform: LtiPlatform, launch: Launch, request) -> Launched:
             )
         course = Course.objects.create(
             institution_id=institution_id,
-            license=platform.license,
+            license_id=launch.course_license_id or platform.license_id,
             code=_course_code(institution_id, launch.label, launch.context_id),
             name=(launch.title or launch.label or launch.context_id)[:200],
             allowance=platform.allowance,
@@ -735,6 +800,18 @@ def _launch(*, platform: LtiPlatform, launch: Launch, request) -> Launched:
         )
         logger.info("LTI launch change for user %s in %s: %s", user.pk, institution_id, change)
     return Launched(user, course, launch.instructor, created, changes)
+
+
+def _check_course_license(launch: Launch, institution_id: int) -> None:
+    """A rule's license deleted (or moved) since the rules were saved refuses the launch."""
+    license_id = launch.course_license_id
+    if license_id is None or not launch.instructor:
+        return
+    if not License.objects.filter(pk=license_id, institution_id=institution_id).exists():
+        raise LtiError(
+            "rule_target_missing",
+            gettext_noop("The rule that matched you names a license that no longer exists."),
+        )
 
 
 def _make_teacher(user, course: Course, institution_id: int) -> list[str]:

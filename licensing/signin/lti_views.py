@@ -74,7 +74,7 @@ def lti_launch(request: HttpRequest) -> HttpResponse:
         sub = claims.get("sub")
         # Who, for the audit row of a refusal after the signature held (printable only).
         who = "".join(c for c in sub if c.isprintable())[:254] if isinstance(sub, str) else ""
-        launch = lti.launch_of(claims)
+        launch = lti.launch_of(claims, platform.access_rules)
         launched = lti.launch_complete(platform=platform, launch=launch, request=request)
     except lti.LtiError as exc:
         return _refused(request, exc, platform, who)

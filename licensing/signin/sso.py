@@ -35,18 +35,32 @@ from ..models import (
     AdminProfile,
     ApiKey,
     AuditEvent,
+    Course,
+    CourseMember,
+    CourseTeacher,
     EndUser,
     IdentityProvider,
     Institution,
     License,
     SsoIdentity,
 )
+from .access_rules import (
+    AccessDecision,
+    AttributesRefused,
+    attributes_read,
+    decide,
+    normalise_claims,
+    validate_rules,
+)
 
 logger = logging.getLogger("gateway")
 
 MAX_GROUPS = 200  # groups of one claim looked at (Entra sends up to 200 in an id_token)
 MAX_GROUP_LENGTH = 255
-STAFF_ORDER = (AdminProfile.Role.ADMIN, AdminProfile.Role.REVIEWER, AdminProfile.Role.TEACHER)
+STAFF_ROLE_NAMES = frozenset(
+    (AdminProfile.Role.ADMIN, AdminProfile.Role.REVIEWER, AdminProfile.Role.TEACHER)
+)
+NO_ROLE = AccessDecision(role=None, license_id=None, course_ids=(), rule_index=None)
 
 
 class SignInRefused(Exception):
@@ -140,6 +154,7 @@ def identity_provider_configure(
     teacher_groups: list[str] | None = None,
     student_groups: list[str] | None = None,
     student_license: License | None = None,
+    access_rules: list[dict] | None = None,
     sso_only: bool = False,
     email_domains: list[str] | str | None = None,
     active: bool = True,
@@ -148,7 +163,8 @@ def identity_provider_configure(
 ) -> IdentityProvider:
     """Create or update the institution's provider (the command and the admin's form both
     come here). Exactly one of `client_secret` / `client_secret_env` when creating; on update
-    a None keeps what is stored."""
+    a None keeps what is stored. The roles: group mappings (written as rules by the model) or
+    `access_rules`, not both; with neither, the stored rules stay."""
     issuer = validate_issuer(issuer)
     client_id = _text(client_id, "The client id", 255, required=True)
     groups_claim = _text(groups_claim, "The groups claim", 100, required=True)
@@ -157,7 +173,14 @@ def identity_provider_configure(
     mapped = _mapped_groups(
         student_license, admin_groups, reviewer_groups, teacher_groups, student_groups
     )
+    rules = None
+    if access_rules is not None:
+        rules = validate_rules(access_rules, institution_id=institution.pk)
+        if rules and any(mapped.values()):
+            raise ValidationError(_("Give either group mappings or access rules, not both"))
     provider, created = _provider_for_update(institution, issuer)
+    if rules is not None:
+        provider.access_rules = rules
     _client_secret_set(provider, client_secret, client_secret_env, created=created)
     provider.issuer = issuer
     provider.client_id = client_id
@@ -253,6 +276,7 @@ def _provider_configured_record(
             "client_id": provider.client_id,
             "sso_only": provider.sso_only,
             **mapped,
+            "access_rules": provider.access_rules,
         },
     )
 
@@ -282,9 +306,12 @@ def sign_in_providers(*, students_only: bool = False) -> list[ProviderChoice]:
     """The buttons of the login pages: every active provider (the portal: those with a
     student license), by institution name."""
     rows = IdentityProvider.objects.filter(active=True).select_related("institution")
-    if students_only:
-        rows = rows.filter(student_license__isnull=False)
-    return [ProviderChoice(p.pk, p.institution.name) for p in rows.order_by("institution__name")]
+    rows = rows.order_by("institution__name")
+    return [
+        ProviderChoice(p.pk, p.institution.name)
+        for p in rows
+        if not students_only or any(rule.get("license") for rule in p.access_rules or [])
+    ]
 
 
 def provider_for_email(email: str) -> IdentityProvider | None:
@@ -334,21 +361,11 @@ def groups_of(claims: dict[str, Any], claim: str) -> list[str]:
     return [g for g in value[:MAX_GROUPS] if isinstance(g, str) and 0 < len(g) <= 255]
 
 
-def _mapped_roles(provider: IdentityProvider, groups: list[str]) -> tuple[str | None, bool]:
-    held = set(groups)
-    staff = None
-    for role, mapped in zip(
-        STAFF_ORDER,
-        (provider.admin_groups, provider.reviewer_groups, provider.teacher_groups),
-        strict=True,
-    ):
-        if held & set(mapped or []):
-            staff = role.value
-            break
-    student = bool(held & set(provider.student_groups or [])) and (
-        provider.student_license_id is not None
-    )
-    return staff, student
+def access_decision(provider: IdentityProvider, claims: dict[str, Any]) -> AccessDecision:
+    """What the provider's rules give these claims (only the attributes they read are
+    looked at); raises AttributesRefused."""
+    rules = provider.access_rules or []
+    return decide(rules, normalise_claims(claims, attributes_read(rules)))
 
 
 def _verified_email(claims: dict[str, Any]) -> str | None:
@@ -409,7 +426,11 @@ def _sign_in(
     if refused is not None:
         return refused
     groups = groups_of(claims, provider.groups_claim)
-    staff_role, student = _mapped_roles(provider, groups)
+    decision = _decided(provider, claims)
+    if isinstance(decision, SignInRefused):
+        return decision
+    staff_role = decision.role if decision.role in STAFF_ROLE_NAMES else None
+    student = decision.license_id is not None
     identity = (
         SsoIdentity.objects.select_for_update()
         .select_related("user")
@@ -422,7 +443,7 @@ def _sign_in(
         return refused
     if staff_role is None and not student:
         if user is not None:
-            _apply_roles(provider, user, None, False, request, sub)  # groups gone: roles gone
+            _apply_roles(provider, user, NO_ROLE, request, sub)  # groups gone: roles gone
         return _refusal(
             provider,
             "no_mapped_group",
@@ -436,7 +457,7 @@ def _sign_in(
     if email and user.email != email:
         user.email = email
         user.save(update_fields=["email"])
-    changes = _apply_roles(provider, user, staff_role, student, request, sub)
+    changes = _apply_roles(provider, user, decision, request, sub)
     # The e-mail is saved only when it changed: a front-end key finds students by it, and its
     # save clears the API's caches (licensing.signals).
     fields = ["groups", "last_sign_in"] + (["email"] if identity.email != (email or "") else [])
@@ -445,6 +466,35 @@ def _sign_in(
     identity.last_sign_in = timezone.now()
     identity.save(update_fields=fields)
     return SignedIn(user=user, staff_role=staff_role, student=student, changes=changes)
+
+
+def _decided(provider: IdentityProvider, claims: dict[str, Any]) -> AccessDecision | SignInRefused:
+    try:
+        decision = access_decision(provider, claims)
+    except AttributesRefused as exc:
+        return _refusal(provider, "invalid_attributes", exc.message)
+    return _decision_refusal(provider, decision) or decision
+
+
+def _decision_refusal(provider: IdentityProvider, decision: AccessDecision) -> SignInRefused | None:
+    """A rule naming a license or course the institution no longer has (deleted since the
+    rules were saved) refuses rather than giving something else."""
+    institution_id = provider.institution_id
+    missing = decision.license_id is not None and not (
+        License.objects.filter(pk=decision.license_id, institution_id=institution_id).exists()
+    )
+    courses = set(decision.course_ids)
+    if courses and Course.objects.filter(
+        pk__in=courses, institution_id=institution_id
+    ).count() != len(courses):
+        missing = True
+    if not missing:
+        return None
+    return _refusal(
+        provider,
+        "rule_target_missing",
+        gettext_noop("The rule that matched you names a license or course that no longer exists."),
+    )
 
 
 def _refusal(provider: IdentityProvider, reason: str, message: str) -> SignInRefused:
@@ -488,10 +538,11 @@ def _identity_created(provider: IdentityProvider, sub: str, email: str | None) -
 
 
 def _apply_roles(
-    provider: IdentityProvider, user, staff_role: str | None, student: bool, request, sub: str
+    provider: IdentityProvider, user, decision: AccessDecision, request, sub: str
 ) -> list[str]:
-    """Make the user's roles in the provider's institution what the groups say; every change
+    """Make the user's roles in the provider's institution what the rules say; every change
     is an audit row `role_changed`."""
+    staff_role = decision.role if decision.role in STAFF_ROLE_NAMES else None
     changes: list[str] = []
     institution_id = provider.institution_id
     profile = AdminProfile.objects.select_for_update().filter(user=user).first()
@@ -519,7 +570,8 @@ def _apply_roles(
     if user.is_staff != is_staff:
         user.is_staff = is_staff
         user.save(update_fields=["is_staff"])
-    changes += _apply_student(provider, user, student, sub)
+    changes += _apply_student(provider, user, decision.license_id, sub)
+    changes += _apply_courses(user, decision, institution_id)
     for change in changes:
         audit_event_record(
             action=AuditEvent.Action.ROLE_CHANGED,
@@ -533,8 +585,11 @@ def _apply_roles(
     return changes
 
 
-def _apply_student(provider: IdentityProvider, user, student: bool, sub: str) -> list[str]:
-    license_id = provider.student_license_id
+def _apply_student(provider: IdentityProvider, user, license_id: int | None, sub: str) -> list[str]:
+    """The user is an active end user on `license_id` (None: on none) of the institution; an
+    end user on another license is deactivated and its portal keys revoked (a pupil moved to
+    another tier starts on that license's wallet)."""
+    student = license_id is not None
     end_users = EndUser.objects.select_for_update().filter(
         user=user, license__institution_id=provider.institution_id
     )
@@ -562,6 +617,26 @@ def _apply_student(provider: IdentityProvider, user, student: bool, sub: str) ->
             key.save(update_fields=["active", "updated_at"])  # post_save clears the API caches
             revoked += 1
         changes.append(f"student role removed ({revoked} portal keys revoked)")
+    return changes
+
+
+def _apply_courses(user, decision: AccessDecision, institution_id: int) -> list[str]:
+    """The rule's courses joined (never left: a course's own roster is its teachers'): a
+    teacher teaches them, a student is a member with the end user of the course's license."""
+    changes: list[str] = []
+    courses = Course.objects.filter(pk__in=decision.course_ids, institution_id=institution_id)
+    for course in courses:
+        if decision.role in STAFF_ROLE_NAMES:
+            _, made = CourseTeacher.objects.get_or_create(course=course, user=user)
+            what = "teacher"
+        else:
+            end_user = EndUser.objects.filter(user=user, license_id=course.license_id).first()
+            if end_user is None or not end_user.active:
+                continue  # a course on another license than the rule's: no seat there
+            _, made = CourseMember.objects.get_or_create(course=course, end_user=end_user)
+            what = "member"
+        if made:
+            changes.append(f"{what} of course {course.pk}")
     return changes
 
 

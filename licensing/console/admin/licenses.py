@@ -129,6 +129,13 @@ class LicenseTypeAdmin(AuditedSaveMixin, ScopedAdminMixin, admin.ModelAdmin):
     )
     change_form_template = "admin/licensing/licensetype/change_form.html"
 
+    def get_fieldsets(self, request, obj=None):
+        if obj is not None:
+            return self.fieldsets
+        # Adding: the age-group presets (docs/presets.md) beside the name.
+        (title, options), *rest = self.fieldsets
+        return ((title, {**options, "fields": ("preset", *options["fields"])}), *rest)
+
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(_licenses=Count("licenses")).order_by("name")
 

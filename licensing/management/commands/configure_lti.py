@@ -3,6 +3,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.text import is_storable_text
 from licensing.models import Course, Institution, License
+from licensing.signin.access_rules import rules_file_read
 from licensing.signin.lti import MAX_ALLOWANCE, lti_platform_configure, lti_urls
 
 
@@ -56,6 +57,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--allowance-period", choices=Course.Period.values, default=Course.Period.WEEK
         )
+        parser.add_argument(
+            "--rules",
+            metavar="FILE",
+            help="A JSON file of access rules on the launch's claims (docs/access-rules.md); "
+            "left out: the stored ones stay ([] in the file: roles from the LTI roles claim)",
+        )
 
     def handle(self, *args, **options):
         name = _clean(options["institution"], "The institution")
@@ -73,6 +80,7 @@ class Command(BaseCommand):
         if options["allowance"] is not None:
             allowance = _allowance(_clean(options["allowance"], "--allowance"))
         try:
+            rules = rules_file_read(options["rules"]) if options["rules"] else None
             lti_platform_configure(
                 institution=institution,
                 issuer=_clean(options["issuer"], "--issuer"),
@@ -83,6 +91,7 @@ class Command(BaseCommand):
                 license=license,
                 allowance=allowance,
                 allowance_period=options["allowance_period"],
+                access_rules=rules,
             )
         except ValidationError as exc:
             if hasattr(exc, "error_dict"):

@@ -6,7 +6,10 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from licensing.models import IdentityProvider, Institution, License
+from licensing.signin.access_rules import rules_file_read
 from licensing.signin.sso import identity_provider_configure, redirect_uri_of
+
+GROUP_OPTIONS = ("admin_groups", "reviewer_groups", "teacher_groups", "student_groups")
 
 
 class Command(BaseCommand):
@@ -41,6 +44,12 @@ class Command(BaseCommand):
             )
         parser.add_argument("--student-license", help="The license students land on (name)")
         parser.add_argument(
+            "--rules",
+            metavar="FILE",
+            help="A JSON file of access rules (docs/access-rules.md), instead of the group "
+            "options: the groups mapping is cleared",
+        )
+        parser.add_argument(
             "--sso-only",
             action=argparse.BooleanOptionalAction,
             help="Refuse local passwords of the institution's users (superusers keep theirs); "
@@ -69,7 +78,15 @@ class Command(BaseCommand):
             return value
 
         license = _student_license(options["student_license"], institution, existing)
+        rules = None
+        if options["rules"] is not None:
+            # Rules replace the groups mapping: the group options given still refuse (not both).
+            for name in GROUP_OPTIONS:
+                options[name] = options[name] or []
+            license = _student_license(options["student_license"], institution, None)
         try:
+            if options["rules"] is not None:
+                rules = rules_file_read(options["rules"])
             provider = identity_provider_configure(
                 institution=institution,
                 issuer=options["issuer"],
@@ -82,6 +99,7 @@ class Command(BaseCommand):
                 teacher_groups=kept("teacher_groups"),
                 student_groups=kept("student_groups"),
                 student_license=license,
+                access_rules=rules,
                 sso_only=bool(kept("sso_only")),
                 email_domains=kept("email_domains"),
             )
