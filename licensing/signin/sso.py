@@ -151,23 +151,26 @@ def identity_provider_configure(
     a None keeps what is stored."""
     issuer = validate_issuer(issuer)
     client_id = _text(client_id, "The client id", 255, required=True)
-    groups_claim = _text(groups_claim, "The groups claim", 100, required=True)
-    if student_license is not None and student_license.institution_id != institution.pk:
-        raise ValidationError(_("The student license must belong to the same institution"))
-    mapped = _mapped_groups(
-        student_license, admin_groups, reviewer_groups, teacher_groups, student_groups
-    )
     provider, created = _provider_for_update(institution, issuer)
+    mapped = provider_mapping_set(
+        provider,
+        {
+            "groups_claim": groups_claim,
+            "admin_groups": admin_groups,
+            "reviewer_groups": reviewer_groups,
+            "teacher_groups": teacher_groups,
+            "student_groups": student_groups,
+            "student_license": student_license,
+            "sso_only": sso_only,
+            "email_domains": email_domains,
+            "active": active,
+        },
+        institution=institution,
+    )
     _client_secret_set(provider, client_secret, client_secret_env, created=created)
+    provider.protocol = IdentityProvider.Protocol.OIDC
     provider.issuer = issuer
     provider.client_id = client_id
-    provider.groups_claim = groups_claim
-    for name, groups in mapped.items():
-        setattr(provider, name, groups)
-    provider.student_license = student_license
-    provider.sso_only = sso_only
-    provider.email_domains = validate_domains(email_domains)
-    provider.active = active
     provider.save()
     _provider_configured_record(
         institution, provider, created, mapped, actor=actor, request=request
@@ -176,6 +179,35 @@ def identity_provider_configure(
         "SSO %s for %s: issuer %s", "configured" if created else "updated", institution, issuer
     )
     return provider
+
+
+def provider_mapping_set(
+    provider: IdentityProvider, mapping: dict[str, Any], *, institution: Institution
+) -> dict[str, list[str]]:
+    """The options every protocol shares (the groups claim, the four role mappings, the
+    student license, sso_only, the e-mail domains, active) checked and set on the provider,
+    unsaved; the role mappings returned for the audit row."""
+    groups_claim = _text(
+        mapping.get("groups_claim") or "groups", "The groups claim", 100, required=True
+    )
+    student_license = mapping.get("student_license")
+    if student_license is not None and student_license.institution_id != institution.pk:
+        raise ValidationError(_("The student license must belong to the same institution"))
+    mapped = _mapped_groups(
+        student_license,
+        mapping.get("admin_groups"),
+        mapping.get("reviewer_groups"),
+        mapping.get("teacher_groups"),
+        mapping.get("student_groups"),
+    )
+    provider.groups_claim = groups_claim
+    for name, groups in mapped.items():
+        setattr(provider, name, groups)
+    provider.student_license = student_license
+    provider.sso_only = bool(mapping.get("sso_only"))
+    provider.email_domains = validate_domains(mapping.get("email_domains"))
+    provider.active = mapping.get("active", True)
+    return mapped
 
 
 def _mapped_groups(
