@@ -176,7 +176,9 @@ class SamlIdpFake(FakeUpstream):
         kwargs: dict[str, Any] = {
             "identity": user.attributes,
             "in_response_to": "id-not-asked" if tamper == "wrong_in_response_to" else request_id,
-            "destination": "https://elsewhere.example/acs" if tamper == "wrong_destination" else acs,
+            "destination": "https://elsewhere.example/acs"
+            if tamper == "wrong_destination"
+            else acs,
             "sp_entity_id": "https://elsewhere.example/sp" if tamper == "wrong_audience" else sp,
             "name_id": NameID(format=NAMEID_FORMAT_PERSISTENT, text=user.uid),
             "authn": {"class_ref": "urn:oasis:names:tc:SAML:2.0:ac:classes:Password"},
@@ -193,12 +195,12 @@ class SamlIdpFake(FakeUpstream):
         return server.metadata.certs(sp, "spsso", use="encryption")[0][1]
 
 
-_ASSERTION = re.compile(r"<(\w+:)?Assertion\b.*?</(\w+:)?Assertion>", re.S)
+_ASSERTION = re.compile(r"<(\w+):Assertion\b.*?</\1:Assertion>", re.S)
 
 
 def _forged(signed: str) -> str:
     """An unsigned copy of the assertion naming someone else, with another id."""
-    forged = re.sub(r"<ds:Signature\b.*?</ds:Signature>", "", signed, flags=re.S)
+    forged = re.sub(r"<(\w+):Signature\b.*?</\1:Signature>", "", signed, flags=re.S)
     forged = re.sub(r'\bID="[^"]+"', 'ID="id-forged"', forged, count=1)
     return forged.replace("alice", "mallory")
 
@@ -209,20 +211,20 @@ def _tampered(text: str, tamper: str | None) -> str:
     match = _ASSERTION.search(text)
     if tamper is None or match is None or not tamper.startswith("xsw_"):
         return text
-    signed = match.group(0)
+    signed, saml = match.group(0), match.group(1)
     forged = _forged(signed)
     if tamper == "xsw_beside":
         replacement = forged + signed
     elif tamper == "xsw_wrap":
-        tag_end = forged.index(">") + 1
-        replacement = forged[:tag_end] + "<saml:Advice>" + signed + "</saml:Advice>"
-        replacement += forged[tag_end:]
-    else:  # xsw_extensions
-        extensions = f"<samlp:Extensions>{signed}</samlp:Extensions>"
-        text = text.replace("<samlp:Status>", extensions + "<samlp:Status>", 1)
-        return text.replace(signed, forged, 2).replace(
-            f"<samlp:Extensions>{forged}", f"<samlp:Extensions>{signed}", 1
-        )
+        # The signed assertion inside the forged one's Advice (after its Issuer).
+        cut = forged.index(f"</{saml}:Issuer>") + len(f"</{saml}:Issuer>")
+        replacement = forged[:cut] + f"<{saml}:Advice>{signed}</{saml}:Advice>" + forged[cut:]
+    else:  # xsw_extensions: the signed one moved into the response's Extensions
+        status = re.search(r"<(\w+):Status>", text)
+        protocol = status.group(1) if status else "samlp"
+        text = text.replace(signed, forged)
+        extensions = f"<{protocol}:Extensions>{signed}</{protocol}:Extensions>"
+        return text.replace(f"<{protocol}:Status>", extensions + f"<{protocol}:Status>", 1)
     return text[: match.start()] + replacement + text[match.end() :]
 
 

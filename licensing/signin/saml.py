@@ -332,7 +332,7 @@ def login_redirect(provider: IdentityProvider) -> tuple[str, str]:
 # --- the answer ----------------------------------------------------------------------------
 
 
-def response_precheck(saml_response: str) -> None:
+def response_precheck(saml_response: str, acs_url: str) -> None:
     """What is refused before pysaml2 reads the answer (see the module's doc)."""
     if not isinstance(saml_response, str) or not saml_response:
         raise SamlError("saml_no_response", "The answer holds no SAMLResponse", status=400)
@@ -345,6 +345,8 @@ def response_precheck(saml_response: str) -> None:
     root = safe_xml(xml, "SAMLResponse")
     if root.tag != f"{{{NS_PROTOCOL}}}Response":
         raise SamlError("saml_not_response", "The SAMLResponse is not a Response", status=400)
+    if root.get("Destination") not in (None, acs_url):
+        raise SamlError("saml_destination", "The SAML answer was sent to another destination")
     found = len(list(root.iter(f"{{{NS_ASSERTION}}}Assertion"))) + len(
         list(root.iter(f"{{{NS_ASSERTION}}}EncryptedAssertion"))
     )
@@ -382,7 +384,7 @@ def _pysaml2_refusal(exc: Exception) -> SamlError:
 def verified_assertion(provider: IdentityProvider, saml_response: str, request_id: str):
     """pysaml2's verdict on the answer to the pending AuthnRequest, then ours (the clock, the
     issuer); the AuthnResponse, or SamlError."""
-    response_precheck(saml_response)
+    response_precheck(saml_response, acs_url_of(provider.pk))
     with saml_client(provider) as client:
         try:
             answer = client.parse_authn_request_response(
@@ -499,7 +501,9 @@ def claims_of(provider: IdentityProvider, ava: dict[str, Any]) -> dict[str, Any]
         claims["name"] = name[0]
     groups: list[str] = []
     for attribute in GROUP_ATTRIBUTES:
-        groups += [g for g in _values(ava, attribute) if g not in groups]
+        for group in _values(ava, attribute):
+            if group not in groups:
+                groups.append(group)
     claims[provider.groups_claim] = groups
     return claims
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from licensing.models import AdminProfile, AuditEvent, EndUser, SamlAssertionUse, SsoIdentity
+from licensing.models import AuditEvent, EndUser, SamlAssertionUse, SsoIdentity
 
 from .conftest import sign_in
 
