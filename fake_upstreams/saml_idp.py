@@ -5,8 +5,9 @@ AuthnRequest (HTTP-Redirect binding) and answers the browser with an auto-submit
 posts the SAML Response to the SP's assertion consumer service, about the user queued with
 `sign_in_next` (a queue, one per visit). `trust_sp(metadata_xml)` gives it the SP's metadata.
 
-Switches for the hostile cases (`tamper`): "unsigned", "other_key" (signed by a key not in the
-metadata), "response_signed" (the response signed, not the assertion), "encrypted" (the
+`sign_metadata` signs the metadata with the IdP's key (a federation's signature, for the
+tests of its check). Switches for the hostile cases (`tamper`): "unsigned", "other_key"
+(signed by a key not in the metadata), "response_signed" (the response signed, not the assertion), "encrypted" (the
 assertion encrypted for the SP), "wrong_audience", "wrong_destination", "wrong_in_response_to",
 "xsw_beside" (a forged unsigned assertion beside the signed one), "xsw_wrap" (the signed one
 wrapped inside the forged one), "xsw_extensions" (the signed one moved into the response's
@@ -74,7 +75,7 @@ class SamlIdpFake(FakeUpstream):
     name = "saml-idp"
     ROUTES = [("GET", r"/metadata", "metadata"), ("GET", r"/sso", "sso")]
     PUBLIC = frozenset({"metadata", "sso"})
-    KNOBS = {"tamper": None}
+    KNOBS = {"tamper": None, "sign_metadata": False}
 
     def __init__(self) -> None:
         super().__init__()
@@ -97,6 +98,12 @@ class SamlIdpFake(FakeUpstream):
     @property
     def entity_id(self) -> str:
         return f"{self.origin}/metadata"
+
+    @property
+    def cert_pem(self) -> str:
+        """The IdP's signing certificate (it signs its metadata too, with `sign_metadata`)."""
+        with open(self._paths["idp.pem"]) as handle:
+            return handle.read()
 
     def trust_sp(self, metadata_xml: str) -> None:
         """The SP's metadata (its ACS, its encryption certificate); several SPs may be known."""
@@ -149,7 +156,8 @@ class SamlIdpFake(FakeUpstream):
         return Response(status, (message or "error").encode(), [("content-type", "text/plain")])
 
     def metadata(self, request: RecordedRequest) -> Response:
-        text = create_metadata_string(None, config=self.server().config, valid=None, sign=False)
+        config = self.server().config
+        text = create_metadata_string(None, config=config, valid=None, sign=self.sign_metadata)
         body = text if isinstance(text, bytes) else text.encode()
         return Response(200, body, [("content-type", "application/samlmetadata+xml")])
 

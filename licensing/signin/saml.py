@@ -539,8 +539,8 @@ def _entity_id_of(source: SamlSource, text: str) -> str:
 
 def _metadata_text(source: SamlSource) -> str:
     if source.metadata_url:
-        validate_outbound_url(source.metadata_url)
         try:
+            validate_outbound_url(source.metadata_url)
             return metadata_cache.fetch(source.metadata_url)
         except Refused as exc:
             raise ValidationError(f"The metadata URL is refused: {exc.message}") from exc
@@ -557,8 +557,11 @@ def saml_provider_configure(
 
     if bool(source.metadata_url) == bool(source.metadata_xml):
         raise ValidationError("Give the metadata URL or the metadata file, one of them")
-    text = _metadata_text(source)
-    entity_id = sso._text(_entity_id_of(source, text), "The entityID", 500, required=True)
+    try:
+        text = _metadata_text(source)
+        entity_id = sso._text(_entity_id_of(source, text), "The entityID", 500, required=True)
+    except SamlError as exc:
+        raise ValidationError(exc.message) from exc
     with transaction.atomic():
         provider, created = sso._provider_for_update(institution, entity_id)
         provider.protocol = IdentityProvider.Protocol.SAML
