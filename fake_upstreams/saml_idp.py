@@ -8,7 +8,8 @@ posts the SAML Response to the SP's assertion consumer service, about the user q
 `sign_metadata` signs the metadata with the IdP's key (a federation's signature, for the
 tests of its check). Switches for the hostile cases (`tamper`): "unsigned", "other_key"
 (signed by a key not in the metadata), "response_signed" (the response signed, not the
-assertion), "encrypted" (the assertion encrypted for the SP), "wrong_audience", "wrong_destination", "wrong_in_response_to",
+assertion), "encrypted" (the assertion encrypted for the SP), "wrong_audience",
+"wrong_destination", "wrong_in_response_to",
 "xsw_beside" (a forged unsigned assertion beside the signed one), "xsw_wrap" (the signed one
 wrapped inside the forged one), "xsw_extensions" (the signed one moved into the response's
 Extensions, a forged one in its place), "billion_laughs", "external_entity". `last_response`
