@@ -38,6 +38,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 from saml2 import BINDING_HTTP_POST, BINDING_HTTP_REDIRECT
 from saml2.client import Saml2Client
 from saml2.config import SPConfig
@@ -152,7 +153,9 @@ def checked_metadata(provider: IdentityProvider, text: str) -> str:
         )
     if entity is None or entity.find(f"{{{NS_METADATA}}}IDPSSODescriptor") is None:
         raise SamlError(
-            "metadata_invalid", "The IdP metadata does not describe this IdP", status=502
+            "metadata_invalid",
+            gettext_noop("The IdP metadata does not describe this IdP"),
+            status=502,
         )
     if provider.saml_federation_cert:
         _federation_signature_check(text, root.tag, provider.saml_federation_cert)
@@ -172,7 +175,7 @@ def _federation_signature_check(text: str, root_tag: str, cert_pem: str) -> None
     if not ok:
         raise SamlError(
             "metadata_signature",
-            "The IdP metadata is not signed by the federation's certificate",
+            gettext_noop("The IdP metadata is not signed by the federation's certificate"),
             status=502,
         )
 
@@ -232,7 +235,9 @@ class MetadataCache:
     def _stale(entry: _Entry) -> str:
         if entry.text is not None:
             return entry.text
-        raise entry.error or SamlError("idp_unavailable", "The IdP is not reachable", status=502)
+        raise entry.error or SamlError(
+            "idp_unavailable", gettext_noop("The IdP is not reachable"), status=502
+        )
 
     def clear(self) -> None:
         with self._lock:
@@ -335,25 +340,33 @@ def login_redirect(provider: IdentityProvider) -> tuple[str, str]:
 def response_precheck(saml_response: str, acs_url: str) -> None:
     """What is refused before pysaml2 reads the answer (see the module's doc)."""
     if not isinstance(saml_response, str) or not saml_response:
-        raise SamlError("saml_no_response", "The answer holds no SAMLResponse", status=400)
+        raise SamlError(
+            "saml_no_response", gettext_noop("The answer holds no SAMLResponse"), status=400
+        )
     if len(saml_response) > MAX_RESPONSE:
-        raise SamlError("saml_too_large", "The SAMLResponse is too large", status=400)
+        raise SamlError("saml_too_large", gettext_noop("The SAMLResponse is too large"), status=400)
     try:
         xml = base64.b64decode(saml_response.encode("ascii"), validate=False)
     except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
         raise SamlError("saml_not_base64", "The SAMLResponse is not base64", status=400) from exc
     root = safe_xml(xml, "SAMLResponse")
     if root.tag != f"{{{NS_PROTOCOL}}}Response":
-        raise SamlError("saml_not_response", "The SAMLResponse is not a Response", status=400)
+        raise SamlError(
+            "saml_not_response", gettext_noop("The SAMLResponse is not a Response"), status=400
+        )
     if root.get("Destination") not in (None, acs_url):
-        raise SamlError("saml_destination", "The SAML answer was sent to another destination")
+        raise SamlError(
+            "saml_destination", gettext_noop("The SAML answer was sent to another destination")
+        )
     found = len(list(root.iter(f"{{{NS_ASSERTION}}}Assertion"))) + len(
         list(root.iter(f"{{{NS_ASSERTION}}}EncryptedAssertion"))
     )
     if found != 1:
         raise SamlError(
             "saml_assertion_count",
-            "The SAMLResponse must hold exactly one assertion (signature wrapping refused)",
+            gettext_noop(
+                "The SAMLResponse must hold exactly one assertion (signature wrapping refused)"
+            ),
         )
 
 
@@ -372,13 +385,29 @@ _REASONS = {
 }
 
 
+_MESSAGES = {
+    "saml_signature": gettext_noop(
+        "The answer of the identity provider is not signed, or not by its key."
+    ),
+    "saml_decrypt": gettext_noop("The encrypted assertion could not be decrypted."),
+    "saml_not_yet_valid": gettext_noop("The assertion is not valid yet."),
+    "saml_expired": gettext_noop("The assertion has expired."),
+    "saml_in_response_to": gettext_noop("The SAML answer is not for this sign-in."),
+    "saml_destination": gettext_noop("The SAML answer was sent to another destination."),
+    "saml_idp_status": gettext_noop("The identity provider refused the sign-in."),
+    "saml_invalid": gettext_noop(
+        "The SAML answer is not acceptable (audience, recipient or conditions)."
+    ),
+}
+
+
 def _pysaml2_refusal(exc: Exception) -> SamlError:
+    """pysaml2's exception as a reason and a message for people; its detail (which may hold
+    the whole document) only in the log."""
     names = [cls.__name__ for cls in type(exc).__mro__]
     reason = next((_REASONS[n] for n in names if n in _REASONS), "saml_invalid")
-    if "StatusError" in names or reason == "saml_invalid" and "Status" in type(exc).__name__:
-        reason = "saml_idp_status"
-    detail = f"{type(exc).__name__}: {exc}"[:200]
-    return SamlError(reason, f"The SAML answer is refused ({detail})")
+    logger.warning("SAML answer refused by pysaml2 (%s): %s", reason, f"{exc!r}"[:500])
+    return SamlError(reason, _MESSAGES[reason])
 
 
 def verified_assertion(provider: IdentityProvider, saml_response: str, request_id: str):
@@ -395,9 +424,11 @@ def verified_assertion(provider: IdentityProvider, saml_response: str, request_i
         except (Exception, SigverError) as exc:  # noqa: BLE001 (pysaml2 raises many kinds)
             raise _pysaml2_refusal(exc) from exc
     if answer is None or answer.assertion is None:
-        raise SamlError("saml_invalid", "The SAML answer holds no valid assertion")
+        raise SamlError("saml_invalid", gettext_noop("The SAML answer holds no valid assertion"))
     if answer.in_response_to != request_id:
-        raise SamlError("saml_in_response_to", "The SAML answer is not for this sign-in")
+        raise SamlError(
+            "saml_in_response_to", gettext_noop("The SAML answer is not for this sign-in")
+        )
     _issuer_check(provider, answer)
     _window_check(answer.assertion, now=clock())
     return answer
@@ -406,7 +437,7 @@ def verified_assertion(provider: IdentityProvider, saml_response: str, request_i
 def _issuer_check(provider: IdentityProvider, answer) -> None:
     issuer = answer.assertion.issuer.text if answer.assertion.issuer is not None else None
     if (issuer or "").strip() != provider.issuer:
-        raise SamlError("saml_issuer", "The assertion was issued by another IdP")
+        raise SamlError("saml_issuer", gettext_noop("The assertion was issued by another IdP"))
 
 
 def _window_check(assertion, *, now: float) -> None:
@@ -415,9 +446,9 @@ def _window_check(assertion, *, now: float) -> None:
     not_before = _epoch(getattr(conditions, "not_before", None)) or _epoch(assertion.issue_instant)
     not_after = _epoch(getattr(conditions, "not_on_or_after", None))
     if not_before is not None and now + SLACK < not_before:
-        raise SamlError("saml_not_yet_valid", "The assertion is not valid yet")
+        raise SamlError("saml_not_yet_valid", gettext_noop("The assertion is not valid yet"))
     if not_after is not None and now - SLACK >= not_after:
-        raise SamlError("saml_expired", "The assertion has expired")
+        raise SamlError("saml_expired", gettext_noop("The assertion has expired"))
 
 
 def _epoch(stamp: str | None) -> float | None:
@@ -452,7 +483,9 @@ def assertion_use_record(provider: IdentityProvider, answer) -> None:
                 expires_at=datetime.datetime.fromtimestamp(expires + SLACK, datetime.UTC),
             )
     except IntegrityError as exc:
-        raise SamlError("saml_replay", "This assertion was used before (replay refused)") from exc
+        raise SamlError(
+            "saml_replay", gettext_noop("This assertion was used before (replay refused)")
+        ) from exc
 
 
 # --- attributes -> claims ----------------------------------------------------------------------
@@ -490,7 +523,9 @@ def claims_of(provider: IdentityProvider, ava: dict[str, Any]) -> dict[str, Any]
     if sub is None:
         raise SamlError(
             "saml_no_subject",
-            "The IdP sent no usable subject-id, pairwise-id or eduPersonPrincipalName",
+            gettext_noop(
+                "The IdP sent no usable subject-id, pairwise-id or eduPersonPrincipalName"
+            ),
         )
     claims: dict[str, Any] = {"sub": sub}
     mail = _values(ava, "mail")

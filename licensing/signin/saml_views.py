@@ -18,6 +18,7 @@ import time
 from django.contrib.auth import login
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.utils.translation import gettext_noop
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
@@ -134,12 +135,16 @@ def _pending_problem(pending, provider_pk: int) -> saml.SamlError | None:
     if not isinstance(pending, dict) or pending.get("provider") != provider_pk:
         return saml.SamlError(
             "no_pending_login",
-            "This sign-in was not started here, or was finished already. "
-            "Start again from the sign-in page.",
+            gettext_noop(
+                "This sign-in was not started here, or was finished already. "
+                "Start again from the sign-in page."
+            ),
             status=400,
         )
     if not 0 <= clock() - float(pending.get("created", 0)) <= PENDING_LIFETIME:
         return saml.SamlError(
-            "login_expired", "This sign-in took longer than 10 minutes. Start again.", status=400
+            "login_expired",
+            gettext_noop("This sign-in took longer than 10 minutes. Start again."),
+            status=400,
         )
     return None
