@@ -167,6 +167,10 @@ def test_assertion_for_another_provider_refused(alpha, idp, client_browser, djan
     answer = client_browser.post(f"/sso/{other.provider.pk}/saml/acs/", {"SAMLResponse": response})
     assert answer.status_code == 400
     assert b"no_pending_login" in answer.content
+    # With a sign-in pending at the other provider: still refused (sent to Alpha's ACS).
+    start(client_browser, other.provider)
+    answer = client_browser.post(f"/sso/{other.provider.pk}/saml/acs/", {"SAMLResponse": response})
+    refused(answer, "saml_destination")
 
 
 def test_bounce_of_a_cross_site_post(alpha, idp):
