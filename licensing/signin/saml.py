@@ -613,7 +613,13 @@ def saml_provider_configure(
         mapped = sso.provider_mapping_set(provider, mapping, institution=institution)
         provider.save()
         sso._provider_configured_record(
-            institution, provider, created, mapped, actor=actor, request=request
+            institution,
+            provider,
+            created,
+            mapped,
+            actor=actor,
+            request=request,
+            command="manage.py configure_saml",
         )
     metadata_cache.clear()
     logger.info("SAML provider %s for %s: %s", provider.pk, institution, entity_id)

@@ -271,12 +271,13 @@ def _provider_configured_record(
     *,
     actor,
     request,
+    command: str = "manage.py configure_sso",
 ) -> None:
     audit_event_record(
         action=AuditEvent.Action.SSO_CONFIGURED,
         request=request,
         actor=actor,
-        actor_name="" if actor or request else "manage.py configure_sso",
+        actor_name="" if actor or request else command,
         institution=institution,
         target=f"identity_provider:{provider.pk}",
         detail={
