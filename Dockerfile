@@ -10,6 +10,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     DJANGO_SETTINGS_MODULE=gateway_site.settings
 
+# xmlsec1: pysaml2 signs and checks SAML's XML signatures with it (docs/saml.md).
+RUN apt-get update && apt-get install -y --no-install-recommends xmlsec1 \
+    && rm -rf /var/lib/apt/lists/*
+
 RUN groupadd --system --gid 10001 gateway \
     && useradd --system --uid 10001 --gid gateway --home-dir /app --shell /usr/sbin/nologin gateway
 

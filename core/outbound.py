@@ -498,6 +498,12 @@ def post_outbound_form(
     )
 
 
+def fetch_outbound_bytes(url: str, *, max_bytes: int, timeout: float, accept: str) -> bytes:
+    """GET an admin-set URL and return its body (SAML metadata: XML), under the same guard as
+    `fetch_outbound_json`."""
+    return bytes(_outbound_body("GET", url, max_bytes=max_bytes, timeout=timeout, accept=accept))
+
+
 def _outbound_json(
     method: str,
     url: str,
@@ -507,6 +513,25 @@ def _outbound_json(
     data: dict[str, str] | None = None,
     headers: dict[str, str] | None = None,
 ) -> Any:
+    body = _outbound_body(
+        method, url, max_bytes=max_bytes, timeout=timeout, data=data, headers=headers
+    )
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise Refused("invalid_json", "The answer is not JSON") from exc
+
+
+def _outbound_body(
+    method: str,
+    url: str,
+    *,
+    max_bytes: int,
+    timeout: float,
+    data: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    accept: str = "application/json",
+) -> bytearray:
     scheme, host, port = _url_parts(url)
     deadline = time.monotonic() + timeout
     try:
@@ -517,15 +542,12 @@ def _outbound_json(
             trust_env=False,
             timeout=timeout,
         ) as client:
-            sent = {"Accept": "application/json", "Accept-Encoding": "identity", **(headers or {})}
+            sent = {"Accept": accept, "Accept-Encoding": "identity", **(headers or {})}
             with client.stream(method, url, headers=sent, data=data) as response:
                 body = _answer_body(response, max_bytes)
     except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, OSError) as exc:
         raise _transport_refusal(exc, timeout) from exc
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise Refused("invalid_json", "The answer is not JSON") from exc
+    return body
 
 
 def _answer_body(response: httpx.Response, max_bytes: int) -> bytearray:

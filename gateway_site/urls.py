@@ -4,7 +4,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views.generic import RedirectView
 
 from inference.api import api
-from licensing.signin import lti_views, sso_views
+from licensing.signin import lti_views, saml_views, sso_views
 
 from .languages import set_language
 from .middleware import api_not_found_view
@@ -29,6 +29,9 @@ urlpatterns = [
     path("sso/find/", sso_views.sso_find, name="sso-find"),
     path("sso/<int:provider_id>/login/", sso_views.sso_login, name="sso-login"),
     path("sso/<int:provider_id>/callback/", sso_views.sso_callback, name="sso-callback"),
+    path("sso/<int:provider_id>/saml/login/", saml_views.saml_login, name="saml-login"),
+    path("sso/<int:provider_id>/saml/acs/", saml_views.saml_acs, name="saml-acs"),
+    path("sso/<int:provider_id>/saml/metadata/", saml_views.saml_metadata, name="saml-metadata"),
     path("lti/login/", lti_views.lti_login, name="lti-login"),
     path("lti/launch/", lti_views.lti_launch, name="lti-launch"),
     path("manage/v1/", include("licensing.manage_urls")),

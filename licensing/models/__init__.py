@@ -17,7 +17,14 @@ from .institutions import (
 )
 from .keys import ALLOWED_JWT_ALGORITHMS, REGISTERED_JWT_CLAIMS, ApiKey, EndUser, JwtIssuer
 from .money import BudgetAlert, Outcome, Transaction, Wallet
-from .signin import IdentityProvider, LtiIdentity, LtiLaunchState, LtiPlatform, SsoIdentity
+from .signin import (
+    IdentityProvider,
+    LtiIdentity,
+    LtiLaunchState,
+    LtiPlatform,
+    SamlAssertionUse,
+    SsoIdentity,
+)
 
 __all__ = [
     "ALLOWED_JWT_ALGORITHMS",
@@ -41,6 +48,7 @@ __all__ = [
     "LtiLaunchState",
     "LtiPlatform",
     "Outcome",
+    "SamlAssertionUse",
     "SsoIdentity",
     "Transaction",
     "Wallet",

@@ -24,9 +24,17 @@ RULES_HELP = _(
 
 
 class IdentityProvider(models.Model):
-    """An institution's OpenID Connect provider: its staff and students sign in with it
-    (licensing.signin.sso), and its groups claim decides their role at every sign-in."""
+    """An institution's OpenID Connect or SAML 2.0 identity provider: its staff and students
+    sign in with it (licensing.signin.sso, licensing.signin.saml), and its groups claim (SAML:
+    memberOf, eduPersonEntitlement, eduPersonAffiliation) decides their role at every sign-in.
+    One per institution, whichever protocol (docs/decisions/saml.md): a SAML provider keeps
+    its IdP's entityID in `issuer` and has no client id."""
 
+    class Protocol(models.TextChoices):
+        OIDC = "oidc", _("OpenID Connect")
+        SAML = "saml", _("SAML 2.0")
+
+    protocol = models.CharField(max_length=8, choices=Protocol.choices, default=Protocol.OIDC)
     institution = models.OneToOneField(
         Institution, on_delete=models.CASCADE, related_name="identity_provider"
     )
@@ -60,6 +68,17 @@ class IdentityProvider(models.Model):
     sso_only = models.BooleanField(
         default=False, help_text=_("Refuse local passwords for this institution's users")
     )
+    # SAML 2.0 only (docs/saml.md): the IdP's metadata from a URL (fetched through the
+    # outbound guard, refreshed) or as stored XML; its signature checked with the federation's
+    # signing certificate when one is set. The SP's own key pair signs nothing today but
+    # decrypts encrypted assertions: its private key is encrypted at rest.
+    saml_metadata_url = models.CharField(max_length=500, blank=True)
+    saml_metadata_xml = models.TextField(blank=True)
+    saml_federation_cert = models.TextField(
+        blank=True, help_text=_("PEM certificate that signs the federation's metadata")
+    )
+    saml_sp_cert = models.TextField(blank=True)
+    saml_sp_key = EncryptedTextField(max_length=10000, blank=True)  # encrypted at rest
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
@@ -119,6 +138,26 @@ class SsoIdentity(models.Model):
 
     def __str__(self):
         return f"{self.subject} ({self.provider.institution})"
+
+
+class SamlAssertionUse(models.Model):
+    """A SAML assertion taken once: its id is kept until its NotOnOrAfter, so a replayed
+    assertion is refused even with a fresh session (the unique constraint decides races)."""
+
+    provider = models.ForeignKey(
+        IdentityProvider, on_delete=models.CASCADE, related_name="saml_assertions"
+    )
+    assertion_id = models.CharField(max_length=255)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "assertion_id"], name="uniq_saml_assertion")
+        ]
+        indexes = [models.Index(fields=["expires_at"], name="saml_assertion_expiry")]
+
+    def __str__(self):
+        return self.assertion_id
 
 
 def _outbound_url_errors(**urls: str) -> dict[str, str]:

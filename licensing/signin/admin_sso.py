@@ -122,8 +122,16 @@ class IdentityProviderAdmin(admin.ModelAdmin):
 
     form = IdentityProviderForm
     formfield_overrides = FORMFIELD_OVERRIDES
-    list_display = ("institution", "issuer", "client_id", "sso_only", "active", "updated_at")
-    list_filter = ("active", "sso_only")
+    list_display = (
+        "institution",
+        "protocol",
+        "issuer",
+        "client_id",
+        "sso_only",
+        "active",
+        "updated_at",
+    )
+    list_filter = ("protocol", "active", "sso_only")
     list_select_related = ("institution",)
     search_fields = ("institution__name", "issuer", "client_id", "email_domains")
     readonly_fields = ("redirect_uri", "rules_table", "created_at", "updated_at")
@@ -224,6 +232,10 @@ class IdentityProviderAdmin(admin.ModelAdmin):
         return self._superuser(request)
 
     def has_change_permission(self, request, obj=None):
+        # A SAML provider is configured with `manage.py configure_saml` (docs/saml.md) until
+        # the form knows its fields: shown here, never saved through the OpenID Connect form.
+        if obj is not None and obj.protocol == IdentityProvider.Protocol.SAML:
+            return False
         return self._superuser(request)
 
     def has_delete_permission(self, request, obj=None):

@@ -167,30 +167,27 @@ def identity_provider_configure(
     `access_rules`, not both; with neither, the stored rules stay."""
     issuer = validate_issuer(issuer)
     client_id = _text(client_id, "The client id", 255, required=True)
-    groups_claim = _text(groups_claim, "The groups claim", 100, required=True)
-    if student_license is not None and student_license.institution_id != institution.pk:
-        raise ValidationError(_("The student license must belong to the same institution"))
-    mapped = _mapped_groups(
-        student_license, admin_groups, reviewer_groups, teacher_groups, student_groups
-    )
-    rules = None
-    if access_rules is not None:
-        rules = validate_rules(access_rules, institution_id=institution.pk)
-        if rules and any(mapped.values()):
-            raise ValidationError(_("Give either group mappings or access rules, not both"))
     provider, created = _provider_for_update(institution, issuer)
-    if rules is not None:
-        provider.access_rules = rules
+    mapped = provider_mapping_set(
+        provider,
+        {
+            "groups_claim": groups_claim,
+            "admin_groups": admin_groups,
+            "reviewer_groups": reviewer_groups,
+            "teacher_groups": teacher_groups,
+            "student_groups": student_groups,
+            "student_license": student_license,
+            "sso_only": sso_only,
+            "email_domains": email_domains,
+            "active": active,
+            "access_rules": access_rules,
+        },
+        institution=institution,
+    )
     _client_secret_set(provider, client_secret, client_secret_env, created=created)
+    provider.protocol = IdentityProvider.Protocol.OIDC
     provider.issuer = issuer
     provider.client_id = client_id
-    provider.groups_claim = groups_claim
-    for name, groups in mapped.items():
-        setattr(provider, name, groups)
-    provider.student_license = student_license
-    provider.sso_only = sso_only
-    provider.email_domains = validate_domains(email_domains)
-    provider.active = active
     provider.save()
     _provider_configured_record(
         institution, provider, created, mapped, actor=actor, request=request
@@ -199,6 +196,49 @@ def identity_provider_configure(
         "SSO %s for %s: issuer %s", "configured" if created else "updated", institution, issuer
     )
     return provider
+
+
+def provider_mapping_set(
+    provider: IdentityProvider, mapping: dict[str, Any], *, institution: Institution
+) -> dict[str, list[str]]:
+    """The options every protocol shares (the groups claim, the four role mappings, the
+    student license, sso_only, the e-mail domains, active) checked and set on the provider,
+    unsaved; the role mappings returned for the audit row."""
+    groups_claim = _text(
+        mapping.get("groups_claim") or "groups", "The groups claim", 100, required=True
+    )
+    student_license = mapping.get("student_license")
+    if student_license is not None and student_license.institution_id != institution.pk:
+        raise ValidationError(_("The student license must belong to the same institution"))
+    mapped = _mapped_groups(
+        student_license,
+        mapping.get("admin_groups"),
+        mapping.get("reviewer_groups"),
+        mapping.get("teacher_groups"),
+        mapping.get("student_groups"),
+    )
+    _access_rules_set(provider, mapping.get("access_rules"), mapped, institution)
+    provider.groups_claim = groups_claim
+    for name, groups in mapped.items():
+        setattr(provider, name, groups)
+    provider.student_license = student_license
+    provider.sso_only = bool(mapping.get("sso_only"))
+    provider.email_domains = validate_domains(mapping.get("email_domains"))
+    provider.active = mapping.get("active", True)
+    return mapped
+
+
+def _access_rules_set(
+    provider: IdentityProvider, access_rules: Any, mapped: dict[str, list[str]], institution
+) -> None:
+    """Rules written by hand (None: the stored ones stay); not beside group mappings, which
+    the model writes as rules of their own."""
+    if access_rules is None:
+        return
+    rules = validate_rules(access_rules, institution_id=institution.pk)
+    if rules and any(mapped.values()):
+        raise ValidationError(_("Give either group mappings or access rules, not both"))
+    provider.access_rules = rules
 
 
 def _mapped_groups(
@@ -262,12 +302,13 @@ def _provider_configured_record(
     *,
     actor,
     request,
+    command: str = "manage.py configure_sso",
 ) -> None:
     audit_event_record(
         action=AuditEvent.Action.SSO_CONFIGURED,
         request=request,
         actor=actor,
-        actor_name="" if actor or request else "manage.py configure_sso",
+        actor_name="" if actor or request else command,
         institution=institution,
         target=f"identity_provider:{provider.pk}",
         detail={

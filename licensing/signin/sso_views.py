@@ -125,6 +125,13 @@ def sso_login(request: HttpRequest, provider_id: int) -> HttpResponse:
     provider = _provider(provider_id)
     if provider is None:
         return _unknown_provider(request)
+    if provider.protocol == IdentityProvider.Protocol.SAML:
+        # One button per institution, whichever protocol: a SAML provider's flow is its own.
+        target = reverse("saml-login", args=[provider.pk])
+        next_path = _safe_next(request, request.GET.get("next"))
+        return HttpResponseRedirect(
+            target + ("?" + urlencode({"next": next_path}) if next_path else "")
+        )
     try:
         metadata = oidc.discovery_cache.metadata_for(provider.issuer)
     except oidc.OidcError as exc:
