@@ -517,8 +517,9 @@ def _values(ava: dict[str, Any], name: str) -> list[str]:
 def claims_of(provider: IdentityProvider, ava: dict[str, Any]) -> dict[str, Any]:
     """The SAML attributes as the claims sso.sign_in_complete reads: `sub`, `email` (an
     institution's IdP asserts its own addresses: verified), `name`, and the groups claim made
-    of memberOf, eduPersonEntitlement and eduPersonAffiliation (until the attribute rules of
-    licensing.signin.access_rules take them). SamlError when no subject is usable."""
+    of memberOf, eduPersonEntitlement and eduPersonAffiliation (what group mappings read), and
+    each attribute by its own name (what access rules may read). SamlError when no subject is
+    usable."""
     sub = next((v[0] for n in SUBJECT_ATTRIBUTES if (v := _values(ava, n))), None)
     if sub is None:
         raise SamlError(
@@ -540,6 +541,11 @@ def claims_of(provider: IdentityProvider, ava: dict[str, Any]) -> dict[str, Any]
             if group not in groups:
                 groups.append(group)
     claims[provider.groups_claim] = groups
+    # Every attribute by its name as well, for access rules on them ("eduPersonAffiliation
+    # contains student"); the rules check the values of those they read (access_rules).
+    for attribute, values in ava.items():
+        if isinstance(attribute, str) and attribute not in claims:
+            claims[attribute] = values
     return claims
 
 
