@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from lark.exceptions import LarkError
 from pydantic import ValidationError
 from scim2_models import (
     AuthenticationScheme,
@@ -21,6 +22,7 @@ from scim2_models import (
     Patch,
     PatchOp,
     ResourceType,
+    SCIMException,
     ScimFilter,
     ServiceProviderConfig,
     Sort,
@@ -78,7 +80,7 @@ def body_of(raw: bytes, content_type: str) -> dict[str, Any]:
 def _validated(model: Any, data: Any, context: Context) -> Any:
     try:
         return model.model_validate(data, scim_ctx=context)
-    except (ValidationError, ValueError, TypeError) as exc:
+    except (ValidationError, ValueError, TypeError, LarkError, SCIMException) as exc:
         raise ScimRefusal(400, _first_error(exc), "invalidValue") from exc
 
 
@@ -125,7 +127,7 @@ def patched(model: Any, resource: Any, data: dict[str, Any]) -> Any:
             raise ScimRefusal(400, f"More than {MAX_MEMBERS} values in one operation.", "tooMany")
     try:
         patch.patch(resource)
-    except (ValidationError, ValueError, TypeError, LookupError) as exc:
+    except (ValidationError, ValueError, TypeError, LookupError, LarkError, SCIMException) as exc:
         raise ScimRefusal(400, _first_error(exc), "invalidPath") from exc
     return resource
 
@@ -148,9 +150,12 @@ def filter_of(model: Any, text: str | None) -> ScimFilter | None:
     if len(text) > MAX_FILTER or not is_storable_json(text):
         raise ScimRefusal(400, "The filter is too long or holds a NUL.", "invalidFilter")
     try:
-        return ScimFilter[model](text)
-    except (ValueError, TypeError, LookupError) as exc:
-        message = f"Not a filter this server reads: {exc}"[:500]
+        scim_filter = ScimFilter[model](text)
+        scim_filter.ast  # parsed now: a syntax error is the request's, not the listing's
+        return scim_filter
+    except (ValueError, TypeError, LookupError, LarkError, SCIMException) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        message = f"Not a filter this server reads: {first_line}"[:500]
         raise ScimRefusal(400, message, "invalidFilter") from exc
 
 
