@@ -90,14 +90,18 @@ def _meta(row: ScimUser | ScimGroup, kind: str, base_url: str) -> Meta:
 def user_resource(row: ScimUser, base_url: str) -> Any:
     resource = wire.resource_of(wire.UserModel, row.resource)
     resource.id = str(row.scim_id)
-    resource.active = row.active
     resource.meta = _meta(row, "User", base_url)
     return resource
 
 
 def group_resource(row: ScimGroup, base_url: str) -> Any:
     members = [
-        GroupMember(value=str(m.scim_id), display=m.user_name, type="User")
+        GroupMember(
+            value=str(m.scim_id),
+            display=m.user_name,
+            type="User",
+            ref=f"{base_url}/Users/{m.scim_id}" if base_url else None,
+        )
         for m in row.members.order_by("id")
     ]
     resource = wire.GroupModel(
@@ -127,27 +131,27 @@ GROUP_COLUMNS = {"displayname": "display_name", "externalid": "external_id"}
 
 
 def users_listed(
-    institution_id: int, scim_filter: Any, start: int, count: int, base_url: str
+    institution_id: int, scim_filter: Any, start: int, count: int, base_url: str, selection=None
 ) -> tuple[list[dict[str, Any]], int]:
     rows = _narrowed(
         ScimUser.objects.filter(institution_id=institution_id), scim_filter, USER_COLUMNS
     )
     found = [user_resource(row, base_url) for row in rows.order_by("id")]
-    return _page(found, scim_filter, start, count)
+    return _page(found, scim_filter, start, count, selection)
 
 
 def groups_listed(
-    institution_id: int, scim_filter: Any, start: int, count: int, base_url: str
+    institution_id: int, scim_filter: Any, start: int, count: int, base_url: str, selection=None
 ) -> tuple[list[dict[str, Any]], int]:
     rows = _narrowed(
         ScimGroup.objects.filter(institution_id=institution_id), scim_filter, GROUP_COLUMNS
     )
     found = [group_resource(row, base_url) for row in rows.order_by("id")]
-    return _page(found, scim_filter, start, count)
+    return _page(found, scim_filter, start, count, selection)
 
 
-def _page(found: list, scim_filter: Any, start: int, count: int):
+def _page(found: list, scim_filter: Any, start: int, count: int, selection=None):
     if scim_filter is not None:
         found = [resource for resource in found if scim_filter.match(resource)]
     page = found[start - 1 : start - 1 + count]
-    return [wire.dumped(resource) for resource in page], len(found)
+    return [wire.dumped(resource, selection) for resource in page], len(found)

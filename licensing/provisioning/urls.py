@@ -1,6 +1,6 @@
 """/scim/v2/'s URLs (gateway_site.urls includes them)."""
 
-from django.urls import path
+from django.urls import path, re_path
 
 from . import views
 
@@ -14,4 +14,5 @@ urlpatterns = [
     path("Users/<str:scim_id>", views.user, name="scim-user"),
     path("Groups", views.groups, name="scim-groups"),
     path("Groups/<str:scim_id>", views.group, name="scim-group"),
+    re_path(r"^(?P<rest>.*)$", views.not_found),
 ]

@@ -85,7 +85,10 @@ def _body(request: HttpRequest) -> dict[str, Any]:
 def _listed(request: HttpRequest, token: ScimToken, model: Any, lister) -> HttpResponse:
     scim_filter = wire.filter_of(model, request.GET.get("filter"))
     start, count = wire.paging(request.GET.get("startIndex"), request.GET.get("count"))
-    found, total = lister(token.institution_id, scim_filter, start, count, _base(request))
+    selection = wire.selection_of(request.GET)
+    found, total = lister(
+        token.institution_id, scim_filter, start, count, _base(request), selection
+    )
     return _answer(wire.list_body(found, total, start))
 
 
@@ -121,7 +124,8 @@ def schemas(request: HttpRequest, token: ScimToken, schema: str | None = None):
 
 def _user_answer(request: HttpRequest, row, status: int = 200) -> HttpResponse:
     resource = selectors.user_resource(row, _base(request))
-    return _answer(wire.dumped(resource), status, resource.meta.location)
+    body = wire.dumped(resource, wire.selection_of(request.GET))
+    return _answer(body, status, resource.meta.location)
 
 
 @scim_view(("GET", "POST"))
@@ -157,7 +161,8 @@ def user(request: HttpRequest, token: ScimToken, scim_id: str) -> HttpResponse:
 
 def _group_answer(request: HttpRequest, row, status: int = 200) -> HttpResponse:
     resource = selectors.group_resource(row, _base(request))
-    return _answer(wire.dumped(resource), status, resource.meta.location)
+    body = wire.dumped(resource, wire.selection_of(request.GET))
+    return _answer(body, status, resource.meta.location)
 
 
 @scim_view(("GET", "POST"))
@@ -186,3 +191,8 @@ def group(request: HttpRequest, token: ScimToken, scim_id: str) -> HttpResponse:
         if row is None:
             raise wire.ScimRefusal(404, f"No group {scim_id[:100]}.")
     return _group_answer(request, row)
+
+
+@scim_view(("GET", "POST", "PUT", "PATCH", "DELETE"))
+def not_found(request: HttpRequest, token: ScimToken, rest: str = "") -> HttpResponse:
+    raise wire.ScimRefusal(404, "No such SCIM endpoint.")

@@ -22,6 +22,7 @@ from scim2_models import (
     Patch,
     PatchOp,
     ResourceType,
+    ResponseParameters,
     SCIMException,
     ScimFilter,
     ServiceProviderConfig,
@@ -132,8 +133,22 @@ def patched(model: Any, resource: Any, data: dict[str, Any]) -> Any:
     return resource
 
 
-def dumped(resource: Any, context: Context = Context.RESOURCE_QUERY_RESPONSE) -> dict[str, Any]:
-    return resource.model_dump(scim_ctx=context)
+def dumped(resource: Any, selection: dict[str, str] | None = None) -> dict[str, Any]:
+    """The resource as answered; `selection` is the query's `attributes` and
+    `excludedAttributes` (RFC 7644 3.9)."""
+    parameters = None
+    if selection:
+        try:
+            parameters = ResponseParameters.model_validate(selection)
+        except (ValidationError, ValueError, LarkError, SCIMException) as exc:
+            raise ScimRefusal(400, _first_error(exc), "invalidValue") from exc
+    return resource.model_dump(
+        scim_ctx=Context.RESOURCE_QUERY_RESPONSE, response_parameters=parameters
+    )
+
+
+def selection_of(query: Any) -> dict[str, str]:
+    return {name: query[name] for name in ("attributes", "excludedAttributes") if query.get(name)}
 
 
 def stored(resource: Any) -> dict[str, Any]:
@@ -151,7 +166,7 @@ def filter_of(model: Any, text: str | None) -> ScimFilter | None:
         raise ScimRefusal(400, "The filter is too long or holds a NUL.", "invalidFilter")
     try:
         scim_filter = ScimFilter[model](text)
-        scim_filter.ast  # parsed now: a syntax error is the request's, not the listing's
+        _ = scim_filter.ast  # parsed now: a syntax error is the request's, not the listing's
         return scim_filter
     except (ValueError, TypeError, LookupError, LarkError, SCIMException) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

@@ -12,15 +12,11 @@ from .conftest import GROUP_SCHEMA, PATCH_SCHEMA, USER_SCHEMA, assert_scim_error
 from .test_scim_users import okta_user
 
 NUL = json.dumps({"schemas": [USER_SCHEMA], "userName": "a\u0000b@alpha.example.edu"})
-SURROGATE = '{"schemas": ["%s"], "userName": "\\ud800@alpha.example.edu"}' % USER_SCHEMA
-HUGE_FLOAT = '{"schemas": ["%s"], "userName": "x@alpha.example.edu", "active": 1e400}' % (
-    USER_SCHEMA
-)
-BIG_INT = '{"schemas": ["%s"], "userName": %d}' % (USER_SCHEMA, 2**64)
-DEEP = '{"schemas": ["%s"], "userName": "d@x.org", "name": %s}' % (
-    USER_SCHEMA,
-    "[" * 5000 + "]" * 5000,
-)
+HEAD = f'{{"schemas": ["{USER_SCHEMA}"], '
+SURROGATE = HEAD + '"userName": "\\ud800@alpha.example.edu"}'
+HUGE_FLOAT = HEAD + '"userName": "x@alpha.example.edu", "active": 1e400}'
+BIG_INT = HEAD + f'"userName": {2**64}}}'
+DEEP = HEAD + '"userName": "d@x.org", "name": ' + "[" * 5000 + "]" * 5000 + "}"
 LONG_NAME = json.dumps({"schemas": [USER_SCHEMA], "userName": "x" * 300 + "@alpha.example.edu"})
 
 
