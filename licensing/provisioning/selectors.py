@@ -64,8 +64,9 @@ def group_row(institution_id: int, scim_id: str, *, lock: bool = False) -> ScimG
 
 def members_of(institution_id: int, ids: list[str]) -> list[ScimUser]:
     """The institution's users these SCIM ids name; an id of no user of it is refused."""
-    keys = [_uuid(value) for value in ids]
-    if any(key is None for key in keys):
+    parsed = [_uuid(value) for value in ids]
+    keys = [key for key in parsed if key is not None]
+    if len(keys) != len(parsed):
         raise wire.ScimRefusal(
             400, "A member id is not a user of this institution.", "invalidValue"
         )

@@ -140,20 +140,26 @@ def users(request: HttpRequest, token: ScimToken) -> HttpResponse:
 
 @scim_view(("GET", "PUT", "PATCH", "DELETE"))
 def user(request: HttpRequest, token: ScimToken, scim_id: str) -> HttpResponse:
-    where = {"institution_id": token.institution_id, "scim_id": scim_id}
-    who = {"request": request, "who": _who(token)}
+    institution_id, who = token.institution_id, _who(token)
     if request.method == "DELETE":
-        services.do_delete_user(**where, **who)
+        services.do_delete_user(
+            institution_id=institution_id, scim_id=scim_id, request=request, who=who
+        )
         return HttpResponse(status=204)
-    if request.method == "PUT":
-        row = services.do_replace_user(**where, data=_body(request), **who)
-    elif request.method == "PATCH":
-        row = services.do_patch_user(**where, data=_body(request), **who)
-    else:
-        row = selectors.user_row(token.institution_id, scim_id)
-        if row is None:
-            raise wire.ScimRefusal(404, f"No user {scim_id[:100]}.")
-    return _user_answer(request, row)
+    if request.method in ("PUT", "PATCH"):
+        write = services.do_replace_user if request.method == "PUT" else services.do_patch_user
+        row = write(
+            institution_id=institution_id,
+            scim_id=scim_id,
+            data=_body(request),
+            request=request,
+            who=who,
+        )
+        return _user_answer(request, row)
+    found = selectors.user_row(institution_id, scim_id)
+    if found is None:
+        raise wire.ScimRefusal(404, f"No user {scim_id[:100]}.")
+    return _user_answer(request, found)
 
 
 # --- groups ------------------------------------------------------------------------------------
@@ -177,20 +183,26 @@ def groups(request: HttpRequest, token: ScimToken) -> HttpResponse:
 
 @scim_view(("GET", "PUT", "PATCH", "DELETE"))
 def group(request: HttpRequest, token: ScimToken, scim_id: str) -> HttpResponse:
-    where = {"institution_id": token.institution_id, "scim_id": scim_id}
-    who = {"request": request, "who": _who(token)}
+    institution_id, who = token.institution_id, _who(token)
     if request.method == "DELETE":
-        services.do_delete_group(**where, **who)
+        services.do_delete_group(
+            institution_id=institution_id, scim_id=scim_id, request=request, who=who
+        )
         return HttpResponse(status=204)
-    if request.method == "PUT":
-        row = services.do_replace_group(**where, data=_body(request), **who)
-    elif request.method == "PATCH":
-        row = services.do_patch_group(**where, data=_body(request), **who)
-    else:
-        row = selectors.group_row(token.institution_id, scim_id)
-        if row is None:
-            raise wire.ScimRefusal(404, f"No group {scim_id[:100]}.")
-    return _group_answer(request, row)
+    if request.method in ("PUT", "PATCH"):
+        write = services.do_replace_group if request.method == "PUT" else services.do_patch_group
+        row = write(
+            institution_id=institution_id,
+            scim_id=scim_id,
+            data=_body(request),
+            request=request,
+            who=who,
+        )
+        return _group_answer(request, row)
+    found = selectors.group_row(institution_id, scim_id)
+    if found is None:
+        raise wire.ScimRefusal(404, f"No group {scim_id[:100]}.")
+    return _group_answer(request, found)
 
 
 @scim_view(("GET", "POST", "PUT", "PATCH", "DELETE"))

@@ -136,7 +136,7 @@ def patched(model: Any, resource: Any, data: dict[str, Any]) -> Any:
 def dumped(resource: Any, selection: dict[str, str] | None = None) -> dict[str, Any]:
     """The resource as answered; `selection` is the query's `attributes` and
     `excludedAttributes` (RFC 7644 3.9)."""
-    parameters = None
+    parameters: Any = None
     if selection:
         try:
             parameters = ResponseParameters.model_validate(selection)
