@@ -36,6 +36,8 @@ urlpatterns = [
     path("lti/launch/", lti_views.lti_launch, name="lti-launch"),
     path("manage/v1/", include("licensing.manage_urls")),
     path("portal/", include("licensing.portal.urls")),
+    # SCIM 2.0 provisioning by the institutions' identity providers (docs/scim.md).
+    path("scim/v2/", include("licensing.provisioning.urls")),
     path("language/", set_language, name="set_language"),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

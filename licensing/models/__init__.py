@@ -1,7 +1,8 @@
 """The licensing app's models, one module per subject: `institutions` (institutions, license
 types, licenses, institution roles, colleagues), `keys` (API keys, JWT issuers, end users),
-`money` (wallets, the ledger, budget alerts), `courses`, `signin` (identity providers, LTI) and
-`audit`. Every name is re-exported here: `from licensing.models import X` is the one way in, and
+`money` (wallets, the ledger, budget alerts), `courses`, `signin` (identity providers, LTI),
+`provisioning` (SCIM) and `audit`. Every name is re-exported here: `from licensing.models import
+X` is the one way in, and
 Django registers the models (app label `licensing`, the tables unchanged) by importing this."""
 
 from .audit import AuditEvent
@@ -17,6 +18,7 @@ from .institutions import (
 )
 from .keys import ALLOWED_JWT_ALGORITHMS, REGISTERED_JWT_CLAIMS, ApiKey, EndUser, JwtIssuer
 from .money import BudgetAlert, Outcome, Transaction, Wallet
+from .provisioning import ScimGroup, ScimToken, ScimUser
 from .signin import (
     IdentityProvider,
     LtiIdentity,
@@ -49,6 +51,9 @@ __all__ = [
     "LtiPlatform",
     "Outcome",
     "SamlAssertionUse",
+    "ScimGroup",
+    "ScimToken",
+    "ScimUser",
     "SsoIdentity",
     "Transaction",
     "Wallet",

@@ -31,6 +31,9 @@ class AuditEvent(models.Model):
         COURSE_DELETED = "course_deleted", _("Course deleted")
         EXAM_MODE_CHANGED = "exam_mode_changed", _("Exam mode switched")
         COURSE_WINDOW_CHANGED = "course_window_changed", _("Course window added or removed")
+        SCIM_TOKEN_CHANGED = "scim_token_changed", _("SCIM token created, rotated or revoked")
+        SCIM_CHANGED = "scim_changed", _("SCIM user or group provisioned, changed or removed")
+        SCIM_REFUSED = "scim_refused", _("SCIM request refused")
         COURSE_MEMBER_CHANGED = (
             "course_member_changed",
             _("Course member added, changed or removed"),
