@@ -345,13 +345,15 @@ PROVIDERS_LISTED_ALONE = 5
 
 def sign_in_providers(*, students_only: bool = False) -> list[ProviderChoice]:
     """The buttons of the login pages: every active provider (the portal: those with a
-    student license), by institution name."""
+    student license, or a rule that names one), by institution name."""
     rows = IdentityProvider.objects.filter(active=True).select_related("institution")
     rows = rows.order_by("institution__name")
     return [
         ProviderChoice(p.pk, p.institution.name)
         for p in rows
-        if not students_only or any(rule.get("license") for rule in p.access_rules or [])
+        if not students_only
+        or p.student_license_id is not None
+        or any(rule.get("license") for rule in p.access_rules or [])
     ]
 
 
