@@ -109,7 +109,6 @@ def test_the_dockerfile_installs_the_locked_server_without_dev_extras():
 
 LOCKS = ("constraints.txt", "constraints-server.txt")
 HASH = re.compile(r"--hash=sha256:[0-9a-f]{64}")
-PIP_ENTRY = r"sed -n '/^pip==/,/[^\\]$/p'"  # install_locked.sh's pick of pip's entry
 
 
 def normalized(name: str) -> str:
@@ -187,16 +186,21 @@ def test_every_pin_of_pyproject_is_in_the_locks_at_its_version():
 
 def test_every_install_goes_through_the_hash_checked_lock():
     """scripts/_env.sh (so run.sh, test.sh and CI) and the Dockerfile install only through
-    scripts/install_locked.sh: the lock with --require-hashes and --no-deps, then the project
-    without resolving or building anything that is not in the lock, then `pip check`."""
+    scripts/install_locked.sh: uv from its own hash-pinned lock, then the lock with
+    --require-hashes and --no-deps, then the project without resolving or building anything that
+    is not in the lock, then `pip check`."""
     env = (ROOT / "scripts" / "_env.sh").read_text()
     assert 'bash scripts/install_locked.sh constraints.txt "$VENV/bin/python"' in env
     install = (ROOT / "scripts" / "install_locked.sh").read_text()
-    commands = [line.strip() for line in install.splitlines() if line.startswith('"$PY" -m pip')]
+    commands = [
+        line.strip()
+        for line in install.splitlines()
+        if line.startswith(('"$PY" -m pip', '"$UV" pip'))
+    ]
     assert commands == [
-        f'"$PY" -m pip install --require-hashes --no-deps -r <({PIP_ENTRY} "$LOCK")',
-        '"$PY" -m pip install --require-hashes --no-deps -r "$LOCK"',
-        '"$PY" -m pip install --no-deps --no-build-isolation -e .',
+        '"$PY" -m pip install --quiet --require-hashes --no-deps -r scripts/lock-tools.txt',
+        '"$UV" pip install --python "$PY" --require-hashes --no-deps --compile-bytecode -r "$LOCK"',
+        '"$UV" pip install --python "$PY" --no-deps --no-build-isolation -e .',
         '"$PY" -m pip check',
     ]
     # Nothing else installs a package (.ci/run goes through scripts/test.sh).
@@ -205,16 +209,13 @@ def test_every_install_goes_through_the_hash_checked_lock():
     assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
 
 
-@pytest.mark.parametrize("lock", LOCKS)
-def test_install_locked_picks_exactly_pips_entry_first(lock):
-    """A new venv's bundled pip (23.2.1 with Python 3.11.7) is replaced by the lock's,
-    hash-checked, before anything else is installed."""
-    picked = subprocess.run(
-        ["bash", "-c", f"{PIP_ENTRY} {lock}"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
-    entries = joined(picked)
-    assert len(entries) == 1 and entries[0].startswith("pip=="), picked[:200]
+def test_the_installer_is_one_hash_pinned_uv():
+    """The interpreter's own pip (23.2.1 in a new Python 3.11.7 venv) installs only uv, and only
+    the file locked in scripts/lock-tools.txt."""
+    entries = joined((ROOT / "scripts" / "lock-tools.txt").read_text())
+    assert len(entries) == 1 and entries[0].startswith("uv=="), entries
     assert HASH.search(entries[0])
+    assert "--no-deps" in (ROOT / "scripts" / "install_locked.sh").read_text()
 
 
 def test_uvicorn_serves_with_httptools_and_uvloop():
