@@ -22,7 +22,7 @@ if [ ! -x "$TOOLS/bin/uv" ]; then
     "$PYTHON" -m venv "$TOOLS"
     "$TOOLS/bin/python" -m pip install --quiet --require-hashes --no-deps -r scripts/lock-tools.txt
 fi
-PIP_VERSION=26.3  # pip itself, installed first by scripts/_env.sh
+PIP_VERSION=26.3  # pip itself, in the lock (install_locked.sh runs its `pip check`)
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 # The previous lock's versions (hashes and markers stripped) hold what pyproject leaves open.
