@@ -1,10 +1,11 @@
 from django.contrib import admin
-from django.urls import include, path, re_path
+from django.urls import URLResolver, include, path, re_path
+from django.urls.resolvers import RoutePattern
 from django.utils.translation import gettext_lazy as _
 from django.views.generic import RedirectView
 
 from inference.api import api
-from licensing.signin import lti_views, saml_views, sso_views
+from licensing.signin import lti_views, sso_views
 
 from .languages import set_language
 from .middleware import api_not_found_view
@@ -18,6 +19,15 @@ handler403 = "gateway_site.errors.permission_denied"
 handler404 = "gateway_site.errors.page_not_found"
 handler500 = "gateway_site.errors.server_error"
 
+
+def lazy_include(route: str, urlconf: str) -> URLResolver:
+    """`path(route, include(urlconf))`, but the module is imported when a request's path first
+    reaches it (or a `reverse` first looks into it), not when the URLs are loaded: SAML's and
+    SCIM's modules import pysaml2 and scim2-models, 1.7 s of every worker's start that /v1
+    never uses (docs/architecture.md, "Start-up")."""
+    return URLResolver(RoutePattern(route, is_endpoint=False), urlconf)
+
+
 urlpatterns = [
     path("v1/", api.urls),
     re_path(r"^v1/", api_not_found_view),
@@ -29,15 +39,13 @@ urlpatterns = [
     path("sso/find/", sso_views.sso_find, name="sso-find"),
     path("sso/<int:provider_id>/login/", sso_views.sso_login, name="sso-login"),
     path("sso/<int:provider_id>/callback/", sso_views.sso_callback, name="sso-callback"),
-    path("sso/<int:provider_id>/saml/login/", saml_views.saml_login, name="saml-login"),
-    path("sso/<int:provider_id>/saml/acs/", saml_views.saml_acs, name="saml-acs"),
-    path("sso/<int:provider_id>/saml/metadata/", saml_views.saml_metadata, name="saml-metadata"),
+    lazy_include("sso/<int:provider_id>/saml/", "licensing.signin.saml_urls"),
     path("lti/login/", lti_views.lti_login, name="lti-login"),
     path("lti/launch/", lti_views.lti_launch, name="lti-launch"),
     path("manage/v1/", include("licensing.manage_urls")),
     path("portal/", include("licensing.portal.urls")),
     # SCIM 2.0 provisioning by the institutions' identity providers (docs/scim.md).
-    path("scim/v2/", include("licensing.provisioning.urls")),
+    lazy_include("scim/v2/", "licensing.provisioning.urls"),
     path("language/", set_language, name="set_language"),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

@@ -42,13 +42,13 @@ DATABASE_FIXTURES = frozenset(
 
 
 # CI's SQLite pass (`--sqlite-differences`) runs what can differ between the two databases, not
-# the whole suite again (docs/testing.md, "CI's time"): the database tests of these areas, whose
-# code is where the databases part ways (money: the ledger's two writers, PostgreSQL's pool and
-# the ORM, the wallets' reads and the spool; console: the admin's, the review's, the usage
-# page's and the management API's queries, PostgreSQL-only SQL functions among them; portal:
-# its pages' queries; ops: settings, migrations, run.sh and the operator commands), and any
-# other module marked `both_databases`. A new test in these folders is on both passes by itself.
-SQLITE_AREAS = frozenset({"money", "console", "portal", "ops"})
+# the whole suite again (docs/testing.md, "The SQLite pass"): the database tests of the money
+# (the ledger's two writers, PostgreSQL's pool and the ORM, the wallets' reads and the spool),
+# and the modules (or tests) marked `both_databases`, whose subject is a query or a write that
+# differs by database: the admin's, the review's, the usage page's and the management API's
+# queries (PostgreSQL-only SQL functions among them), the portal's, settings, run.sh's first
+# run and the operator commands. A new test in tests/money is on both passes by itself.
+SQLITE_AREAS = frozenset({"money"})
 TESTS = Path(__file__).resolve().parent
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import functools
 import logging
 import os
 import tempfile
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import defusedxml.ElementTree as SafeET
+import saml2.cryptography.asymmetric
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -63,6 +65,21 @@ SLACK = 120  # seconds of clock difference accepted with the IdP
 MAX_VALUES = 200  # values of one attribute looked at
 MAX_VALUE_LENGTH = 255
 XMLSEC = os.environ.get("GATEWAY_XMLSEC1", "/usr/bin/xmlsec1")
+
+# pysaml2 reads the SP's private key from its file each time a client is configured (several
+# times a sign-in), and cryptography checks an RSA key's consistency on every load: ~0.17 s of
+# CPU for a 3072-bit key, about half a second a sign-in. The keys are the gateway's own
+# (sp_key_pair_new, stored encrypted), so each distinct key is loaded and checked once per
+# process (docs/decisions/saml.md).
+_load_pem_private_key = saml2.cryptography.asymmetric.load_pem_private_key
+
+
+@functools.lru_cache(maxsize=256)
+def _private_key_loaded_once(data: bytes, password: bytes | None = None):
+    return _load_pem_private_key(data, password)
+
+
+saml2.cryptography.asymmetric.load_pem_private_key = _private_key_loaded_once
 
 NS_ASSERTION = "urn:oasis:names:tc:SAML:2.0:assertion"
 NS_PROTOCOL = "urn:oasis:names:tc:SAML:2.0:protocol"

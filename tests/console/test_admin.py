@@ -44,7 +44,7 @@ from licensing.models import (
     Wallet,
 )
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.both_databases]
 
 UPSTREAM_SECRET = "sk-upstream-SECRET-do-not-show-1234567890"
 AWS_SECRET = "aws-SECRET-do-not-show-abcdefghijklmnop"

@@ -21,7 +21,7 @@ from licensing.models import AdminProfile, ApiKey, AuditEvent, Institution, Lice
 
 from .test_admin import form_data, make_licensing, url
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.both_databases]
 
 User = get_user_model()
 KEY_RE = re.compile(r"sk-svc-[A-Za-z0-9_-]{43}")

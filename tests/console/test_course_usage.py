@@ -12,6 +12,8 @@ from licensing.courses.usage import NO_STUDENT, course_usage
 from licensing.ledger.budget import course_window_start
 from licensing.models import Course, CourseMember, EndUser, Outcome, Transaction, Wallet
 
+pytestmark = pytest.mark.both_databases
+
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)  # a Tuesday
 
 

@@ -14,7 +14,7 @@ from licensing.models import AdminProfile, ApiKey, EndUser, License, Wallet
 
 from .test_admin import make_licensing
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.both_databases]
 
 BASE = "/manage/v1"
 

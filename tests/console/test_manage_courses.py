@@ -28,7 +28,7 @@ from licensing.models import (
 from .test_admin import make_licensing
 from .test_manage_api import BASE, token_client, user_with
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.both_databases]
 
 T0 = datetime(2026, 11, 27, 7, 0, tzinfo=UTC)
 

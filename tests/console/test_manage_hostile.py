@@ -14,7 +14,7 @@ from licensing.models import ApiKey
 from .test_manage_api import BASE, token_client, user_with
 from .test_manage_api import world as world  # noqa: F401 - the fixture
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.both_databases]
 
 HOSTILE = ["\ud800", "a\x00b", 1e400, 2**64, -1, "abc", [], {}, None, True]
 

@@ -21,6 +21,8 @@ from licensing.models import ApiKey, AuditEvent, Course, CourseMember, EndUser
 from .test_admin import make_licensing
 from .test_manage_api import BASE, token_client, user_with
 
+pytestmark = pytest.mark.both_databases
+
 N = 10_000
 
 

@@ -16,7 +16,7 @@ from licensing.console.review import CSV_COLUMNS
 from .review_data import FILTER_CASES, SEARCH_CASES, all_rows, make_ledger, named, totals_of
 from .test_manage_api import token_client, user_with
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.both_databases]
 
 LIST = "/manage/v1/transactions"
 

@@ -22,7 +22,7 @@ from licensing.models import AdminProfile, Transaction
 from .review_data import FILTER_CASES, SEARCH_CASES, T0, all_rows, make_ledger, named, totals_of
 from .test_admin import url
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.both_databases]
 
 CHANGELIST = url(Transaction, "changelist")
 EXPORT = "/admin/licensing/transaction/export/"

@@ -22,7 +22,7 @@ from licensing.models import License, Transaction
 from .test_manage_api import token_client, user_with
 from .test_usage_report import SINCE, UNTIL, in_range, make_holders, make_ledger, per_day
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.both_databases]
 
 PAGE = "/admin/licensing/transaction/usage/"
 API = "/manage/v1/usage"

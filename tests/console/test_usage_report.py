@@ -29,6 +29,8 @@ from licensing.console.usage_report import (
 )
 from licensing.models import EndUser, Institution, JwtIssuer, Transaction
 
+pytestmark = pytest.mark.both_databases
+
 SINCE, UNTIL = date(2025, 1, 10), date(2025, 1, 20)
 MODELS = {
     "embeddings": ["text-embedding-3-small", "text-embedding-3-large"],

@@ -13,7 +13,7 @@ from core.crypto import reveal
 from licensing.access.credentials import resolve_credential
 from licensing.models import ApiKey, License
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.both_databases]
 
 
 def run(*args) -> str:

@@ -17,6 +17,8 @@ from django.test import Client, override_settings
 
 from tests.processes import Worker, database_url
 
+pytestmark = pytest.mark.both_databases
+
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "<!-- production-env: tested by tests/ops/test_deploy_settings.py -->"
 

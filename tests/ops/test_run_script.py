@@ -27,7 +27,7 @@ from licensing.models import License
 from ..ports import run_script_ports
 from ..processes import database_url, free_port
 
-pytestmark = pytest.mark.slow  # run.sh and the README server
+pytestmark = [pytest.mark.slow, pytest.mark.both_databases]  # run.sh and the README server
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -36,6 +36,8 @@ from licensing.models import (
 )
 from licensing.signin.lti import lti_platform_configure
 
+pytestmark = pytest.mark.both_databases
+
 IDP, LMS = "http://127.0.0.1:9103", "http://127.0.0.1:9104"
 LOCAL = "http://127.0.0.1:8000"
 

@@ -4,7 +4,7 @@ compressed variants, 304s, and /v1 untouched."""
 import httpx
 import pytest
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.both_databases]
 
 
 def test_admin_and_docs_assets_are_served(gateway):

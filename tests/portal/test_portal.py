@@ -28,7 +28,7 @@ from licensing.portal import selectors
 
 from .conftest import identity_provider, make_student, signed_in
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.both_databases]
 
 KEY_RE = re.compile(r"sk-svc-[A-Za-z0-9_-]{43}")
 

@@ -4,6 +4,7 @@ walks a browser's sign-in: the gateway through Django's test client, the IdP ove
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from dataclasses import dataclass
@@ -18,6 +19,17 @@ from licensing.access.services import license_create
 from licensing.models import IdentityProvider, Institution, License
 from licensing.signin import saml
 from licensing.signin.saml import SamlSource, saml_provider_configure
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sp_keys_once_per_name():
+    """An institution's SP key pair is made once for the session, not once per test: a 3072-bit
+    RSA key is 0.3-3 s of CPU and nearly every test configures a provider. Two institutions
+    still have two key pairs."""
+    made = functools.cache(saml.sp_key_pair_new)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(saml, "sp_key_pair_new", made)
+        yield
 
 
 @pytest.fixture(scope="session")
