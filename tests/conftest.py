@@ -431,6 +431,65 @@ def readme_server():
         yield run
 
 
+@pytest.fixture(scope="session")
+def readme_lms():
+    """The LMS (fake_upstreams/lti.py on 127.0.0.1) of the browser modules that launch from one:
+    tests/lti/test_browser_lti.py and tests/portal/test_browser_course.py, each with courses and
+    people of its own."""
+    from fake_upstreams.lti import LtiFake
+    from fake_upstreams.server import FakeServer
+
+    server = FakeServer(LtiFake(client_id="gw-moodle", deployment_id="7"))
+    server.start()
+    yield server.app
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def lms_readme_server(readme_lms):
+    """`bash scripts/run.sh` as the README starts it, with the LMS's address reachable through
+    the outbound guard and its platform configured with `manage.py configure_lti`, once for the
+    modules that launch from it (a start is ~10 s of CPU). Its `out` is what configure_lti
+    printed."""
+    from contextlib import ExitStack
+    from urllib.parse import urlsplit
+
+    from tests import browser as browser_helpers
+    from tests.browser import running_server
+    from tests.ports import run_script_ports
+
+    ports = run_script_ports()
+    env = {
+        "GATEWAY_OUTBOUND_ALLOW": "127.0.0.1/32",
+        "GATEWAY_OUTBOUND_ALLOWED_PORTS": f"443,{urlsplit(readme_lms.origin).port}",
+        "GATEWAY_PUBLIC_URL": f"http://127.0.0.1:{ports['PORT']}",
+    }
+    # The ports and the environment are run.sh's at its start only: the patch ends there, so the
+    # session's other servers start with their own.
+    with ExitStack() as stack:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(browser_helpers, "run_script_ports", lambda: ports)
+            for name, value in env.items():
+                patch.setenv(name, value)
+            run = stack.enter_context(running_server())
+            _, out, _ = run.manage_many(  # one process, not one per command
+                ("create_license", "Demo courses", "--institution", "Demo school",
+                 "--limit", "2000000", "--period", "monthly", "--strategy", "per_user"),
+                ("configure_lti", "Demo school", "--issuer", readme_lms.issuer,
+                 "--client-id", "gw-moodle", "--deployment-id", "7",
+                 "--jwks-url", readme_lms.jwks_url, "--auth-url", readme_lms.auth_url,
+                 "--license", "Demo courses", "--allowance", "500000",
+                 "--allowance-period", "week"),
+                # The school's zone and money, as the course page shows them.
+                ("shell", "-c", "from licensing.models import Institution\n"
+                 "Institution.objects.filter(name='Demo school').update(\n"
+                 "    timezone='Europe/Berlin', currency='EUR',\n"
+                 "    micro_credits_per_currency_unit=1_000_000)\n"),
+            )  # fmt: skip
+            run.configured = out
+        yield run
+
+
 @pytest.fixture(scope="module")
 def server(readme_server):
     """The session's README server for one module (its own attributes; its own institution and

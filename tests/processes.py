@@ -44,7 +44,9 @@ class Worker:
              "127.0.0.1", "--port", str(self.port), "--no-access-log", "--lifespan", "off"],
             cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
-        self.http = httpx.Client(base_url=self.url, timeout=5)
+        # A bound, not a wait: a worker's first page (templates, the admin) took over 5 s on two
+        # cores at load 7 (CI with a third lane), so the bound is generous.
+        self.http = httpx.Client(base_url=self.url, timeout=30)
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + 120  # a deadline: a loaded machine starts slowly

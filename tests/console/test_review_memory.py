@@ -3,10 +3,10 @@ number of rows, in the admin (Django's sync path) and in /manage/v1/transactions
 ASGI (the async iterator uvicorn is served). Rows come through a server-side cursor and go out
 piece by piece. Measured twice, each after a small first export (code loaded, allocator warm):
 - resident: the process's peak resident memory (VmHWM, which also sees libpq's, so a client-side
-  cursor fetching every row would show) grows by less than 50 MB while exporting 64,000 rows
-  whose CSV is larger than that (each row carries ~600 bytes of metadata: fewer, larger rows
-  prove the same in a third of 200,000 small rows' time);
-- tracemalloc: Python's allocations peak no higher exporting 20,000 rows than exporting 5,000,
+  cursor fetching every row would show) grows by less than 50 MB while exporting 32,000 rows
+  whose CSV is larger than that (each row carries ~1,800 bytes of metadata: fewer, larger rows
+  prove the same in a fraction of 200,000 small rows' time);
+- tracemalloc: Python's allocations peak no higher exporting 10,000 rows than exporting 2,500,
   give or take a quarter of the larger CSV (holding it, or the rows, would add all of it).
 PostgreSQL only: the rows are made by one INSERT ... SELECT FROM generate_series."""
 
@@ -25,9 +25,9 @@ from .test_admin import make_licensing
 from .test_manage_api import user_with
 
 LIMIT = 50 * 1024 * 1024  # the resident measure's bound
-SMALL = 5_000  # rows of the first, warming export (and of the tracemalloc's smaller one)
+SMALL = 2_500  # rows of the first, warming export (and of the tracemalloc's smaller one)
 # (rows, bytes of metadata per row) per measure.
-SIZES = {"resident": (64_000, 600), "tracemalloc": (20_000, 120)}
+SIZES = {"resident": (32_000, 1_800), "tracemalloc": (10_000, 120)}
 
 pytestmark = [
     pytest.mark.django_db,

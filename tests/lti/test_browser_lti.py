@@ -8,56 +8,31 @@ var/screenshots/lti-*.png."""
 
 from __future__ import annotations
 
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import pytest
 
-from fake_upstreams.lti import INSTRUCTOR, LEARNER, LtiFake
-from fake_upstreams.server import FakeServer
-from tests import browser as browser_helpers
-from tests.browser import BROWSER_TEST, assert_accessible, browser_page, running_server, shot
-from tests.ports import run_script_ports
+from fake_upstreams.lti import INSTRUCTOR, LEARNER
+from tests.browser import BROWSER_TEST, assert_accessible, browser_page, shot
 
 pytestmark = BROWSER_TEST
 
 
 @pytest.fixture(scope="module")
-def lms():
-    server = FakeServer(LtiFake(client_id="gw-moodle", deployment_id="7"))
-    server.start()
-    yield server.app
-    server.stop()
+def lms(readme_lms):
+    return readme_lms
 
 
 @pytest.fixture(scope="module")
-def server(lms):
-    ports = run_script_ports()
-    lms_port = urlsplit(lms.origin).port
-    env = {
-        "GATEWAY_OUTBOUND_ALLOW": "127.0.0.1/32",
-        "GATEWAY_OUTBOUND_ALLOWED_PORTS": f"443,{lms_port}",
-        "GATEWAY_PUBLIC_URL": f"http://127.0.0.1:{ports['PORT']}",
-    }
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(browser_helpers, "run_script_ports", lambda: ports)
-        for name, value in env.items():
-            patch.setenv(name, value)
-        with running_server() as run:
-            _, out = run.manage_many(  # one process, not one per command
-                ("create_license", "Demo courses", "--institution", "Demo school",
-                 "--limit", "2000000", "--period", "monthly", "--strategy", "per_user"),
-                ("configure_lti", "Demo school", "--issuer", lms.issuer,
-                 "--client-id", "gw-moodle", "--deployment-id", "7",
-                 "--jwks-url", lms.jwks_url, "--auth-url", lms.auth_url,
-                 "--license", "Demo courses", "--allowance", "500000",
-                 "--allowance-period", "week"),
-            )  # fmt: skip
-            public = env["GATEWAY_PUBLIC_URL"]
-            assert out.splitlines() == [
-                f"login_url: {public}/lti/login/",
-                f"launch_url: {public}/lti/launch/",
-            ]
-            yield run
+def server(lms_readme_server, lms):
+    """The session's LMS-configured README server (tests/conftest.py, `lms_readme_server`), shared
+    with tests/portal/test_browser_course.py: this module's course and people are its own."""
+    public = lms_readme_server.url
+    assert lms_readme_server.configured.splitlines() == [
+        f"login_url: {public}/lti/login/",
+        f"launch_url: {public}/lti/launch/",
+    ]
+    return lms_readme_server
 
 
 @pytest.fixture(scope="module")

@@ -113,24 +113,24 @@ def test_manage_py_commands_report_a_bad_database_in_one_line():
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
-def test_the_printed_curl_lines_answer_as_the_readme_says():
-    from tests.browser import running_server
-
-    with running_server() as run:
-        lines = [line.strip() for line in run.output if line.strip().startswith("curl ")]
-        answers = []
-        for line in lines:
-            # Pasted into a shell as printed: the quoting has to hold.
-            done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
-            assert done.returncode == 0, done.stderr
-            answers.append(json.loads(done.stdout))
-        printed = "".join(run.output)  # the gateway's worker has decrypted secrets by now
-        # The key printed is the one kept for the next run, readable by its owner only.
-        key_file = Path(run.env["DEMO_KEY_FILE"])
-        key = re.search(r"Demo API key \(kept in (\S+); [^)]*\): (sk-svc-\S+)", printed)
-        assert key and key.group(1) == str(key_file), printed
-        assert key_file.read_text().strip() == key.group(2)
-        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+def test_the_printed_curl_lines_answer_as_the_readme_says(readme_server):
+    # The session's README server (tests/conftest.py): run.sh started as the README starts it,
+    # its output kept from the first line (one start for this test and the browser modules).
+    run = readme_server
+    lines = [line.strip() for line in run.output if line.strip().startswith("curl ")]
+    answers = []
+    for line in lines:
+        # Pasted into a shell as printed: the quoting has to hold.
+        done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        answers.append(json.loads(done.stdout))
+    printed = "".join(run.output)  # the gateway's worker has decrypted secrets by now
+    # The key printed is the one kept for the next run, readable by its owner only.
+    key_file = Path(run.env["DEMO_KEY_FILE"])
+    key = re.search(r"Demo API key \(kept in (\S+); [^)]*\): (sk-svc-\S+)", printed)
+    assert key and key.group(1) == str(key_file), printed
+    assert key_file.read_text().strip() == key.group(2)
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     _check_the_encryption_note(printed)
     bodies = [json.loads(_data_argument(line)) for line in lines]
     paths = [shlex.split(line)[2].split("/", 3)[3] for line in lines]

@@ -12,16 +12,13 @@ spec's 403. Screenshots: var/screenshots/portal-course-*.png (docs/ holds copies
 from __future__ import annotations
 
 import re
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import openai
 import pytest
 
-from fake_upstreams.lti import INSTRUCTOR, LEARNER, LtiFake
-from fake_upstreams.server import FakeServer
-from tests import browser as browser_helpers
-from tests.browser import BROWSER_TEST, browser_page, running_server, shot
-from tests.ports import run_script_ports
+from fake_upstreams.lti import INSTRUCTOR, LEARNER
+from tests.browser import BROWSER_TEST, browser_page, shot
 
 pytestmark = BROWSER_TEST
 
@@ -30,42 +27,16 @@ CONTEXT = {"id": "moodle-course-31", "label": "CHEM1", "title": "Chemistry 1"}
 
 
 @pytest.fixture(scope="module")
-def lms():
-    server = FakeServer(LtiFake(client_id="gw-moodle", deployment_id="7"))
-    server.start()
-    yield server.app
-    server.stop()
+def lms(readme_lms):
+    return readme_lms
 
 
 @pytest.fixture(scope="module")
-def server(lms):
-    ports = run_script_ports()
-    lms_port = urlsplit(lms.origin).port
-    env = {
-        "GATEWAY_OUTBOUND_ALLOW": "127.0.0.1/32",
-        "GATEWAY_OUTBOUND_ALLOWED_PORTS": f"443,{lms_port}",
-        "GATEWAY_PUBLIC_URL": f"http://127.0.0.1:{ports['PORT']}",
-    }
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(browser_helpers, "run_script_ports", lambda: ports)
-        for name, value in env.items():
-            patch.setenv(name, value)
-        with running_server() as run:
-            run.manage_many(  # one process, not one per command
-                ("create_license", "Demo courses", "--institution", "Demo school",
-                 "--limit", "2000000", "--period", "monthly", "--strategy", "per_user"),
-                ("configure_lti", "Demo school", "--issuer", lms.issuer,
-                 "--client-id", "gw-moodle", "--deployment-id", "7",
-                 "--jwks-url", lms.jwks_url, "--auth-url", lms.auth_url,
-                 "--license", "Demo courses", "--allowance", "500000",
-                 "--allowance-period", "week"),
-                # The school's zone and money, as the page shows them.
-                ("shell", "-c", "from licensing.models import Institution\n"
-                 "Institution.objects.filter(name='Demo school').update(\n"
-                 "    timezone='Europe/Berlin', currency='EUR',\n"
-                 "    micro_credits_per_currency_unit=1_000_000)\n"),
-            )  # fmt: skip
-            yield run
+def server(lms_readme_server):
+    """The session's LMS-configured README server (tests/conftest.py, `lms_readme_server`: the school
+    in Europe/Berlin, counting in euros), shared with tests/lti/test_browser_lti.py: this
+    module's course and people are its own."""
+    return lms_readme_server
 
 
 @pytest.fixture(scope="module")
