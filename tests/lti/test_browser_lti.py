@@ -25,8 +25,9 @@ def lms(readme_lms):
 
 @pytest.fixture(scope="module")
 def server(lms_readme_server, lms):
-    """The session's LMS-configured README server (tests/conftest.py, `lms_readme_server`), shared
-    with tests/portal/test_browser_course.py: this module's course and people are its own."""
+    """The session's README server with the LMS configured (tests/conftest.py,
+    `lms_readme_server`), shared with tests/portal/test_browser_course.py: this module's course
+    and people are its own."""
     public = lms_readme_server.url
     assert lms_readme_server.configured.splitlines() == [
         f"login_url: {public}/lti/login/",

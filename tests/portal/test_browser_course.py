@@ -33,9 +33,9 @@ def lms(readme_lms):
 
 @pytest.fixture(scope="module")
 def server(lms_readme_server):
-    """The session's LMS-configured README server (tests/conftest.py, `lms_readme_server`: the school
-    in Europe/Berlin, counting in euros), shared with tests/lti/test_browser_lti.py: this
-    module's course and people are its own."""
+    """The session's README server with the LMS configured (tests/conftest.py,
+    `lms_readme_server`: the school in Europe/Berlin, counting in euros), shared with
+    tests/lti/test_browser_lti.py: this module's course and people are its own."""
     return lms_readme_server
 
 
