@@ -1,6 +1,7 @@
 """The licensing admin pages, for Django's admin autodiscovery: they live in
 `licensing.console.admin`, one module per subject, and in the subject wings (`licensing.courses
-.admin`, `licensing.signin.admin_sso` and `admin_lti`); importing them registers them."""
+.admin`, `licensing.provisioning.admin`, `licensing.signin.admin_sso` and `admin_lti`);
+importing them registers them."""
 
 from .console.admin import (  # noqa: F401
     audit,
@@ -12,4 +13,5 @@ from .console.admin import (  # noqa: F401
     wallets,
 )
 from .courses import admin as courses  # noqa: F401
+from .provisioning import admin as provisioning  # noqa: F401
 from .signin import admin_lti, admin_sso  # noqa: F401

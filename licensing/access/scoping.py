@@ -35,6 +35,9 @@ from ..models import (
     LtiIdentity,
     LtiLaunchState,
     LtiPlatform,
+    ScimGroup,
+    ScimToken,
+    ScimUser,
     Transaction,
     Wallet,
 )
@@ -64,6 +67,9 @@ INSTITUTION_PATHS: dict[type[Model], str] = {
     LtiPlatform: "institution",
     LtiIdentity: "platform__institution",
     LtiLaunchState: "platform__institution",
+    ScimToken: "institution",
+    ScimUser: "institution",
+    ScimGroup: "institution",
 }
 
 # What each role may do, per model; anything not listed is refused.
@@ -88,6 +94,10 @@ ROLE_PERMISSIONS: dict[str, dict[type[Model], frozenset[str]]] = {
         LtiPlatform: ALL,
         LtiIdentity: VIEW,
         LtiLaunchState: VIEW,
+        # SCIM: a token made and revoked here (never edited or deleted), the pushed rows read.
+        ScimToken: frozenset({"view", "add", "change"}),
+        ScimUser: VIEW,
+        ScimGroup: VIEW,
     },
     REVIEWER: {License: VIEW, Wallet: VIEW, Transaction: VIEW},
     # Their own courses only (TEACHER_PATHS below narrows the rows): settings, windows, members

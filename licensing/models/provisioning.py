@@ -22,6 +22,8 @@ class ScimToken(models.Model):
     digest = models.CharField(max_length=64, unique=True, editable=False)
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Written at most once a minute (licensing.provisioning.services.do_note_scim_token_use).
+    last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -82,6 +84,9 @@ class ScimGroup(models.Model):
     display_name = models.CharField(max_length=255)
     external_id = models.CharField(max_length=255, blank=True)
     members = models.ManyToManyField(ScimUser, related_name="groups", blank=True)
+    # A member's `display` as the identity system sent it ({SCIM id: text}), where it differs
+    # from the person's own name (docs/decisions/scim.md): answered back as it was sent.
+    member_displays = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

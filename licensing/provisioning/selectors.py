@@ -95,11 +95,19 @@ def user_resource(row: ScimUser, base_url: str) -> Any:
     return resource
 
 
+def member_display(member: ScimUser) -> str:
+    """A member's display when the identity system sent none: the person's displayName, else
+    their userName."""
+    name = member.resource.get("displayName") if isinstance(member.resource, dict) else None
+    return name if isinstance(name, str) and name else member.user_name
+
+
 def group_resource(row: ScimGroup, base_url: str) -> Any:
+    sent = row.member_displays if isinstance(row.member_displays, dict) else {}
     members = [
         GroupMember(
             value=str(m.scim_id),
-            display=m.user_name,
+            display=sent.get(str(m.scim_id)) or member_display(m),
             type="User",
             ref=f"{base_url}/Users/{m.scim_id}" if base_url else None,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import timedelta
 from importlib import import_module
 from typing import Any
 
@@ -30,15 +31,21 @@ from ..signin.access_rules import AttributesRefused, attributes_read, decide, no
 from ..signin.sso import NO_ROLE, _apply_roles
 from . import selectors, wire
 
-MAX_TEXT = 255
+MAX_TEXT = wire.MAX_TEXT
 
 
 # --- tokens ----------------------------------------------------------------------------------
 
 
+COMMAND = "manage.py scim_token"
+USE_NOTED_EVERY = timedelta(minutes=1)  # a token's last use: one write a minute at most
+
+
 @transaction.atomic
-def do_create_scim_token(*, institution: Institution, rotate: bool = False) -> str:
-    """A new token (printed once), the institution's one active token; `rotate` revokes the
+def do_create_scim_token(
+    *, institution: Institution, rotate: bool = False, actor: str = COMMAND, request=None
+) -> str:
+    """A new token (shown once), the institution's one active token; `rotate` revokes the
     one before it, without it an institution that has one is refused."""
     current = ScimToken.objects.select_for_update().filter(institution=institution, active=True)
     if current.exists() and not rotate:
@@ -48,25 +55,45 @@ def do_create_scim_token(*, institution: Institution, rotate: bool = False) -> s
     row = ScimToken.objects.create(
         institution=institution, prefix=token[:12], digest=selectors.token_digest(token)
     )
-    _token_record(institution, row, "rotated" if revoked else "created")
+    _token_record(row, "rotated" if revoked else "created", actor, request)
     return token
 
 
 @transaction.atomic
-def do_revoke_scim_token(*, institution: Institution) -> int:
-    rows = list(ScimToken.objects.select_for_update().filter(institution=institution, active=True))
+def do_revoke_scim_token(*, institution: Institution, actor: str = COMMAND, request=None) -> int:
+    return _revoke(ScimToken.objects.filter(institution=institution), actor, request)
+
+
+@transaction.atomic
+def do_revoke_scim_tokens(*, tokens, actor: str, request=None) -> int:
+    """The admin's action: these tokens (a queryset the caller scoped) stop working now."""
+    return _revoke(tokens, actor, request)
+
+
+def _revoke(tokens, actor: str, request) -> int:
+    rows = list(tokens.select_for_update().filter(active=True))
     for row in rows:
         row.active, row.revoked_at = False, timezone.now()
         row.save(update_fields=["active", "revoked_at"])
-        _token_record(institution, row, "revoked")
+        _token_record(row, "revoked", actor, request)
     return len(rows)
 
 
-def _token_record(institution: Institution, row: ScimToken, change: str) -> None:
+@transaction.atomic
+def do_note_scim_token_use(*, token: ScimToken) -> None:
+    """The token's last use, for the admin's list; written once a minute at most, so that an
+    identity system's burst of pushes costs one write."""
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at >= USE_NOTED_EVERY:
+        ScimToken.objects.filter(pk=token.pk).update(last_used_at=now)
+
+
+def _token_record(row: ScimToken, change: str, actor: str, request) -> None:
     audit_event_record(
         action=AuditEvent.Action.SCIM_TOKEN_CHANGED,
-        actor_name="manage.py scim_token",
-        institution=institution,
+        request=request,
+        actor_name=actor,
+        institution=row.institution_id,
         target=f"scim_token:{row.pk}",
         detail={"change": change, "prefix": row.prefix},
     )
@@ -318,6 +345,7 @@ def _group_saved(row: ScimGroup, resource: Any, request, who: str, change: str) 
     ).exclude(pk=row.pk)
     if taken.exists():
         raise wire.ScimRefusal(409, "A group of this displayName exists.", "uniqueness")
+    row.member_displays = _displays_sent(resource.members or [], members)
     before = set(row.members.all()) if row.pk else set()
     row.save()
     row.members.set(members)
@@ -325,6 +353,18 @@ def _group_saved(row: ScimGroup, resource: Any, request, who: str, change: str) 
     for person in sorted(before | set(members), key=lambda m: m.pk):
         group_roles_apply(person, request)
     return row
+
+
+def _displays_sent(sent: list, members: list[ScimUser]) -> dict[str, str]:
+    """The members' `display` texts the client sent that differ from the person's own name
+    (an echo of what we answered is not kept: a later rename of the person shows)."""
+    person = {str(member.scim_id): member for member in members}
+    displays = {}
+    for member in sent:
+        key, text = str(member.value), member.display
+        if text and key in person and text != selectors.member_display(person[key]):
+            displays[key] = _text(text, "members.display")
+    return displays
 
 
 @transaction.atomic

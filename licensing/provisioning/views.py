@@ -59,6 +59,7 @@ def scim_view(methods: tuple[str, ...]):
             try:
                 if token is None:
                     raise wire.ScimRefusal(401, "Send the institution's SCIM token as a Bearer.")
+                services.do_note_scim_token_use(token=token)
                 if request.method not in methods:
                     raise wire.ScimRefusal(405, f"{request.method} is not served here.")
                 return view(request, token, *args, **kwargs)
@@ -82,14 +83,22 @@ def _body(request: HttpRequest) -> dict[str, Any]:
     return wire.body_of(request.body, request.content_type or "")
 
 
-def _listed(request: HttpRequest, token: ScimToken, model: Any, lister) -> HttpResponse:
-    scim_filter = wire.filter_of(model, request.GET.get("filter"))
-    start, count = wire.paging(request.GET.get("startIndex"), request.GET.get("count"))
-    selection = wire.selection_of(request.GET)
+def _listed(request: HttpRequest, token: ScimToken, model: Any, lister, query=None):
+    """A list: GET's query parameters, or POST /.search's body turned into them (`query`)."""
+    query = request.GET if query is None else query
+    scim_filter = wire.filter_of(model, query.get("filter"))
+    start, count = wire.paging(query.get("startIndex"), query.get("count"))
+    selection = wire.selection_of(query)
     found, total = lister(
         token.institution_id, scim_filter, start, count, _base(request), selection
     )
     return _answer(wire.list_body(found, total, start))
+
+
+def _searched(request: HttpRequest, token: ScimToken, model: Any, lister) -> HttpResponse:
+    """POST /Users/.search, /Groups/.search (RFC 7644 3.4.3): the SearchRequest's filter,
+    paging and attributes, answered as the GET list would be."""
+    return _listed(request, token, model, lister, wire.search_query(_body(request)))
 
 
 # --- discovery ---------------------------------------------------------------------------------
@@ -162,6 +171,11 @@ def user(request: HttpRequest, token: ScimToken, scim_id: str) -> HttpResponse:
     return _user_answer(request, found)
 
 
+@scim_view(("POST",))
+def users_search(request: HttpRequest, token: ScimToken) -> HttpResponse:
+    return _searched(request, token, wire.UserModel, selectors.users_listed)
+
+
 # --- groups ------------------------------------------------------------------------------------
 
 
@@ -179,6 +193,18 @@ def groups(request: HttpRequest, token: ScimToken) -> HttpResponse:
         institution_id=token.institution_id, data=_body(request), request=request, who=_who(token)
     )
     return _group_answer(request, row, 201)
+
+
+@scim_view(("POST",))
+def groups_search(request: HttpRequest, token: ScimToken) -> HttpResponse:
+    return _searched(request, token, wire.GroupModel, selectors.groups_listed)
+
+
+@scim_view(("POST",))
+def root_search(request: HttpRequest, token: ScimToken) -> HttpResponse:
+    """A search of every resource type at once: not served (docs/decisions/scim.md); 501 is
+    RFC 7644 3.12's answer for an operation a server does not support."""
+    raise wire.ScimRefusal(501, "Search /Users/.search or /Groups/.search: not every type at once.")
 
 
 @scim_view(("GET", "PUT", "PATCH", "DELETE"))

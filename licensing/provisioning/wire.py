@@ -39,6 +39,9 @@ MAX_BODY = 1_000_000  # bytes; a body of a thousand members fits many times over
 MAX_MEMBERS = 1000  # members named by one request (Entra sends them by the hundred at most)
 MAX_RESULTS = 200  # a page's largest `count`
 MAX_FILTER = 1000  # characters of a filter
+MAX_TEXT = 255  # characters of a stored text (a name, an id, a member's display)
+MAX_ATTRIBUTES = 100  # names in a SearchRequest's attributes or excludedAttributes
+SEARCH_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:SearchRequest"
 
 UserModel = User[EnterpriseUser]
 GroupModel = Group
@@ -185,6 +188,41 @@ def _whole(value: str | None, name: str, default: int) -> int:
     if not value.isascii() or not value.lstrip("-").isdigit() or len(value) > 9:
         raise ScimRefusal(400, f"{name} is not a whole number.", "invalidValue")
     return max(int(value), 0)
+
+
+def search_query(data: dict[str, Any]) -> dict[str, str]:
+    """A SearchRequest body (RFC 7644 3.4.3) as the query parameters a GET list takes, so that
+    POST /.search goes through the same filter, paging and attribute selection as GET."""
+    schemas = data.get("schemas", [SEARCH_SCHEMA])
+    if not isinstance(schemas, list) or SEARCH_SCHEMA not in schemas:
+        raise ScimRefusal(400, f"The body's schemas must name {SEARCH_SCHEMA}.", "invalidSyntax")
+    query: dict[str, str] = {}
+    for name in ("attributes", "excludedAttributes"):
+        if data.get(name) is not None:
+            query[name] = _names(data[name], name)
+    if data.get("filter") is not None:
+        if not isinstance(data["filter"], str):
+            raise ScimRefusal(400, "filter is not a string.", "invalidFilter")
+        query["filter"] = data["filter"]
+    for name in ("startIndex", "count"):
+        value = data.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ScimRefusal(400, f"{name} is not a whole number.", "invalidValue")
+        query[name] = str(value)  # paging() refuses what is beyond nine digits
+    return query
+
+
+def _names(value: Any, name: str) -> str:
+    """attributes / excludedAttributes: a list of attribute names (or one comma-joined string,
+    as in a URL)."""
+    names = value if isinstance(value, list) else [value]
+    if len(names) > MAX_ATTRIBUTES:
+        raise ScimRefusal(400, f"More than {MAX_ATTRIBUTES} names in {name}.", "tooMany")
+    if not all(isinstance(item, str) and item and len(item) <= MAX_TEXT for item in names):
+        raise ScimRefusal(400, f"{name} is not a list of attribute names.", "invalidValue")
+    return ",".join(names)
 
 
 def list_body(resources: list[dict[str, Any]], total: int, start: int) -> dict[str, Any]:

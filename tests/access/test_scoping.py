@@ -20,6 +20,9 @@ from licensing.models import (
     JwtIssuer,
     License,
     LicenseType,
+    ScimGroup,
+    ScimToken,
+    ScimUser,
     Transaction,
     Wallet,
 )
@@ -39,6 +42,9 @@ SCOPED_MODELS = [
     Wallet,
     Transaction,
     BudgetAlert,
+    ScimToken,
+    ScimUser,
+    ScimGroup,
 ]
 FIELD_OF = {
     Institution: "institution",
@@ -50,6 +56,9 @@ FIELD_OF = {
     Wallet: "wallet",
     Transaction: "transaction",
     BudgetAlert: "budget_alert",
+    ScimToken: "scim_token",
+    ScimUser: "scim_user",
+    ScimGroup: "scim_group",
 }
 
 

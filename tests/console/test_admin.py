@@ -39,6 +39,9 @@ from licensing.models import (
     LtiIdentity,
     LtiLaunchState,
     LtiPlatform,
+    ScimGroup,
+    ScimToken,
+    ScimUser,
     SsoIdentity,
     Transaction,
     Wallet,
@@ -67,9 +70,10 @@ ADDABLE = {
     Colleague,
     Course,
     LtiPlatform,
+    ScimToken,
 }
 READ_ONLY = {EndUser, Wallet, Transaction, BudgetAlert, SsoIdentity, AuditEvent}
-READ_ONLY |= {LtiIdentity, LtiLaunchState}
+READ_ONLY |= {LtiIdentity, LtiLaunchState, ScimUser, ScimGroup}
 # Added on the course's page only (where the course services' checks run); changed or deleted
 # on their own pages too.
 ADDED_ON_THE_COURSE_PAGE = {CourseWindow, CourseMember, CourseTeacher}
@@ -233,7 +237,9 @@ def make_licensing(suffix: str) -> dict:
         threshold=800_000,
         limit=1_000_000,
     )
+    scim = make_scim(lic.institution, suffix)
     return {
+        **scim,
         "license": lic,
         "license_type": lic.license_type,
         "admin_profile": profile,
@@ -254,6 +260,30 @@ def make_licensing(suffix: str) -> dict:
         "end_user": user,
         "wallet": wallet,
         "transaction": txs[0],
+    }
+
+
+def make_scim(institution, suffix: str) -> dict:
+    """A SCIM token, a provisioned person and their group (as /scim/v2/ makes them)."""
+    token = ScimToken.objects.create(
+        institution=institution,
+        prefix=f"scim-{suffix}",
+        digest=hashlib.sha256(b"x" + suffix.encode()).hexdigest(),
+    )
+    person = get_user_model().objects.create_user(f"scim-{suffix}", email=f"p@{suffix}.example")
+    scim_user = ScimUser.objects.create(
+        institution=institution,
+        user=person,
+        user_name=f"pupil@{suffix}.example",
+        external_id=f"ext-{suffix}",
+        resource={"userName": f"pupil@{suffix}.example", "displayName": f"Pupil {suffix}"},
+    )
+    group = ScimGroup.objects.create(institution=institution, display_name=f"pupils-{suffix}")
+    group.members.add(scim_user)
+    return {
+        "scim_token": token,
+        "scim_user": scim_user,
+        "scim_group": group,
     }
 
 
@@ -300,10 +330,8 @@ def instance_of(objects, model):
 # --- every page renders ----------------------------------------------------------------------
 
 
-# Models with no admin page yet: SCIM's token, users and groups are changed by the scim_token
-# command and the identity system's pushes (/scim/v2/), SAML's used assertion ids by sign-ins;
-# their pages are issue 38's to add.
-NO_ADMIN_PAGE = {"ScimToken", "ScimUser", "ScimGroup", "SamlAssertionUse"}
+# Models with no admin page: SAML's used assertion ids (written by sign-ins, read by none).
+NO_ADMIN_PAGE = {"SamlAssertionUse"}
 
 
 def test_every_model_is_registered():
