@@ -19,8 +19,16 @@ from ..console.admin.base import (
     name_model,
 )
 from ..models import EndUser, ScimGroup, ScimToken, ScimUser
-from . import selectors
-from .services import do_create_scim_token, do_revoke_scim_tokens
+
+
+def _scim():
+    """The wing's services and selectors, imported on first use: they import scim2-models, which
+    a worker's start does not need (docs/architecture.md, "Start-up"; the admin is imported by
+    every process)."""
+    from . import selectors, services
+
+    return selectors, services
+
 
 name_model(ScimToken, _("SCIM token"), _("SCIM tokens"))
 name_model(ScimUser, _("SCIM user"), _("SCIM users"))
@@ -96,7 +104,8 @@ class ScimTokenAdmin(RefuseNulParamsMixin, ScopedAdminMixin, admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         if change:
             return  # nothing on a token's page is editable
-        token = do_create_scim_token(
+        selectors, services = _scim()
+        token = services.do_create_scim_token(
             institution=obj.institution,
             rotate=form.cleaned_data.get("rotate", False),
             actor="",
@@ -119,7 +128,7 @@ class ScimTokenAdmin(RefuseNulParamsMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     @admin.action(description=_("Revoke selected SCIM tokens"), permissions=["change"])
     def revoke(self, request, queryset):
-        count = do_revoke_scim_tokens(tokens=queryset, actor="", request=request)
+        count = _scim()[1].do_revoke_scim_tokens(tokens=queryset, actor="", request=request)
         self.message_user(
             request, _("%(n)s SCIM token(s) revoked.") % {"n": count}, messages.SUCCESS
         )
@@ -173,7 +182,7 @@ class ScimUserAdmin(RefuseNulParamsMixin, ReadOnlyAdminMixin, ScopedAdminMixin, 
 
     @admin.display(description=_("display name"))
     def display_name(self, obj):
-        return selectors.member_display(obj)
+        return _scim()[0].member_display(obj)
 
     @admin.display(description=_("e-mail"))
     def email(self, obj):
@@ -220,7 +229,7 @@ class ScimGroupAdmin(RefuseNulParamsMixin, ReadOnlyAdminMixin, ScopedAdminMixin,
     @admin.display(description=_("members"))
     def member_list(self, obj):
         rows = [
-            (reverse("admin:licensing_scimuser_change", args=[m.pk]), selectors.member_display(m))
+            (reverse("admin:licensing_scimuser_change", args=[m.pk]), _scim()[0].member_display(m))
             for m in obj.members.all()
         ]
         return format_html_join(", ", '<a href="{}">{}</a>', rows) or "-"
