@@ -7,6 +7,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxLengthValidator
 from django.http import Http404, JsonResponse
 from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
@@ -196,7 +197,8 @@ class SamlProviderForm(MappingChecks):
         self.fields["issuer"].required = False
         self.fields["saml_metadata_url"].required = False
         self.fields["saml_metadata_xml"].required = False
-        self.fields["saml_metadata_xml"].max_length = MAX_METADATA
+        # What configure_saml reads of a file at most (the model's TextField has no limit).
+        self.fields["saml_metadata_xml"].validators.append(MaxLengthValidator(MAX_METADATA))
 
     def clean(self):
         cleaned = super().clean()

@@ -164,4 +164,3 @@ def test_federation_signed_metadata_accepted_and_tampering_refused(alpha, idp):
     with pytest.raises(saml.SamlError) as caught:
         saml.checked_metadata(alpha.provider, forged)
     assert caught.value.reason == "metadata_signature"
-
