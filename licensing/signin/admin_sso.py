@@ -43,20 +43,23 @@ name_model(IdentityProvider, _("identity provider (SSO)"), _("identity providers
 name_model(SsoIdentity, _("SSO identity"), _("SSO identities"))
 
 
+def _mapping_lists_clean(form, cleaned: dict) -> None:
+    """The group lists and the e-mail domains as the services store them, each refusal on its
+    field (a function of the form, not a method: the steps are tested on a stand-in form)."""
+    for name in GROUP_FIELDS:
+        try:
+            cleaned[name] = validate_groups(cleaned.get(name), name.replace("_", " "))
+        except ValidationError as exc:
+            form.add_error(name, exc)
+    try:
+        cleaned["email_domains"] = validate_domains(cleaned.get("email_domains") or "")
+    except ValidationError as exc:
+        form.add_error("email_domains", exc)
+
+
 class MappingChecks(AdminModelFormMixin, forms.ModelForm):
     """The base of both protocols' forms: the checks of the options they share (groups, e-mail
     domains, the student license, the access rules), each refusal on its own field."""
-
-    def _clean_mapping_lists(self, cleaned: dict) -> None:
-        for name in GROUP_FIELDS:
-            try:
-                cleaned[name] = validate_groups(cleaned.get(name), name.replace("_", " "))
-            except ValidationError as exc:
-                self.add_error(name, exc)
-        try:
-            cleaned["email_domains"] = validate_domains(cleaned.get("email_domains") or "")
-        except ValidationError as exc:
-            self.add_error("email_domains", exc)
 
     def _clean_rules(self, cleaned: dict) -> None:
         """Group mappings, when any is set, are the rules (the model writes them); else the
@@ -131,7 +134,7 @@ class IdentityProviderForm(MappingChecks):
                 cleaned["issuer"] = validate_issuer(cleaned["issuer"])
         except ValidationError as exc:
             self.add_error("issuer", exc)
-        self._clean_mapping_lists(cleaned)
+        _mapping_lists_clean(self, cleaned)
 
 
 # SamlSource's fields as the SAML form names them (a refusal is shown on its field).
@@ -202,7 +205,7 @@ class SamlProviderForm(MappingChecks):
 
     def clean(self):
         cleaned = super().clean()
-        self._clean_mapping_lists(cleaned)
+        _mapping_lists_clean(self, cleaned)
         self._clean_license(cleaned)
         self._clean_rules(cleaned)
         self._clean_source(cleaned)
