@@ -1,6 +1,8 @@
-"""Single sign-on in the admin (docs/sso.md): identity providers (superusers only; the client
-secret write-only, encrypted at rest; saved through licensing.signin.sso, like the
-configure_sso command) and SSO identities (read-only: made at sign-in)."""
+"""Single sign-on in the admin (docs/sso.md, docs/saml.md): identity providers (superusers only;
+OpenID Connect's client secret write-only, encrypted at rest, saved through licensing.signin.sso
+like the configure_sso command; SAML 2.0's metadata checked and saved through
+licensing.signin.saml like configure_saml, the protocol chosen on the add page) and SSO
+identities (read-only: made at sign-in)."""
 
 from __future__ import annotations
 
