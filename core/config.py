@@ -258,6 +258,10 @@ class Config(BaseSettings):
         "http://127.0.0.1:8000",
         description="the gateway's URL as browsers reach it (SSO redirect URIs are built on it)",
     )
+    GATEWAY_XMLSEC1: Annotated[str, EmptyIsDefault] = Field(
+        "/usr/bin/xmlsec1",
+        description="the xmlsec1 program SAML sign-in checks signatures with (docs/saml.md)",
+    )
     GATEWAY_METRICS: Annotated[bool, EmptyIsDefault] = Field(
         True, description="off: nothing recorded, /metrics answers 404"
     )

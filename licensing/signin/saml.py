@@ -40,6 +40,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 from django.utils.translation import gettext_noop
 from saml2 import BINDING_HTTP_POST, BINDING_HTTP_REDIRECT
 from saml2.client import Saml2Client
@@ -64,7 +65,6 @@ METADATA_RETRY = 60  # seconds between two failed fetches
 SLACK = 120  # seconds of clock difference accepted with the IdP
 MAX_VALUES = 200  # values of one attribute looked at
 MAX_VALUE_LENGTH = 255
-XMLSEC = os.environ.get("GATEWAY_XMLSEC1", "/usr/bin/xmlsec1")
 
 # pysaml2 reads the SP's private key from its file each time a client is configured (several
 # times a sign-in), and cryptography checks an RSA key's consistency on every load: ~0.17 s of
@@ -283,7 +283,9 @@ def _files(contents: dict[str, str]) -> Iterator[dict[str, str]]:
 
 def _bare_config() -> SPConfig:
     config = SPConfig()
-    config.load({"entityid": "urn:gateway:metadata-check", "xmlsec_binary": XMLSEC})
+    config.load(
+        {"entityid": "urn:gateway:metadata-check", "xmlsec_binary": get_config().GATEWAY_XMLSEC1}
+    )
     return config
 
 
@@ -310,7 +312,7 @@ def _sp_settings(provider: IdentityProvider, paths: dict[str, str], idp_metadata
         "key_file": paths["sp.key"],
         "cert_file": paths["sp.pem"],
         "encryption_keypairs": [{"key_file": paths["sp.key"], "cert_file": paths["sp.pem"]}],
-        "xmlsec_binary": XMLSEC,
+        "xmlsec_binary": get_config().GATEWAY_XMLSEC1,
         "allow_unknown_attributes": True,
         "accepted_time_diff": SLACK,
         "delete_tmpfiles": True,
@@ -566,7 +568,7 @@ def claims_of(provider: IdentityProvider, ava: dict[str, Any]) -> dict[str, Any]
     return claims
 
 
-# --- configuration (the command; the admin's form later) -------------------------------------
+# --- configuration (the command and the admin's form) -----------------------------------------
 
 
 @dataclass(frozen=True)
@@ -579,9 +581,84 @@ class SamlSource:
     federation_cert: str = ""
 
 
-def _entity_id_of(source: SamlSource, text: str) -> str:
+@dataclass(frozen=True)
+class CheckedSource:
+    """A source whose metadata passed `saml_source_checked`: the text and the IdP's entityID
+    saml_provider_configure stores (the admin's form checks first, then saves what it checked)."""
+
+    source: SamlSource
+    text: str
+    entity_id: str
+
+
+def _refused(field: str, message, **params) -> ValidationError:
+    """A refusal about one of SamlSource's fields: the form shows it on that field, the
+    command prints it."""
+    return ValidationError({field: ValidationError(message, params=params or None)})
+
+
+def saml_source_checked(source: SamlSource) -> CheckedSource:
+    """The metadata fetched through the outbound guard (or as given), parsed without any DTD,
+    describing the named IdP (or exactly one), signed by the federation when its certificate
+    is given. ValidationError keyed by the SamlSource field at fault."""
+    if bool(source.metadata_url) == bool(source.metadata_xml):
+        raise _refused("metadata_url", _("Give the metadata URL or the metadata XML, one of them."))
+    where = "metadata_url" if source.metadata_url else "metadata_xml"
+    if source.federation_cert:
+        _certificate_check(source.federation_cert)
+    text = _metadata_text(source, where)
+    entity_id = _entity_id_of(source, text, where)
+    probe = IdentityProvider(issuer=entity_id, saml_federation_cert=source.federation_cert)
+    try:
+        checked_metadata(probe, text)
+    except SamlError as exc:
+        field = "entity_id" if source.entity_id else where
+        if exc.reason == "metadata_signature":
+            field = "federation_cert"
+        raise _refused(field, _(exc.message)) from exc  # the messages are marked where raised
+    return CheckedSource(source, text, entity_id)
+
+
+def _certificate_check(pem: str) -> None:
+    try:
+        x509.load_pem_x509_certificate(pem.encode("utf-8"))
+    except ValueError as exc:  # UnicodeEncodeError is a ValueError
+        raise _refused(
+            "federation_cert", _("The federation certificate is not a PEM certificate.")
+        ) from exc
+
+
+def _metadata_text(source: SamlSource, where: str) -> str:
+    text = source.metadata_xml
+    if source.metadata_url:
+        try:
+            validate_outbound_url(source.metadata_url)
+            text = metadata_cache.fetch(source.metadata_url)
+        except Refused as exc:
+            raise _refused(
+                "metadata_url", _("The metadata URL is refused: %(reason)s"), reason=exc.message
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise _refused("metadata_url", _("The metadata at this URL is not UTF-8.")) from exc
+    if not is_storable_text(text):
+        raise _refused(where, _("The metadata holds a NUL or a lone surrogate."))
+    try:
+        safe_xml(text, "IdP metadata")
+    except SamlError as exc:
+        raise _refused(
+            where, _("The metadata is not acceptable XML (a DTD or entities are refused).")
+        ) from exc
+    return text
+
+
+def _entity_id_of(source: SamlSource, text: str, where: str) -> str:
+    from . import sso
+
     if source.entity_id:
-        return source.entity_id
+        try:
+            return sso._text(source.entity_id, "The entityID", 500, required=True)
+        except ValidationError as exc:
+            raise ValidationError({"entity_id": exc.messages}) from exc
     root = safe_xml(text, "IdP metadata")
     idps = [
         e.get("entityID", "")
@@ -589,48 +666,38 @@ def _entity_id_of(source: SamlSource, text: str) -> str:
         if e.find(f"{{{NS_METADATA}}}IDPSSODescriptor") is not None
     ]
     if len(idps) != 1:
-        raise ValidationError(
-            f"The metadata describes {len(idps)} IdPs: name the one with --entity-id"
+        field = "entity_id" if idps else where
+        raise _refused(
+            field,
+            _("The metadata describes %(count)s IdPs: give the entity id of yours."),
+            count=len(idps),
         )
-    return idps[0]
-
-
-def _metadata_text(source: SamlSource) -> str:
-    if source.metadata_url:
-        try:
-            validate_outbound_url(source.metadata_url)
-            return metadata_cache.fetch(source.metadata_url)
-        except Refused as exc:
-            raise ValidationError(f"The metadata URL is refused: {exc.message}") from exc
-    return source.metadata_xml
+    return idps[0][:500]
 
 
 def saml_provider_configure(
-    *, institution, source: SamlSource, mapping: dict[str, Any], actor=None, request=None
+    *,
+    institution,
+    source: SamlSource,
+    mapping: dict[str, Any],
+    checked: CheckedSource | None = None,
+    actor=None,
+    request=None,
 ) -> IdentityProvider:
-    """Create or update the institution's provider as a SAML one: the metadata checked (it
-    describes the IdP, signed by the federation when its certificate is given), the SP's key
-    pair made once. `mapping` holds configure_sso's role and license options."""
+    """Create or update the institution's provider as a SAML one: the source checked by
+    `saml_source_checked` (unless `checked` is its verdict on this very source), the SP's key
+    pair made once. `mapping` holds configure_sso's role, license and rules options."""
     from . import sso
 
-    if bool(source.metadata_url) == bool(source.metadata_xml):
-        raise ValidationError("Give the metadata URL or the metadata file, one of them")
-    try:
-        text = _metadata_text(source)
-        entity_id = sso._text(_entity_id_of(source, text), "The entityID", 500, required=True)
-    except SamlError as exc:
-        raise ValidationError(exc.message) from exc
+    if checked is None or checked.source != source:
+        checked = saml_source_checked(source)
     with transaction.atomic():
-        provider, created = sso._provider_for_update(institution, entity_id)
+        provider, created = sso._provider_for_update(institution, checked.entity_id)
         provider.protocol = IdentityProvider.Protocol.SAML
-        provider.issuer, provider.client_id = entity_id, ""
+        provider.issuer, provider.client_id = checked.entity_id, ""
         provider.saml_metadata_url = source.metadata_url
-        provider.saml_metadata_xml = "" if source.metadata_url else text
+        provider.saml_metadata_xml = "" if source.metadata_url else checked.text
         provider.saml_federation_cert = source.federation_cert
-        try:
-            checked_metadata(provider, text)
-        except SamlError as exc:
-            raise ValidationError(exc.message) from exc
         if not provider.saml_sp_cert:
             provider.saml_sp_key, provider.saml_sp_cert = sp_key_pair_new(institution.name)
         mapped = sso.provider_mapping_set(provider, mapping, institution=institution)
@@ -645,5 +712,5 @@ def saml_provider_configure(
             command="manage.py configure_saml",
         )
     metadata_cache.clear()
-    logger.info("SAML provider %s for %s: %s", provider.pk, institution, entity_id)
+    logger.info("SAML provider %s for %s: %s", provider.pk, institution, checked.entity_id)
     return provider

@@ -18,8 +18,6 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_SETTINGS = {
     "GATEWAY_KEY": "the API key the docs' client examples read from their own environment",
     "GATEWAY_SCHEMATHESIS_EXAMPLES": "a knob of the test suite (tests/api/test_schemathesis.py)",
-    # To move into core.config.Config (issue 38's notes): read where pysaml2 is set up.
-    "GATEWAY_XMLSEC1": "the xmlsec1 program's path, read by licensing/signin/saml.py",
 }
 # Defaults the docs say in words rather than as the value.
 IN_WORDS = {
