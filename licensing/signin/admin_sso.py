@@ -6,6 +6,8 @@ identities (read-only: made at sign-in)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
@@ -21,15 +23,6 @@ from core.crypto import Sealed
 from ..console.admin.base import name_model
 from ..models import IdentityProvider, SsoIdentity
 from .access_rules import rules_table_html, try_rules, validate_rules
-from .saml import (
-    MAX_METADATA,
-    CheckedSource,
-    SamlSource,
-    acs_url_of,
-    saml_provider_configure,
-    saml_source_checked,
-    sp_entity_id,
-)
 from .sso import (
     identity_provider_configure,
     redirect_uri_of,
@@ -37,6 +30,18 @@ from .sso import (
     validate_groups,
     validate_issuer,
 )
+
+if TYPE_CHECKING:
+    from .saml import CheckedSource
+
+
+def _saml():
+    """licensing.signin.saml, imported on first use: it imports pysaml2, which a worker's start
+    does not need (the admin is imported by every process; docs/architecture.md, "Start-up")."""
+    from . import saml
+
+    return saml
+
 
 GROUP_FIELDS = ("admin_groups", "reviewer_groups", "teacher_groups", "student_groups")
 
@@ -203,7 +208,7 @@ class SamlProviderForm(MappingChecks):
         self.fields["saml_metadata_url"].required = False
         self.fields["saml_metadata_xml"].required = False
         # What configure_saml reads of a file at most (the model's TextField has no limit).
-        self.fields["saml_metadata_xml"].validators.append(MaxLengthValidator(MAX_METADATA))
+        self.fields["saml_metadata_xml"].validators.append(MaxLengthValidator(_saml().MAX_METADATA))
 
     def clean(self):
         cleaned = super().clean()
@@ -216,14 +221,14 @@ class SamlProviderForm(MappingChecks):
     def _clean_source(self, cleaned: dict) -> None:
         if any(name in self.errors for name in SOURCE_FIELDS.values()):
             return  # a field already refused (too long, a NUL): nothing to fetch
-        source = SamlSource(
+        source = _saml().SamlSource(
             metadata_url=cleaned.get("saml_metadata_url") or "",
             metadata_xml=cleaned.get("saml_metadata_xml") or "",
             entity_id=cleaned.get("issuer") or "",
             federation_cert=cleaned.get("saml_federation_cert") or "",
         )
         try:
-            self.checked = saml_source_checked(source)
+            self.checked = _saml().saml_source_checked(source)
         except ValidationError as exc:
             for key, errors in exc.error_dict.items():
                 self.add_error(SOURCE_FIELDS[key], errors)
@@ -330,11 +335,11 @@ class IdentityProviderAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("SP metadata URL (the SP's entity id)"))
     def saml_sp_metadata_url(self, obj):
-        return sp_entity_id(obj.pk) if obj.pk else "-"
+        return _saml().sp_entity_id(obj.pk) if obj.pk else "-"
 
     @admin.display(description=_("assertion consumer service (HTTP-POST)"))
     def saml_acs_url(self, obj):
-        return acs_url_of(obj.pk) if obj.pk else "-"
+        return _saml().acs_url_of(obj.pk) if obj.pk else "-"
 
     @admin.display(description=_("the rules, in order"))
     def rules_table(self, obj):
@@ -377,7 +382,7 @@ class IdentityProviderAdmin(admin.ModelAdmin):
         data = form.cleaned_data
         assert form.checked is not None  # a valid SamlProviderForm has checked its source
         mapping = {name: data.get(name) for name in (*GROUP_FIELDS, "student_license")}
-        return saml_provider_configure(
+        return _saml().saml_provider_configure(
             institution=data.get("institution") or obj.institution,
             source=form.checked.source,
             checked=form.checked,
