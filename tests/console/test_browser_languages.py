@@ -175,6 +175,11 @@ def test_every_page_in_german(server, page):
     audit = admin + "licensing/auditevent/"
     check(page, audit, "audit-log", "Als CSV exportieren", data="td.field-what")
     check(page, admin + f"licensing/course/{ids['course']}/change/", "course-admin", "Kontingent")
+    # SCIM provisioning (docs/scim.md): the tokens, and who and which groups were provisioned.
+    check(page, admin + "licensing/scimtoken/", "scim-tokens", "SCIM-Token")
+    check(page, admin + "licensing/scimtoken/add/", "scim-token-add", "SCIM-Token")
+    check(page, admin + "licensing/scimuser/", "scim-users", "SCIM-Benutzer")
+    check(page, admin + "licensing/scimgroup/", "scim-groups", "SCIM-Gruppe")
     page.click("#logout-form button")
 
     # The teacher: the course in the admin and in the portal.
