@@ -66,7 +66,9 @@ class IdentityProvider(models.Model):
         help_text=_("Comma-separated e-mail domains: the login page finds the institution by them"),
     )
     sso_only = models.BooleanField(
-        default=False, help_text=_("Refuse local passwords for this institution's users")
+        _("SSO only"),
+        default=False,
+        help_text=_("Refuse local passwords for this institution's users"),
     )
     # SAML 2.0 only (docs/saml.md): the IdP's metadata from a URL (fetched through the
     # outbound guard, refreshed) or as stored XML; its signature checked with the federation's

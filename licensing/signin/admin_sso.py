@@ -369,6 +369,21 @@ class IdentityProviderAdmin(admin.ModelAdmin):
             context["protocol_chosen"] = IdentityProvider.Protocol.SAML if saml else "oidc"
         return super().render_change_form(request, context, add, change, form_url, obj)
 
+    def response_add(self, request, obj, post_url_continue=None):
+        return self._add_another_keeps_protocol(request, obj, super().response_add(request, obj))
+
+    def response_change(self, request, obj):
+        return self._add_another_keeps_protocol(request, obj, super().response_change(request, obj))
+
+    def _add_another_keeps_protocol(self, request, obj, response):
+        """ "Save and add another" on a SAML provider's page opens the SAML add page (the admin's
+        redirect goes to the add page's bare path; from the add page it keeps the query)."""
+        saml = obj.protocol == IdentityProvider.Protocol.SAML
+        location = response.get("Location", "")
+        if "_addanother" in request.POST and saml and "protocol=saml" not in location:
+            response["Location"] = location + ("&" if "?" in location else "?") + "protocol=saml"
+        return response
+
     def save_model(self, request, obj, form, change):
         if isinstance(form, SamlProviderForm):
             saved = self._saml_save(request, obj, form)

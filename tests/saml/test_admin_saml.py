@@ -114,6 +114,20 @@ def test_add_by_metadata_url(root, gamma, idp):
     assert provider.saml_metadata_url == idp.entity_id and provider.saml_metadata_xml == ""
 
 
+def test_save_and_add_another_opens_the_saml_add_page_again(root, gamma, idp):
+    answer = root.post(ADD_SAML, form(gamma, saml_metadata_url=idp.entity_id, _addanother="1"))
+    assert answer.status_code == 302, answer.content[:3000]
+    assert answer["Location"] == ADD_SAML
+    provider = IdentityProvider.objects.get()
+    changed = form(gamma, saml_metadata_url=idp.entity_id, _addanother="1")
+    del changed["institution"]
+    answer = root.post(change_url(provider) + "?_changelist_filters=active__exact%3D1", changed)
+    assert answer.status_code == 302, answer.content[:3000]
+    assert answer["Location"].startswith(ADD + "?_changelist_filters=")
+    assert answer["Location"].endswith("&protocol=saml")
+    assert 'value="saml" checked' in root.get(answer["Location"]).content.decode()
+
+
 @pytest.mark.parametrize(
     "url", ["http://169.254.169.254/metadata", "http://10.0.0.1/idp.xml", "ftp://idp.example/"]
 )

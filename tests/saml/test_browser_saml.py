@@ -14,7 +14,14 @@ import pytest
 from fake_upstreams.saml_idp import SamlIdpFake
 from fake_upstreams.server import FakeServer
 from tests import browser as browser_helpers
-from tests.browser import BROWSER_TEST, assert_accessible, browser_page, running_server, shot
+from tests.browser import (
+    BROWSER_TEST,
+    assert_accessible,
+    browser_page,
+    running_server,
+    shot,
+    tab_to,
+)
 from tests.ports import run_script_ports
 
 pytestmark = BROWSER_TEST
@@ -97,3 +104,52 @@ def test_an_unsigned_answer_is_refused(server, idp, page):
         assert "/admin/login/" in page.url
     finally:
         idp.tamper = None
+
+
+@pytest.fixture
+def other_idp():
+    server = FakeServer(SamlIdpFake())
+    server.start()
+    yield server.app
+    server.stop()
+
+
+def test_a_superuser_adds_a_saml_provider_in_the_admin(server, other_idp, page):
+    """The admin's SAML form, as a superuser uses it: the protocol chosen by keyboard, a refusal
+    shown on its field, the provider saved from pasted metadata, and what to give the IdP on its
+    page; each page passes axe."""
+    server.manage("create_license", "Other students", "--institution", "Other school",
+                  "--limit", "1000", "--period", "monthly", "--strategy", "per_user")  # fmt: skip
+    page.context.clear_cookies()
+    browser_helpers.login(page, server, "admin", server.admin_password())
+    page.goto(server.url + "/admin/licensing/identityprovider/add/")
+    assert page.locator("#id_client_id").count() == 1  # OpenID Connect first
+    page.focus("#protocol-choice input[value=saml]")
+    page.keyboard.press("Space")
+    tab_to(page, "#protocol-choice button")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/identityprovider/add/?protocol=saml")
+    assert page.locator("#id_client_id").count() == 0
+    assert_accessible(page, "the SAML add page")
+
+    browser_helpers.pick(page, "id_institution", "Other school")
+    browser_helpers.pick(page, "id_student_license", "Other students")
+    page.fill("#id_saml_metadata_url", "http://169.254.169.254/metadata")
+    page.fill("#id_student_groups", '["student"]')
+    page.click("input[name=_save]")
+    error = page.locator(".field-saml_metadata_url .errorlist")
+    assert "refused" in error.inner_text()
+    shot(page, "saml-03-admin-refused-url")
+    assert_accessible(page, "the SAML add page with a refused metadata URL")
+
+    page.fill("#id_saml_metadata_url", "")
+    page.fill("#id_saml_metadata_xml", httpx.get(other_idp.entity_id, timeout=10).text)
+    page.click("input[name=_continue]")
+    page.wait_for_selector(".field-saml_sp_metadata_url")
+    sp_metadata = page.inner_text(".field-saml_sp_metadata_url .readonly")
+    assert sp_metadata.startswith(server.url + "/sso/") and sp_metadata.endswith("/metadata/")
+    assert "/saml/acs/" in page.inner_text(".field-saml_acs_url .readonly")
+    assert "PRIVATE KEY" not in page.content()
+    assert httpx.get(sp_metadata, timeout=10).status_code == 200
+    shot(page, "saml-04-admin-saved")
+    assert_accessible(page, "a saved SAML provider's page")
