@@ -147,6 +147,11 @@ class Operation:
             tags=tags,
         )
 
+    def with_instructions(self, body, text: str):
+        """`body` with a course's instructions put in (licensing.courses.instructions); as it is
+        for an operation that takes none."""
+        return body
+
     def check_policy(self, policy: Policy, body) -> None:
         """Start of step 7, after the service's own rules (step 6): what else of the policy the
         request needs, a 400 (a Responses request's hosted `web_search` tool needs the
@@ -226,12 +231,7 @@ async def _admit(call: Call, operation: Operation, pin) -> tuple[Catalog, Guardr
     """Steps 5 to 8; `call.stage` names the step that refused (its ledger error code)."""
     principal, body = call.principal, call.body
     license = principal.license
-    # Fair use, before the budget (decisions.md); nothing to do without limits.
-    limits = license.policy.limits if license.policy is not None else None
-    if limits is not None:
-        call.stage = _FAIR_USE
-        call.fair_use = fairuse.window_of(limits, license.id, principal.holder)
-        await fairuse.admit(call.fair_use)
+    await _fair_use(call)
     if type(principal) is FrontEndPrincipal:
         call.stage = _POLICY
         principal, body = _act_in_course(call, principal)
@@ -247,12 +247,14 @@ async def _admit(call: Call, operation: Operation, pin) -> tuple[Catalog, Guardr
     )
     # 6: a course member's course rules at this instant, then the policy in force.
     call.stage = _POLICY
-    course_policy = await _course_gate(principal) if principal.course_id is not None else None
+    course_policy, instructions = await _course_gate(principal)
     policy = _policy_in_force(principal, course_policy)
     service_policy = policy.check_request(operation.service, call.body_fields)
     # 7
     call.stage = _SELECTION
     operation.check_policy(policy, body)  # 400: what else of the policy the request needs
+    if instructions:  # sent and paid for; the policy and the guardrails judge the client's text
+        call.body = operation.with_instructions(body, instructions)
     catalog = await current_catalog()
     call.routes = _routes(call, operation, catalog, pin, service_policy.providers, policy)
     call.route = call.routes.first
@@ -268,6 +270,17 @@ async def _admit(call: Call, operation: Operation, pin) -> tuple[Catalog, Guardr
         raise ServiceUnavailable(reason="the database is down and the ledger spool is unwritable")
     call.stage = None
     return catalog, guardrails
+
+
+async def _fair_use(call: Call) -> None:
+    """Fair use, before the budget (decisions.md): 429 over a limit; nothing to do without."""
+    principal = call.principal
+    license = principal.license
+    limits = license.policy.limits if license.policy is not None else None
+    if limits is not None:
+        call.stage = _FAIR_USE
+        call.fair_use = fairuse.window_of(limits, license.id, principal.holder)
+        await fairuse.admit(call.fair_use)
 
 
 def _act_in_course(call: Call, principal: FrontEndPrincipal) -> tuple[Principal, Any]:
@@ -352,16 +365,18 @@ async def _answer(
     return operation.render(result, remaining)
 
 
-async def _course_gate(principal: Principal) -> Policy | None:
+async def _course_gate(principal: Principal) -> tuple[Policy | None, str]:
     """A course member's course rules at this instant (licensing.courses.rules): 403 when the
     course is closed, has paused them or is in exam mode without an exam policy; else the policy
-    in force for them (the course's overlay or exam policy applied), or None (the license
-    type's as is)."""
-    assert principal.course_id is not None
+    in force for them (the course's overlay or exam policy applied, or None: the license type's
+    as is) and the course's instructions ("" for none, and for a request outside a course)."""
+    if principal.course_id is None:
+        return None, ""
     rules = await course_rules_async(principal.course_id)
     if rules is None:  # deleted under a cached credential: its keys go with it
         raise PolicyDenied("the course of this credential no longer exists", param=None)
-    return course_rules.course_gate(rules, now=clock.utcnow(), end_user_id=principal.end_user_id)
+    now, end_user_id = clock.utcnow(), principal.end_user_id
+    return course_rules.course_gate(rules, now=now, end_user_id=end_user_id), rules.instructions
 
 
 def _residency(call: Call) -> frozenset[str]:

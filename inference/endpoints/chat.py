@@ -7,13 +7,14 @@ from ninja import Router
 from catalog.routing import Route
 from core.errors import BadRequest
 from core.jsonio import json_response
+from licensing.courses import instructions as course_instructions
 
 from .. import pipeline
 from ..billing import Usage, credits_for
 from ..providers import adapter_for
 from ..providers import usage as usage_formats
 from ..providers.base import ChatProvider, malformed
-from ..schemas.chat import PART_MODALITY, ChatCompletionRequest, InputSchemaTool
+from ..schemas.chat import PART_MODALITY, ChatCompletionRequest, InputSchemaTool, SystemMessage
 from ..schemas.common import SSE_RESPONSE, error_responses
 from ..streaming import ChatSSE, ProviderStream, answer_id
 
@@ -87,6 +88,10 @@ class ChatCompletions(TextGeneration, endpoint="chat_completions"):
                 for part in content:
                     if part.type == "text":
                         yield part.text
+
+    def with_instructions(self, body: ChatCompletionRequest, text: str) -> ChatCompletionRequest:
+        first = SystemMessage.model_validate(course_instructions.system_message(text))
+        return body.model_copy(update={"messages": [first, *body.messages]})
 
     def prepare(self, route: Route, body: ChatCompletionRequest) -> None:
         modalities = {

@@ -7,6 +7,7 @@ from ninja import Router
 from catalog.models import HOSTED_SEARCH
 from catalog.routing import Route
 from core.errors import BadRequest
+from licensing.courses import instructions as course_instructions
 from licensing.rules.policy import Policy
 
 from .. import pipeline
@@ -86,6 +87,10 @@ class Responses(TextGeneration, endpoint="responses"):
             if isinstance(item, ReasoningItem):
                 yield from (part.text for part in item.summary)
                 yield from (part.text for part in item.content or ())
+
+    def with_instructions(self, body: ResponseRequest, text: str) -> ResponseRequest:
+        joined = course_instructions.joined(text, body.instructions)
+        return body.model_copy(update={"instructions": joined})
 
     def check_policy(self, policy: Policy, body: ResponseRequest) -> None:
         """The hosted web search is the gateway's `web_search` service asked through a tool:

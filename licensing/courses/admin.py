@@ -320,12 +320,14 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     TEACHER_READ_ONLY = ("license", "code", "active")
     MONEY_FIELDSET = _("Allowance and pool")
     EXAM_FIELDSET = _("Exam mode")
+    INSTRUCTIONS_FIELDSET = _("Instructions for the assistant")
 
     def get_fieldsets(self, request, obj=None):
         if obj is None:
             return (
                 (None, {"fields": ("license", "code", "name")}),
                 (self.MONEY_FIELDSET, {"fields": ("allowance", "allowance_period", "pool_limit")}),
+                (self.INSTRUCTIONS_FIELDSET, {"fields": ("instructions",)}),
                 (_("Overlay and exam policy as JSON"), {"fields": ("policy", "exam_policy")}),
             )
         return (
@@ -334,6 +336,7 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                 {"fields": ("code", "name", "license", "institution", "time_zone", "active")},
             ),
             (self.MONEY_FIELDSET, {"fields": ("allowance", "allowance_period", "pool_limit")}),
+            (self.INSTRUCTIONS_FIELDSET, {"fields": ("instructions",)}),
             (
                 _("Overlay as JSON"),
                 {
@@ -411,6 +414,7 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
                 allowance=data.get("allowance"),
                 allowance_period=data.get("allowance_period") or Course.Period.DAY,
                 pool_limit=data.get("pool_limit"),
+                instructions=data.get("instructions") or "",
                 policy=data.get("policy") or {},
                 exam_policy=data.get("exam_policy") or None,
                 request=request,

@@ -186,6 +186,7 @@ class CourseSerializer(StrictSerializer, InstantModelSerializer):
             "allowance",
             "allowance_period",
             "pool_limit",
+            "instructions",
             "policy",
             "exam_mode",
             "exam_policy",

@@ -8,10 +8,11 @@ from datetime import datetime
 
 from core.errors import PolicyDenied, ServiceUnavailable
 
-from ..console.policy_try import _denied, _finite, try_request
+from ..console.policy_try import _denied, _finite, _strict_loads, try_request
 from ..models import Course
 from ..rules.policy import PolicyDocumentError
-from .rules import course_document, course_gate, exam_document, in_exam, next_opening
+from .instructions import SERVICES, instructed
+from .rules import CourseRules, course_document, course_gate, exam_document, in_exam, next_opening
 from .selectors import course_rules
 
 
@@ -19,24 +20,15 @@ def course_try_request(course: Course, service: str, body_text: str, *, now: dat
     """The panel's answer for a course at `now`, judged as the pipeline judges a request by a
     course key without a student: the course's gate first (closed, exam mode with every service
     off), then the policy in force (the exam policy, the overlay on the license type's policy,
-    or the license type's as is). `decided_by` names which of these decided."""
+    or the license type's as is). `decided_by` names which of these decided; `sent`, for an
+    allowed chat or responses body in a course with instructions, is the body as the provider
+    gets it."""
     rules = course_rules(course.pk)
     if rules is None:
         return {"outcome": "error", "status": 404, "message": "The course no longer exists"}
-    try:
-        course_gate(rules, now=now, end_user_id=None)
-    except PolicyDenied as exc:
-        if not rules.active:
-            why = "the course is inactive"
-        elif rules.access_windows and not any(s <= now < e for s, e in rules.access_windows):
-            opening = next_opening(rules, now)
-            why = "outside every access window" + ("" if opening else " (and none is to come)")
-        else:
-            switch = "the exam switch is on" if rules.exam_mode else "an exam window is open"
-            why = f"exam mode ({switch}) with every service off"
-        return _finite(_denied(exc, rule=f"course '{rules.code}': {why}"))
-    except ServiceUnavailable as exc:
-        return {"outcome": "error", "status": 503, "message": str(exc.reason)}
+    refused = _gate_refusal(rules, now)
+    if refused is not None:
+        return refused
     base = course.license.license_type.policy
     try:
         document = course_document(base, course.policy)
@@ -51,4 +43,27 @@ def course_try_request(course: Course, service: str, body_text: str, *, now: dat
         return {"outcome": "error", "status": 503, "message": f"Cannot be evaluated: {exc}"}
     result = try_request(document, service, body_text)
     result["decided_by"] = source
+    if result["outcome"] == "allowed" and rules.instructions and service in SERVICES:
+        # What the provider is sent: the body with the course's instructions put in.
+        result["sent"] = _finite(instructed(service, _strict_loads(body_text), rules.instructions))
     return result
+
+
+def _gate_refusal(rules: CourseRules, now: datetime) -> dict | None:
+    """The panel's answer when the course's gate refuses at `now` (closed, exam mode with every
+    service off, an exam policy that cannot be evaluated); None when it lets the body through."""
+    try:
+        course_gate(rules, now=now, end_user_id=None)
+    except PolicyDenied as exc:
+        if not rules.active:
+            why = "the course is inactive"
+        elif rules.access_windows and not any(s <= now < e for s, e in rules.access_windows):
+            opening = next_opening(rules, now)
+            why = "outside every access window" + ("" if opening else " (and none is to come)")
+        else:
+            switch = "the exam switch is on" if rules.exam_mode else "an exam window is open"
+            why = f"exam mode ({switch}) with every service off"
+        return _finite(_denied(exc, rule=f"course '{rules.code}': {why}"))
+    except ServiceUnavailable as exc:
+        return {"outcome": "error", "status": 503, "message": str(exc.reason)}
+    return None

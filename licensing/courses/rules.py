@@ -45,6 +45,8 @@ class CourseRules:
     policy: Policy | None = None
     policy_broken: bool = False  # the overlay cannot be evaluated (503)
     name: str = ""  # shown (GET /v1/license, the portal), never decided on
+    # Put before every chat and responses request of its members (licensing.courses.instructions).
+    instructions: str = ""
 
 
 def closed_message(code: str, until: datetime | None, timezone: str) -> str:

@@ -66,6 +66,7 @@ def course_rules(course_id: int) -> CourseRules | None:
         policy=policy,
         policy_broken=policy_broken,
         name=row.name,
+        instructions=row.instructions,
     )
     _course_cache.set(course_id, rules, generation)
     return rules

@@ -41,13 +41,23 @@ COURSE_FIELDS = (
     "allowance",
     "allowance_period",
     "pool_limit",
+    "instructions",
     "policy",
     "exam_mode",
     "exam_policy",
     "active",
 )
 TEACHER_FIELDS = frozenset(
-    {"name", "allowance", "allowance_period", "pool_limit", "policy", "exam_mode", "exam_policy"}
+    {
+        "name",
+        "allowance",
+        "allowance_period",
+        "pool_limit",
+        "instructions",
+        "policy",
+        "exam_mode",
+        "exam_policy",
+    }
 )
 MEMBER_FIELDS = ("paused", "top_up", "top_up_window_start")
 
@@ -80,6 +90,7 @@ def course_create(
     allowance: int | None = None,
     allowance_period: str = Course.Period.DAY,
     pool_limit: int | None = None,
+    instructions: str = "",
     policy: dict | None = None,
     exam_policy: dict | None = None,
     request=None,
@@ -94,6 +105,7 @@ def course_create(
         allowance=allowance,
         allowance_period=allowance_period,
         pool_limit=pool_limit,
+        instructions=instructions,
         policy=policy if policy is not None else {},
         exam_policy=exam_policy,
     )

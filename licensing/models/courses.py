@@ -11,8 +11,20 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from core.text import is_storable_text
+
 from .institutions import Institution, License
 from .keys import EndUser
+
+# A course's instructions (licensing.courses.instructions): about 1,000 tokens at most, paid by
+# every request of its members.
+INSTRUCTIONS_MAX_LENGTH = 4000
+
+
+def validate_storable(value: str) -> None:
+    if not is_storable_text(value):
+        raise ValidationError(_("The text may not contain NUL characters or lone surrogates."))
+
 
 # Course.clean asks licensing.courses.rules.overlay_problems why an overlay or an exam policy
 # cannot be saved (by field; empty: both only narrow). That pure rule lives in the courses wing,
@@ -65,6 +77,18 @@ class Course(models.Model):
         blank=True,
         help_text=_(
             "Overlay: may only narrow the license type's policy ({} = as the license type)"
+        ),
+    )
+    instructions = models.TextField(
+        _("instructions"),
+        blank=True,
+        default="",
+        max_length=INSTRUCTIONS_MAX_LENGTH,
+        validators=[validate_storable],
+        help_text=_(
+            "How the assistant behaves in this course, e.g. as a tutor who asks rather than "
+            "answers: put before every chat and responses request of its members, on every "
+            "provider, and shown to them on the course page (at most 4,000 characters)"
         ),
     )
     exam_mode = models.BooleanField(default=False)

@@ -21,6 +21,7 @@ from django.test import Client
 from django.urls import reverse
 
 from core import clock
+from core.text import is_storable_text
 from licensing.courses.services import course_create
 from licensing.ledger.budget import course_window_start
 from licensing.models import (
@@ -310,6 +311,54 @@ def test_a_lone_surrogate_on_the_wire_is_a_form_error(found, teacher):
     assert answer.status_code == 200
     course.refresh_from_db()
     assert course.policy == OVERLAY
+
+
+# --- the instructions ----------------------------------------------------------------------
+
+
+def test_a_teacher_writes_the_instructions_and_the_panel_shows_the_request_as_sent(found, teacher):
+    course = found["course"]
+    response, data = _page(teacher, course)
+    assert 'name="instructions"' in response.content.decode()
+    data["instructions"] = "Ask questions.\nNever write the essay."
+    answer = _post(teacher, course, data)
+    assert answer.status_code == 302, _errors(answer)
+    course.refresh_from_db()
+    assert course.instructions == "Ask questions.\nNever write the essay."
+    (event,) = _audit(AuditEvent.Action.COURSE_CHANGED)
+    assert event.detail["after"] == {"instructions": course.instructions}
+
+    status, result = _try(teacher, course, '{"model": "gpt-4o-mini", ' + CHAT + "}")
+    assert result["outcome"] == "allowed"
+    assert result["sent"]["messages"][0] == {"role": "system", "content": course.instructions}
+    assert result["sent"]["messages"][1:] == json.loads("{" + CHAT + "}")["messages"]
+    status, result = _try(teacher, course, '{"model": "gpt-4o-mini", "user": "bob", ' + CHAT + "}")
+    assert result["outcome"] == "denied" and "sent" not in result
+
+
+@pytest.mark.parametrize("value", ["nul\x00text", "x" * 4001])
+def test_hostile_instructions_are_form_errors(found, teacher, value):
+    course = found["course"]
+    _, data = _page(teacher, course)
+    data["instructions"] = value
+    answer = _post(teacher, course, data)
+    assert answer.status_code == 200
+    assert "instructions" in answer.context["adminform"].form.errors
+    course.refresh_from_db()
+    assert course.instructions == ""
+
+
+def test_a_lone_surrogate_in_the_instructions_is_no_500(found, teacher):
+    course = found["course"]
+    _, data = _page(teacher, course)
+    data.pop("instructions", None)
+    body = urlencode(data, doseq=True) + "&instructions=%ED%A0%80"
+    answer = teacher.post(
+        url(Course, "change", course.pk), body, content_type="application/x-www-form-urlencoded"
+    )
+    assert answer.status_code in (200, 302)
+    course.refresh_from_db()
+    assert is_storable_text(course.instructions)
 
 
 # --- exam mode -----------------------------------------------------------------------------

@@ -87,6 +87,7 @@ def test_create_course(world, admin_a):
         "allowance": 500_000,
         "allowance_period": "week",
         "pool_limit": 9_000_000,
+        "instructions": "",
         "policy": {},
         "exam_mode": False,
         "exam_policy": None,
@@ -185,6 +186,25 @@ def test_patch_exam_mode_is_its_own_audit_row(world, admin_a):
     assert exam.detail == {"code": "CS-a", "exam_mode": True}
     (changed,) = audit_rows(AuditEvent.Action.COURSE_CHANGED)
     assert changed.detail["after"] == {"name": "New"}
+
+
+def test_patch_instructions_and_their_refusals(world, admin_a):
+    course = world["a"]["course"]
+    path = f"{BASE}/courses/{course.pk}"
+    answer = admin_a("patch", path, {"instructions": "Ask, do not answer."})
+    assert answer.status_code == 200 and answer.json()["instructions"] == "Ask, do not answer."
+    (changed,) = audit_rows(AuditEvent.Action.COURSE_CHANGED)
+    assert changed.detail["after"] == {"instructions": "Ask, do not answer."}
+    for value in ["nul\x00", "x" * 4001, 2**64, 1e400, ["a"], {"a": 1}, None]:
+        answer = admin_a("patch", path, {"instructions": value})
+        # 1e400 is refused by the JSON parser (`detail`), the rest on the field.
+        assert answer.status_code == 400, (value, answer.content)
+        assert {"instructions", "detail"} & set(answer.json()), (value, answer.content)
+    lone = admin_a("patch", path, '{"instructions": "\\ud800"}')
+    assert lone.status_code == 400, lone.content
+    course.refresh_from_db()
+    assert course.instructions == "Ask, do not answer."
+    assert len(audit_rows(AuditEvent.Action.COURSE_CHANGED)) == 1
 
 
 def test_patch_refuses_unknown_and_read_only_fields_and_put_is_405(world, admin_a):

@@ -110,6 +110,17 @@ def test_a_member_sees_the_learner_view(world):
     assert "Open" in body and "Europe/Berlin" in body
 
 
+def test_members_and_teachers_see_the_courses_instructions(world):
+    course = world["course"]
+    assert 'id="course-instructions"' not in text(signed_in(world["user"]).get(page_of(course)))
+    course_update(course=course, changes={"instructions": "Ask first.\n<script>x()</script>"})
+    for who in (world["user"], world["teacher"]):
+        body = text(signed_in(who).get(page_of(course)))
+        assert 'id="course-instructions"' in body
+        assert "Ask first.<br>&lt;script&gt;x()&lt;/script&gt;" in body
+        assert "<script>x()" not in body
+
+
 def test_a_teacher_sees_the_instructor_view_without_an_end_user(world):
     client = signed_in(world["teacher"])
     body = text(client.get(page_of(world["course"])))
