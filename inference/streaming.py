@@ -400,6 +400,9 @@ async def _close(response: Any) -> None:
 
 _END = None
 _background: set[asyncio.Task] = set()  # grace reads after a disconnect (tests wait on it)
+# Streams not yet `finished` (tests wait on them too: a stream the client gave up on may end on
+# the server after the test is done, and its ledger write must land before the flush).
+_open: set[_Upstream] = set()
 
 
 class _Upstream:
@@ -521,8 +524,16 @@ def relay(
     """The upstream's events, read from now on; `finished` is told how the stream ended
     (always, exactly once, even when the body is never iterated)."""
     upstream = _Upstream(stream)
-    events = _relay(upstream, finished)
-    weakref.finalize(events, upstream.never_relayed, finished)
+    _open.add(upstream)
+
+    def done(outcome: StreamOutcome) -> None:
+        try:
+            finished(outcome)  # its ledger write is in `pipeline._background` before this is not
+        finally:
+            _open.discard(upstream)
+
+    events = _relay(upstream, done)
+    weakref.finalize(events, upstream.never_relayed, done)
     return events
 
 

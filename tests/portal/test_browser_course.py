@@ -18,12 +18,18 @@ import openai
 import pytest
 
 from fake_upstreams.lti import INSTRUCTOR, LEARNER
-from tests.browser import BROWSER_TEST, browser_page, shot
+from tests.browser import BROWSER_TEST, assert_accessible, browser_page, shot
 
 pytestmark = BROWSER_TEST
 
 KEY_RE = re.compile(r"sk-svc-[A-Za-z0-9_-]{43}")
 CONTEXT = {"id": "moodle-course-31", "label": "CHEM1", "title": "Chemistry 1"}
+SET_INSTRUCTIONS = (
+    "from licensing.courses.services import course_update; "
+    "from licensing.models import Course; "
+    "course_update(course=Course.objects.get(code='CHEM1'), changes={'instructions': "
+    "'You tutor Chemistry 1. Ask one question at a time.\\nNever <b>answer</b> for them.'})"
+)
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +74,16 @@ def test_the_course_page_for_a_learner_and_an_instructor(server, lms, page):
     assert "CHEM1" in page.inner_text("h1")
     assert "No windows" in page.inner_text("#content")
 
-    # A learner launched from the LMS lands on the learner view.
+    # The teacher's instructions for the assistant (set here through the course service).
+    server.manage("shell", "-c", SET_INSTRUCTIONS)
+
+    # A learner launched from the LMS lands on the learner view, the instructions on it.
     _open_tool(page, server, lms, "pupil-7", LEARNER, email="ada@demo-school.example")
     assert page.url == course_url
     page.wait_for_selector("#allowance")
+    instructions = page.inner_text("#course-instructions")
+    assert "Ask one question at a time." in instructions and "<b>" in instructions
+    assert_accessible(page, "a course page with the course's instructions")
     assert "500,000 of 500,000 micro-credits left" in page.inner_text("#allowance")
     assert page.inner_text("#course-state .portal-big") == "Open"
     assert "gpt-4o-mini" in page.inner_text("#models")
