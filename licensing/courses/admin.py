@@ -317,7 +317,7 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
     ALWAYS_READ_ONLY = ("institution", "lti_context_id", "time_zone")
     # A teacher runs their course (course_services.TEACHER_FIELDS): which license pays, its
     # code and whether it is active stay with the institution's admins.
-    TEACHER_READ_ONLY = ("license", "code", "active")
+    TEACHER_READ_ONLY = ("license", "code", "active", "ends_at")
     MONEY_FIELDSET = _("Allowance and pool")
     EXAM_FIELDSET = _("Exam mode")
     INSTRUCTIONS_FIELDSET = _("Instructions for the assistant")
@@ -333,7 +333,17 @@ class CourseAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
         return (
             (
                 None,
-                {"fields": ("code", "name", "license", "institution", "time_zone", "active")},
+                {
+                    "fields": (
+                        "code",
+                        "name",
+                        "license",
+                        "institution",
+                        "time_zone",
+                        "active",
+                        "ends_at",
+                    )
+                },
             ),
             (self.MONEY_FIELDSET, {"fields": ("allowance", "allowance_period", "pool_limit")}),
             (self.INSTRUCTIONS_FIELDSET, {"fields": ("instructions",)}),

@@ -87,6 +87,7 @@ class CourseForm(MoneyFormMixin, AdminModelFormMixin, forms.ModelForm):
             "allowance_period",
             "pool_limit",
             "active",
+            "ends_at",
             "instructions",
             "policy",
             "exam_mode",

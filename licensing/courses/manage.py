@@ -191,6 +191,7 @@ class CourseSerializer(StrictSerializer, InstantModelSerializer):
             "exam_mode",
             "exam_policy",
             "active",
+            "ends_at",
             "lti_context_id",
             "created_at",
             "teachers",

@@ -12,7 +12,15 @@ from ..console.policy_try import _denied, _finite, _strict_loads, try_request
 from ..models import Course
 from ..rules.policy import PolicyDocumentError
 from .instructions import SERVICES, instructed
-from .rules import CourseRules, course_document, course_gate, exam_document, in_exam, next_opening
+from .rules import (
+    CourseRules,
+    course_document,
+    course_gate,
+    exam_document,
+    has_ended,
+    in_exam,
+    next_opening,
+)
 from .selectors import course_rules
 
 
@@ -55,7 +63,9 @@ def _gate_refusal(rules: CourseRules, now: datetime) -> dict | None:
     try:
         course_gate(rules, now=now, end_user_id=None)
     except PolicyDenied as exc:
-        if not rules.active:
+        if has_ended(rules, now):
+            why = "the course has ended"
+        elif not rules.active:
             why = "the course is inactive"
         elif rules.access_windows and not any(s <= now < e for s, e in rules.access_windows):
             opening = next_opening(rules, now)

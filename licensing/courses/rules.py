@@ -6,10 +6,11 @@ no ORM, no clock of its own. A window is half-open, [starts_at, ends_at): a wind
 08:00 and one starting at 08:00 leave no gap. Times shown to callers are in the institution's
 time zone (docs/decisions/course-rules.md).
 
-The order of the checks: closed (inactive, or outside every access window when it has any),
-then paused, then exam mode. A closed course says so to everyone; a paused student of an open
-course learns that the pause is theirs; exam mode comes last because with an exam policy it is
-not a refusal but a narrower policy. Outside exam mode the course's overlay judges the request
+The order of the checks: ended (past its end, issue 39: its keys stop working for good), closed
+(inactive, or outside every access window when it has any), then paused, then exam mode. An
+ended or closed course says so to everyone; a paused student of an open course learns that the
+pause is theirs; exam mode comes last because with an exam policy it is not a refusal but a
+narrower policy. Outside exam mode the course's overlay judges the request
 (licensing.rules.overlay: it can only narrow the license type's policy).
 """
 
@@ -47,12 +48,21 @@ class CourseRules:
     name: str = ""  # shown (GET /v1/license, the portal), never decided on
     # Put before every chat and responses request of its members (licensing.courses.instructions).
     instructions: str = ""
+    ends_at: datetime | None = None  # from then on every request of its members is refused
 
 
 def closed_message(code: str, until: datetime | None, timezone: str) -> str:
     if until is None:
         return f"course '{code}' is closed"
     return f"course '{code}' is closed until {local_iso(until, timezone)}"
+
+
+def ended_message(code: str, ended: datetime, timezone: str) -> str:
+    return f"course '{code}' ended at {local_iso(ended, timezone)}"
+
+
+def has_ended(rules: CourseRules, now: datetime) -> bool:
+    return rules.ends_at is not None and now >= rules.ends_at
 
 
 def exam_message(code: str) -> str:
@@ -85,7 +95,9 @@ def next_opening(rules: CourseRules, now: datetime) -> datetime | None:
 def is_open(rules: CourseRules, now: datetime) -> bool:
     """Open at `now` for everyone: active, and inside an access window when it has any (the
     first of course_gate's checks; a member's pause and exam mode are apart)."""
-    return rules.active and (not rules.access_windows or _inside(rules.access_windows, now))
+    if not rules.active or has_ended(rules, now):
+        return False
+    return not rules.access_windows or _inside(rules.access_windows, now)
 
 
 def in_exam(rules: CourseRules, now: datetime) -> bool:
@@ -96,6 +108,8 @@ def course_gate(rules: CourseRules, *, now: datetime, end_user_id: int | None) -
     """Refuse (403 PolicyDenied, `param` null) a request the course's rules forbid at `now`;
     else the policy that judges it instead of the license type's (the course's overlay applied,
     or the exam policy in exam mode), or None (the license type's as is)."""
+    if rules.ends_at is not None and now >= rules.ends_at:
+        raise PolicyDenied(ended_message(rules.code, rules.ends_at, rules.timezone), param=None)
     if not rules.active:
         raise PolicyDenied(closed_message(rules.code, None, rules.timezone), param=None)
     if rules.access_windows and not _inside(rules.access_windows, now):
@@ -184,6 +198,8 @@ __all__ = [
     "overlay_problems",
     "PolicyDocumentError",
     "closed_message",
+    "ended_message",
+    "has_ended",
     "compile_course_policies",
     "course_document",
     "course_gate",

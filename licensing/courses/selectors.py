@@ -67,6 +67,7 @@ def course_rules(course_id: int) -> CourseRules | None:
         policy_broken=policy_broken,
         name=row.name,
         instructions=row.instructions,
+        ends_at=row.ends_at,
     )
     _course_cache.set(course_id, rules, generation)
     return rules

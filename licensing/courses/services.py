@@ -46,6 +46,7 @@ COURSE_FIELDS = (
     "exam_mode",
     "exam_policy",
     "active",
+    "ends_at",
 )
 TEACHER_FIELDS = frozenset(
     {
@@ -67,7 +68,11 @@ def editable_fields(scope: Scope) -> frozenset[str]:
 
 
 def _plain(course: Course, name: str) -> Any:
-    return course.license_id if name == "license" else getattr(course, name)
+    """A field's value as the audit row's JSON keeps it."""
+    if name == "license":
+        return course.license_id
+    value = getattr(course, name)
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def _who(request, actor_name: str) -> dict[str, Any]:
@@ -93,6 +98,7 @@ def course_create(
     instructions: str = "",
     policy: dict | None = None,
     exam_policy: dict | None = None,
+    ends_at=None,
     request=None,
     actor_name: str = "",
 ) -> Course:
@@ -108,6 +114,7 @@ def course_create(
         instructions=instructions,
         policy=policy if policy is not None else {},
         exam_policy=exam_policy,
+        ends_at=ends_at,
     )
     _full_clean(course)
     course.save()
@@ -338,6 +345,8 @@ def course_key_create(
 ) -> tuple[ApiKey, str]:
     """A key of a member of the course: it pays at the student's allowance, the course pool and
     the license. Returns (row, full key); the key is shown once and never stored."""
+    if course_has_ended(course):
+        raise ValidationError({"course": _("The course has ended: it takes no new keys.")})
     if not CourseMember.objects.filter(course=course, end_user=end_user).exists():
         raise ValidationError({"student": _("The student is not a member of this course.")})
     row, key = api_key_create(
@@ -351,6 +360,11 @@ def course_key_create(
         **_who(request, actor_name),
     )
     return row, key
+
+
+def course_has_ended(course: Course) -> bool:
+    """Past its end date: its keys no longer work (licensing.courses.rules.course_gate)."""
+    return course.ends_at is not None and clock.utcnow() >= course.ends_at
 
 
 def teacher_problem(course: Course, user) -> str | None:

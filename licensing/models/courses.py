@@ -99,6 +99,15 @@ class Course(models.Model):
     )
     lti_context_id = models.CharField(max_length=255, blank=True, default="")
     active = models.BooleanField(default=True)
+    ends_at = models.DateTimeField(
+        _("ends at"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "From this moment the course's keys stop working (every request of its members is "
+            "refused) and its retention period starts; empty = the course does not end"
+        ),
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

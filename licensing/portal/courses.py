@@ -18,7 +18,7 @@ from core import clock
 from core.languages import grouped
 
 from ..access.scoping import owns, scope_of
-from ..courses.rules import in_exam, is_open, next_opening
+from ..courses.rules import has_ended, in_exam, is_open, next_opening
 from ..courses.selectors import course_rules
 from ..ledger.budget import course_levels_usage, course_window_start
 from ..models import Course, CourseMember, CourseTeacher, CourseWindow, EndUser
@@ -194,6 +194,7 @@ class CourseState:
     exam_allows: bool  # exam mode has an exam policy (narrower), not every service off
     paused: bool  # this student is paused
     broken: bool  # the overlay or the exam policy cannot be evaluated (503 on /v1)
+    ended_at: datetime | None = None  # past its end: its keys no longer work
 
 
 def course_state(
@@ -207,14 +208,16 @@ def course_state(
         return CourseState(False, None, False, False, False, False, False)
     exam = in_exam(rules, now)
     opened = is_open(rules, now)
+    ended = has_ended(rules, now)
     return CourseState(
         open=opened,
-        opens_at=None if opened or not rules.active else next_opening(rules, now),
+        opens_at=None if opened or ended or not rules.active else next_opening(rules, now),
         exam=exam,
         exam_switch=rules.exam_mode,
         exam_allows=rules.exam_policy is not None,
         paused=end_user is not None and end_user.pk in rules.paused,
         broken=(rules.exam_policy_broken if exam else rules.policy_broken),
+        ended_at=rules.ends_at if ended else None,
     )
 
 

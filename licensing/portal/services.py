@@ -16,7 +16,7 @@ from core.text import is_storable_text
 
 from ..access.audit import audit_event_record
 from ..access.credentials import api_key_create
-from ..courses.services import course_key_create
+from ..courses.services import course_has_ended, course_key_create
 from ..models import ApiKey, AuditEvent, Course, EndUser
 from .selectors import active_key_count, terms_pending
 
@@ -98,6 +98,8 @@ def portal_key_create(
         )
     clean_name = key_name_clean(name)
     if course is not None:
+        if course_has_ended(course):
+            raise PortalRefused(gettext("This course has ended: it takes no new keys."), status=403)
         try:
             return course_key_create(
                 course=course, end_user=locked, name=clean_name, via="portal", request=request

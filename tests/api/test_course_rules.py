@@ -115,6 +115,30 @@ def test_outside_every_access_window_closed_until_the_next_in_local_time(
     assert len(catalog["direct"].requests) == 1
 
 
+def test_a_course_past_its_end_refuses_its_keys_for_good(
+    client, catalog, course, student, member_auth
+):
+    """Issue 39: a course's end date. Before it the key works; from it on every request is
+    refused (with the end in the institution's time), whatever the windows or exam mode say."""
+    from licensing.courses.services import course_update
+
+    course_update(course=course, changes={"ends_at": T0 + HOUR})
+    CourseWindow.objects.create(course=course, starts_at=T0, ends_at=T0 + 5 * HOUR)
+    with clock.frozen(at=T0.timestamp()) as frozen:
+        assert embed(client, member_auth).status_code == 200
+        frozen.advance(3600)  # the end is half-open like a window: at 09:00 it has ended
+        message = "course 'CS101' ended at 2026-11-27T09:00:00+01:00"
+        assert denied(embed(client, member_auth)) == message
+        assert_refusal_row(course, student, message)
+        course.refresh_from_db()
+        course.exam_mode = True
+        course.save()
+        assert denied(embed(client, member_auth)) == message
+        license_view = client.get("/v1/license", headers=member_auth).json()
+        assert license_view["course"]["open"] is False
+    assert len(catalog["direct"].requests) == 1
+
+
 def test_exam_switch_without_an_exam_policy(client, catalog, course, student, member_auth):
     assert embed(client, member_auth).status_code == 200  # the snapshot is now cached
     course.exam_mode = True

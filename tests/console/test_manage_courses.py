@@ -14,7 +14,9 @@ from django.core.management.base import CommandError
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
+from core import clock
 from licensing.access.credentials import resolve_credential
+from licensing.courses.services import course_member_add
 from licensing.models import (
     ApiKey,
     AuditEvent,
@@ -92,6 +94,7 @@ def test_create_course(world, admin_a):
         "exam_mode": False,
         "exam_policy": None,
         "active": True,
+        "ends_at": None,
         "lti_context_id": "",
         "created_at": body["created_at"],
         "teachers": [],
@@ -205,6 +208,27 @@ def test_patch_instructions_and_their_refusals(world, admin_a):
     course.refresh_from_db()
     assert course.instructions == "Ask, do not answer."
     assert len(audit_rows(AuditEvent.Action.COURSE_CHANGED)) == 1
+
+
+def test_an_end_date_is_an_admins_and_ends_the_course_keys(world, admin_a):
+    course = world["a"]["course"]
+    path = f"{BASE}/courses/{course.pk}"
+    answer = admin_a("patch", path, {"ends_at": "2026-07-31T22:00:00Z"})
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["ends_at"] == "2026-07-31T22:00:00Z"
+    course.refresh_from_db()
+    assert course.ends_at == datetime(2026, 7, 31, 22, 0, tzinfo=UTC)
+    (changed,) = audit_rows(AuditEvent.Action.COURSE_CHANGED)
+    assert changed.detail["after"] == {"ends_at": "2026-07-31T22:00:00+00:00"}
+    student = world["a"]["end_user"]
+    course_member_add(course=course, end_user=student)
+    with clock.frozen(at=datetime(2026, 8, 1, tzinfo=UTC).timestamp()):
+        keys = admin_a("post", f"{path}/keys", {"student": student.subject})
+    assert keys.status_code == 400 and "has ended" in str(keys.json()), keys.content
+    for value in ["tomorrow", "\x00", 2**64, "2026-02-30T00:00:00Z"]:
+        answer = admin_a("patch", path, {"ends_at": value})
+        assert answer.status_code == 400 and "ends_at" in answer.json(), (value, answer.content)
+    assert admin_a("patch", path, {"ends_at": None}).json()["ends_at"] is None
 
 
 def test_patch_refuses_unknown_and_read_only_fields_and_put_is_405(world, admin_a):

@@ -121,6 +121,20 @@ def test_members_and_teachers_see_the_courses_instructions(world):
         assert "<script>x()" not in body
 
 
+def test_an_ended_course_says_so_and_takes_no_new_keys(world):
+    course = world["course"]
+    ended = timezone.now() - timedelta(minutes=1)
+    course_update(course=course, changes={"ends_at": ended})
+    client = signed_in(world["user"])
+    body = text(client.get(page_of(course)))
+    assert "Ended" in body and "The course ended on" in body
+    answer = client.post(page_of(course), {"name": "late"})
+    assert answer.status_code == 403
+    assert "This course has ended: it takes no new keys." in text(answer)
+    assert not ApiKey.objects.filter(course=course).exists()
+    assert "Ended" in text(signed_in(world["teacher"]).get(page_of(course)))
+
+
 def test_a_teacher_sees_the_instructor_view_without_an_end_user(world):
     client = signed_in(world["teacher"])
     body = text(client.get(page_of(world["course"])))
