@@ -18,6 +18,7 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 
 import django_filters
 from asgiref.sync import sync_to_async
@@ -386,8 +387,27 @@ class _Line:
         return value
 
 
-def _row_reader(columns, computed):
-    """The database paths to read, and a function from one read row to the CSV's cells."""
+def _json_value(value):
+    if isinstance(value, datetime):
+        return iso_utc(value)
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
+
+
+def ledger_pages(queryset, columns=CSV_COLUMNS, computed=COMPUTED_COLUMNS):
+    """The rows of a queryset as JSON objects (the CSV's headers as keys; instants in UTC,
+    decimals as text), newest first, a page at a time like `csv_chunks`."""
+    headers = [header for header, _ in columns]
+    paths, cells = _row_reader(columns, computed, cell=_json_value)
+    for page in _pages(queryset, paths, CSV_CHUNK_ROWS):
+        yield [dict(zip(headers, cells(row), strict=True)) for row in page]
+
+
+def _row_reader(columns, computed, cell=None):
+    """The database paths to read, and a function from one read row to the CSV's cells (or
+    to `cell`'s values)."""
+    cell = cell or _csv_cell
     paths: list[str] = []
     makers = []
     for _header, path in columns:
@@ -397,7 +417,7 @@ def _row_reader(columns, computed):
         makers.append((start, len(paths), make))
 
     def cells(row):
-        return [_csv_cell(make(*row[a:b]) if make else row[a]) for a, b, make in makers]
+        return [cell(make(*row[a:b]) if make else row[a]) for a, b, make in makers]
 
     return paths, cells
 
@@ -470,13 +490,19 @@ def csv_response(
     chunks = csv_chunks(
         queryset, columns=columns, computed=COMPUTED_COLUMNS if computed is None else computed
     )
+    return download(request, chunks, "text/csv; charset=utf-8", filename)
+
+
+def download(request, chunks: Iterator[str], content_type: str, filename: str):
+    """A streamed download of text `chunks` (read on the request's thread, a piece at a time,
+    also under ASGI), never cached."""
     django_request = getattr(request, "_request", request)  # DRF wraps Django's request
     content: _AsyncChunks | Iterator[bytes]
     if isinstance(django_request, ASGIRequest):
         content = _AsyncChunks(chunks)
     else:
         content = (chunk.encode() for chunk in chunks)
-    response = StreamingHttpResponse(content, content_type="text/csv; charset=utf-8")
+    response = StreamingHttpResponse(content, content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     response["Cache-Control"] = "no-store"
     return response

@@ -34,6 +34,7 @@ class AuditEvent(models.Model):
         SCIM_TOKEN_CHANGED = "scim_token_changed", _("SCIM token created, rotated or revoked")
         SCIM_CHANGED = "scim_changed", _("SCIM user or group provisioned, changed or removed")
         SCIM_REFUSED = "scim_refused", _("SCIM request refused")
+        DATA_EXPORTED = "data_exported", _("Personal data downloaded")
         COURSE_MEMBER_CHANGED = (
             "course_member_changed",
             _("Course member added, changed or removed"),

@@ -71,6 +71,17 @@ def terms_accept(*, end_user: EndUser, request=None) -> EndUser:
     return locked
 
 
+def personal_data_exported(*, end_user: EndUser, what: str, request=None) -> None:
+    """The audit row of a student's download of their own data (which part, which format)."""
+    audit_event_record(
+        action=AuditEvent.Action.DATA_EXPORTED,
+        request=request,
+        institution=end_user.license.institution_id,
+        target=f"end_user:{end_user.pk}",
+        detail={"what": what},
+    )
+
+
 @transaction.atomic
 def portal_key_create(
     *, end_user: EndUser, name: str = "", course: Course | None = None, request=None

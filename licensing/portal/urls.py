@@ -9,6 +9,7 @@ urlpatterns = [
     path("login/", views.login, name="login"),
     path("logout/", views.logout, name="logout"),
     path("data/", views.data_flow, name="data"),
+    path("data/export/", views.data_export, name="data_export"),
     path("terms/", views.terms, name="terms"),
     path("keys/", views.keys, name="keys"),
     # The id is parsed in the view: anything but a positive bigint is a 404, never a 500.

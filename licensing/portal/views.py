@@ -20,16 +20,18 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core import clock
 from core.languages import grouped
 from core.zones import zone_or_utc
 
 from ..access.scoping import scope_of
 from ..console import charts
+from ..console.review import csv_response, download
 from ..courses.services import course_update
 from ..courses.usage import course_usage
 from ..models import EndUser
 from ..signin.sso import PROVIDERS_LISTED_ALONE, sign_in_providers
-from . import courses, selectors, services
+from . import courses, personal_data, selectors, services
 
 SESSION_NEW_KEY = "portal_new_key"  # the key just made, shown once on the next GET of the list
 
@@ -154,17 +156,45 @@ def dashboard(request, end_user: EndUser):
 @require_GET
 @student_required
 def data_flow(request, end_user: EndUser):
+    return _page(request, end_user, "portal/data.html", _data_context(end_user))
+
+
+def _data_context(end_user: EndUser) -> dict:
     models = selectors.usable_models(end_user)
-    return _page(
-        request,
-        end_user,
-        "portal/data.html",
-        {
-            "title": _("Where your requests go"),
-            "models": models,
-            "destinations": selectors.destinations_of(models),
-        },
+    return {
+        "title": _("Where your requests go"),
+        "models": models,
+        "destinations": selectors.destinations_of(models),
+        "export_parts": personal_data.PARTS,
+    }
+
+
+@require_GET
+@student_required
+def data_export(request, end_user: EndUser):
+    """Everything held about the student: `?format=json` (one document) or `?format=csv&part=`
+    one of personal_data.PARTS. Anything else is a 400 page."""
+    kind, part = request.GET.get("format", "json"), request.GET.get("part", "")
+    now = clock.utcnow()
+    if kind == "json" and not part:
+        chunks = personal_data.json_chunks(end_user, now)
+        response = download(
+            request, chunks, "application/json", personal_data.filename("all", "json", now)
+        )
+    elif kind == "csv" and part == "transactions":
+        name = personal_data.filename(part, "csv", now)
+        response = csv_response(request, personal_data.transactions(end_user), filename=name)
+    elif kind == "csv" and part in personal_data.PARTS:
+        chunks = personal_data.csv_rows(part, end_user)
+        response = download(
+            request, chunks, "text/csv; charset=utf-8", personal_data.filename(part, "csv", now)
+        )
+    else:
+        return _page(request, end_user, "portal/data.html", _data_context(end_user), status=400)
+    services.personal_data_exported(
+        end_user=end_user, what=f"{kind}:{part or 'all'}", request=request
     )
+    return response
 
 
 @require_http_methods(["GET", "POST"])
