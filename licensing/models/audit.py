@@ -35,6 +35,7 @@ class AuditEvent(models.Model):
         SCIM_CHANGED = "scim_changed", _("SCIM user or group provisioned, changed or removed")
         SCIM_REFUSED = "scim_refused", _("SCIM request refused")
         DATA_EXPORTED = "data_exported", _("Personal data downloaded")
+        PERSON_ERASED = "person_erased", _("Person erased")
         COURSE_MEMBER_CHANGED = (
             "course_member_changed",
             _("Course member added, changed or removed"),

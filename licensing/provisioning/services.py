@@ -7,15 +7,14 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import timedelta
-from importlib import import_module
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..access.audit import audit_event_record
+from ..access.erasure import sessions_end
 from ..models import (
     AdminProfile,
     ApiKey,
@@ -125,20 +124,6 @@ def _subject(row: ScimUser) -> str:
     return row.external_id or row.user_name
 
 
-def _sessions_end(user_id: int) -> int:
-    """Delete the person's sessions now (the database's session store: each one decoded)."""
-    engine = import_module(settings.SESSION_ENGINE)
-    if not hasattr(engine.SessionStore, "get_model_class"):
-        return 0  # a store without rows; is_active=False still refuses its session's next use
-    model = engine.SessionStore.get_model_class()
-    ended = 0
-    for session in model.objects.filter(expire_date__gt=timezone.now()).iterator():
-        if session.get_decoded().get("_auth_user_id") == str(user_id):
-            session.delete()
-            ended += 1
-    return ended
-
-
 def _keys_revoke(row: ScimUser) -> int:
     """Every key of the person's end users in the institution: portal keys and course keys."""
     keys = ApiKey.objects.select_for_update().filter(
@@ -158,7 +143,7 @@ def _deactivate(row: ScimUser, request, who: str) -> None:
         user.is_active = False
         user.save(update_fields=["is_active"])
     keys = _keys_revoke(row)
-    sessions = _sessions_end(user.pk)
+    sessions = sessions_end(user.pk)
     changes = group_roles_apply(row, request)
     audit_event_record(
         action=AuditEvent.Action.USER_DEACTIVATED,

@@ -6,6 +6,8 @@ instead)."""
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -15,7 +17,8 @@ from core.localcache import clear_all
 
 from ...access.changes import audit_api_key
 from ...access.credentials import api_key_create
-from ...access.scoping import scope_of, scoped
+from ...access.erasure import end_user_erase, erasure_problem
+from ...access.scoping import ADMIN, scope_of, scoped
 from ...models import ApiKey, EndUser, JwtIssuer, Transaction
 from ..forms import ApiKeyForm, JwtIssuerForm
 from ..people import (
@@ -307,6 +310,63 @@ class EndUserAdmin(KeepLedgerIntactMixin, ScopedAdminMixin, admin.ModelAdmin):
 
     def ledger_rows(self, obj):
         return Transaction.objects.filter(end_user=obj)
+
+    # --- erasing the person (licensing.access.erasure) ----------------------------------------
+
+    change_form_template = "admin/licensing/enduser/change_form.html"
+    ERASE_WORD = "ERASE"
+
+    def get_urls(self):
+        erase = self.admin_site.admin_view(self.erase_view)
+        return [
+            path("<path:object_id>/erase/", erase, name="licensing_enduser_erase"),
+            *super().get_urls(),
+        ]
+
+    def may_erase(self, request) -> bool:
+        """Superusers and the institution's admins (reviewers and teachers read, never erase)."""
+        scope = scope_of(request.user)
+        return scope.superuser or scope.role == ADMIN
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        context = dict(extra_context or {})
+        if self.may_erase(request):
+            context["erase_url"] = reverse("admin:licensing_enduser_erase", args=[object_id])
+        return super().change_view(request, object_id, form_url, context)
+
+    def erase_view(self, request, object_id):
+        obj = self.get_object(request, object_id)  # another institution's, or none: 404
+        if obj is None or not self.has_view_permission(request, obj):
+            raise Http404("No person with this id")
+        if not self.may_erase(request):
+            raise PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "object": obj,
+            "title": gettext("Erase a person"),
+            "problem": erasure_problem(obj),
+            "counts": {
+                "keys": obj.api_keys.filter(active=True).count(),
+                "rows": Transaction.objects.filter(end_user=obj).count(),
+            },
+        }
+        if request.method == "POST" and context["problem"] is None:
+            if request.POST.get("confirm", "").strip() == self.ERASE_WORD:
+                erased = end_user_erase(end_user=obj, request=request)
+                messages.success(
+                    request,
+                    gettext("The person is erased; they are now “%(pseudonym)s”.")
+                    % {"pseudonym": erased.pseudonym},
+                )
+                return HttpResponseRedirect(
+                    reverse("admin:licensing_enduser_change", args=[obj.pk])
+                )
+            context["error"] = gettext("Type ERASE to confirm.")
+        status = 400 if request.method == "POST" else 200
+        return TemplateResponse(
+            request, "admin/licensing/enduser/erase.html", context, status=status
+        )
 
     def has_add_permission(self, request, obj=None):
         return False
