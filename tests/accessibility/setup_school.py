@@ -95,6 +95,7 @@ def session_of(user):
 
 
 print("COURSE", course.pk)
+print("STUDENT", end_user.pk)
 print("LICENSE_TYPE", lic.license_type_id)
 print("COURSE_KEY", course_key)
 print("STUDENT_SESSION", session_of(student))
@@ -109,10 +110,15 @@ class School:
     tag: str
     password: str
     course: int  # the course's id
+    student: int  # the student's end user id
     license_type: int  # the id of the type of the course's license (its own policy)
     course_key: str  # the student's course key
     sessions: dict[str, str]  # "student", "outsider": a session key
     invitation: str  # the path where an invited colleague sets a password
+
+    def path_of(self, path: str) -> str:
+        """A page's path with this school's ids filled in (`{course}`, `{student}`, ...)."""
+        return path.format(course=self.course, invitation=self.invitation, student=self.student)
 
     @property
     def admin(self) -> str:
@@ -135,6 +141,7 @@ def make_school(server, name: str, tag: str) -> School:
         tag=tag,
         password=password,
         course=int(found["COURSE"]),
+        student=int(found["STUDENT"]),
         license_type=int(found["LICENSE_TYPE"]),
         course_key=found["COURSE_KEY"],
         sessions={"student": found["STUDENT_SESSION"], "outsider": found["NOBODY_SESSION"]},

@@ -49,6 +49,7 @@ PAGES = [
     (ADMIN, "/manage/v1/docs"),  # the management API's docs page
     (ADMIN, "/admin/my-token/"),
     (ADMIN, "/admin/password_change/"),
+    (ADMIN, "/admin/licensing/enduser/{student}/erase/"),  # erasing a person: the confirmation
     # The teacher's pages: the course in the admin (windows, exam switch, per-student usage)
     # and in the portal.
     (TEACHER, "/admin/"),
@@ -116,6 +117,11 @@ def people(server, school, page):
 
 # Pages drawn by a script after they load: checked once what they draw is there.
 DRAWN = {"/manage/v1/docs": ".opblock-summary-method"}  # Swagger UI, from the OpenAPI document
+# Pages whose screenshot docs/ shows (var/screenshots/<name>.png).
+SHOTS = {
+    "/admin/licensing/enduser/{student}/erase/": "admin-erase-person",
+    "/portal/data/": "portal-06-data",
+}
 
 
 def _page_id(entry) -> str:
@@ -126,9 +132,11 @@ def _page_id(entry) -> str:
 @pytest.mark.parametrize(("who", "path"), PAGES, ids=[_page_id(entry) for entry in PAGES])
 def test_page(server, school, people, who, path):
     page = people(who)
-    page.goto(server.url + path.format(course=school.course, invitation=school.invitation))
+    page.goto(server.url + school.path_of(path))
     if path in DRAWN:
         page.wait_for_selector(DRAWN[path])
+    if path in SHOTS:
+        shot(page, SHOTS[path])
     assert_accessible(page)
 
 
@@ -139,7 +147,7 @@ def test_no_page_scrolls_sideways_on_a_narrow_screen(server, school, people):
     for who, path in (entry for entry in PAGES if not hasattr(entry, "marks")):
         page = people(who)
         page.set_viewport_size({"width": 320, "height": 640})
-        page.goto(server.url + path.format(course=school.course, invitation=school.invitation))
+        page.goto(server.url + school.path_of(path))
         width = page.evaluate("document.documentElement.scrollWidth")
         if width > 320:
             wide.append(f"{who} {path}: {width} px")
