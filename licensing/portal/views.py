@@ -28,6 +28,7 @@ from ..console import charts
 from ..courses.services import course_update
 from ..courses.usage import course_usage
 from ..models import EndUser
+from ..safeguarding.selectors import notice_for
 from ..signin.sso import PROVIDERS_LISTED_ALONE, sign_in_providers
 from . import courses, selectors, services
 
@@ -163,6 +164,7 @@ def data_flow(request, end_user: EndUser):
             "title": _("Where your requests go"),
             "models": models,
             "destinations": selectors.destinations_of(models),
+            "safeguarding": notice_for(end_user.license.institution_id),
         },
     )
 
