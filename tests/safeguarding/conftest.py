@@ -101,6 +101,12 @@ def world(db):
 
 
 @pytest.fixture
+def committed_world(transactional_db):
+    """The two schools, committed: what a thread of its own (the e-mail's) reads."""
+    return _world()
+
+
+@pytest.fixture
 def live_world(catalog):
     """The two schools beside the live gateway and the fake upstreams, moderation on input and
     output of their (shared) license type."""
