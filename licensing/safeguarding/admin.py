@@ -108,27 +108,27 @@ class AlertForm(forms.ModelForm):
 @admin.register(SafeguardingAlert)
 class SafeguardingAlertAdmin(RefuseNulParamsMixin, ScopedAdminMixin, admin.ModelAdmin):
     form = AlertForm
-    list_display = ("id", "created_at", "course", "student", "categories_shown", "status")
+    list_display = ("id", "created_at", "course_shown", "student", "categories_shown", "status")
     list_display_links = ("id", "created_at")
     list_filter = ("status",)
     readonly_fields = (
         "created_at",
         "student",
-        "course",
+        "course_shown",
         "direction",
         "categories_shown",
         "scores_shown",
         "flagged_content",
         "status",
         "note",
-        "handled_by",
+        "handled_by_shown",
         "handled_at",
     )
 
     def get_fieldsets(self, request, obj=None):
         head = (None, {"fields": self.readonly_fields[:6]})
         content = (_("The flagged message"), {"fields": ("flagged_content",)})
-        handling = (_("Handling"), {"fields": ("status", "note", "handled_by", "handled_at")})
+        handling = (_("Handling"), {"fields": ("status", "note", "handled_by_shown", "handled_at")})
         if obj is None or not self.has_change_permission(request, obj):
             return (head, content, handling)
         return (head, content, handling, (_("Your decision"), {"fields": ("decision", "new_note")}))
@@ -160,6 +160,15 @@ class SafeguardingAlertAdmin(RefuseNulParamsMixin, ScopedAdminMixin, admin.Model
             return user.get_full_name() or user.get_username()
         return obj.end_user.subject
 
+    @admin.display(description=_("course"))
+    def course_shown(self, obj):
+        return str(obj.course) if obj.course is not None else "-"  # no link: not their page
+
+    @admin.display(description=_("handled by"))
+    def handled_by_shown(self, obj):
+        person = obj.handled_by
+        return (person.get_full_name() or person.get_username()) if person is not None else "-"
+
     @admin.display(description=_("categories"))
     def categories_shown(self, obj):
         return ", ".join(obj.categories or [])
@@ -178,8 +187,7 @@ class SafeguardingAlertAdmin(RefuseNulParamsMixin, ScopedAdminMixin, admin.Model
         texts = services.do_read_alert_content(alert=obj, request=request)
         return format_html_join(
             "",
-            '<blockquote class="safeguarding-content" style="white-space: pre-wrap">{}'
-            "</blockquote>",
+            '<p class="safeguarding-content" style="white-space: pre-wrap">{}</p>',
             ((text,) for text in texts),
         ) or format_html("{}", "-")
 

@@ -198,3 +198,20 @@ def test_alerts_cannot_be_added_or_deleted_by_hand(world):
     assert contact.get(LIST_URL + "add/").status_code == 403
     assert contact.post(f"{LIST_URL}{alert.pk}/delete/", {"post": "yes"}).status_code == 403
     assert SafeguardingAlert.objects.filter(pk=alert.pk).exists()
+
+
+def test_a_reviewer_sees_no_alert(world):
+    from .conftest import staff
+
+    a = world["a"]
+    alert = raise_alert(a)
+    reviewer = signed_in(staff(a["institution"], "reviewer", "a-reviewer"))
+    assert reviewer.get(LIST_URL).status_code == 403
+    assert reviewer.get(alert_url(alert)).status_code in (403, 404)
+    assert views(alert) == []
+
+
+@pytest.mark.parametrize("query", ["status=%00", "q=%00", "status=open%00"])
+def test_a_nul_in_the_lists_parameters_is_a_400(world, query):
+    response = signed_in(world["a"]["contact"]).get(f"{LIST_URL}?{query}")
+    assert response.status_code == 400
