@@ -154,3 +154,51 @@ def test_an_alert_that_cannot_be_written_leaves_the_answer_and_the_charge_alone(
     row = Transaction.objects.get()
     assert row.credits > 0 and row.status_code == 400
     assert not SafeguardingAlert.objects.exists()
+
+
+def test_the_unflagged_path_reads_nothing_more(client, live_world, make_key, monkeypatch):
+    """The institution's settings are read only after a flag: never for a clean request, nor
+    for a flag of a plain license key."""
+    from licensing.safeguarding import services
+
+    reads: list[int] = []
+    real = services.settings_of
+    monkeypatch.setattr(services, "settings_of", lambda pk: reads.append(pk) or real(pk))
+    a = live_world["a"]
+    assert chat(client, a["auth"], "hello there").status_code == 200
+    plain = {"Authorization": f"Bearer {make_key(a['license'])}"}
+    assert error(chat(client, plain, "I want to hurt myself"), 400) == BLOCKED
+    assert reads == []
+    assert error(chat(client, a["auth"], "I want to hurt myself"), 400) == BLOCKED
+    assert reads == [a["institution"].pk]
+
+
+def test_a_streamed_request_is_alerted_on_its_input(client, live_world):
+    a = live_world["a"]
+    body = {
+        "model": MINI,
+        "stream": True,
+        "messages": [{"role": "user", "content": "I want to hurt myself"}],
+    }
+    response = client.post("/v1/chat/completions", json=body, headers=a["auth"])
+    assert error(response, 400) == BLOCKED
+    assert SafeguardingAlert.objects.get().direction == "input"
+
+
+def test_a_front_end_keys_student_raises_an_alert_of_their_own(client, catalog, transactional_db):
+    """A chat front end (Open WebUI) acting for a student by their e-mail: the alert names the
+    student its headers named, in their institution."""
+    from ..frontend.conftest import as_user, make_school
+    from .conftest import switch_on
+
+    school = make_school("Front School")
+    moderate(school.license)
+    switch_on(school.license.institution)
+    student = school.student("ana@front.example")
+    body = {"model": MINI, "messages": [{"role": "user", "content": "I want to hurt myself"}]}
+    response = client.post(
+        "/v1/chat/completions", json=body, headers=as_user(school.key, "ana@front.example")
+    )
+    assert error(response, 400) == BLOCKED
+    alert = SafeguardingAlert.objects.get()
+    assert (alert.end_user, alert.institution) == (student, school.license.institution)
