@@ -127,11 +127,12 @@ def _handle(*, alert: SafeguardingAlert, status: str, note: str, request) -> Saf
         if locked.status == Status.CLOSED:
             raise ValidationError({"status": _("This alert is closed.")})
         previous = locked.status
-        locked.status = status
-        if note:
-            locked.note = note
-        locked.handled_by = request.user
-        locked.handled_at = clock.utcnow()
+        locked.status, locked.handled_by, locked.handled_at = status, request.user, clock.utcnow()
+        if note:  # each decision's note is kept, after the ones before it
+            signed = (
+                f"{locked.handled_at:%Y-%m-%d %H:%M} UTC, {request.user.get_username()}: {note}"
+            )
+            locked.note = f"{locked.note}\n\n{signed}" if locked.note else signed
         locked.save(update_fields=["status", "note", "handled_by", "handled_at"])
         audit_event_record(
             action=AuditEvent.Action.SAFEGUARDING_ALERT_HANDLED,
