@@ -112,7 +112,8 @@ class SafeguardingAlert(models.Model):
     # A JSON list of the flagged texts, sealed: read only through the audited change page.
     content = EncryptedTextField(blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
-    note = models.TextField(blank=True, max_length=NOTE_MAX_LENGTH)
+    # Each decision's note (at most NOTE_MAX_LENGTH, the form's bound), signed, after the earlier.
+    note = models.TextField(blank=True)
     handled_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.SET_NULL,
