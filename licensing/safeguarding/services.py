@@ -67,7 +67,8 @@ def do_raise_alert(
             actor_name="gateway",
             institution=institution_id,
             target=f"safeguarding_alert:{alert.pk}",
-            detail={"categories": categories, "course": course_id, "end_user": end_user_id},
+            # Institution admins read the audit log and no alert: nothing of it but its number.
+            detail={},
         )
         mail_after_commit(alert_id=alert.pk, institution_id=institution_id, course_id=course_id)
     return alert

@@ -73,7 +73,8 @@ def test_a_flagged_input_is_refused_as_today_and_raises_an_alert(client, catalog
     raw = stored_content(alert)
     assert "HURT" not in raw and "photosynthesis" not in raw  # sealed at rest
     audit = AuditEvent.objects.get(action="safeguarding_raised")
-    assert audit.target == f"safeguarding_alert:{alert.pk}" and "hurt" not in str(audit.detail)
+    assert audit.target == f"safeguarding_alert:{alert.pk}"
+    assert audit.detail == {}  # the audit log (read by admins) says nothing of its content
 
 
 def test_a_flagged_output_is_charged_as_today_and_raises_an_alert(client, catalog, live_world):
