@@ -61,6 +61,9 @@ def test_a_contact_reads_and_closes_an_alert_by_keyboard(server, page, ids):
     alert, _settings = ids
     page.context.clear_cookies()
     browser_helpers.login(page, server, "sg-contact", "sg-Pass-1234")
+    page.goto(server.url + "/admin/")
+    assert page.inner_text("#safeguarding-alerts") == "1 safeguarding alert not closed"
+    assert_accessible(page, "a safeguarding contact's front page")
     page.goto(server.url + "/admin/licensing/safeguardingalert/")
     assert MESSAGE not in page.content()  # the list shows no content
     shot(page, "safeguarding-01-list")

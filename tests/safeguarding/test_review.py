@@ -214,3 +214,17 @@ def test_a_reviewer_sees_no_alert(world):
 def test_a_nul_in_the_lists_parameters_is_a_400(world, query):
     response = signed_in(world["a"]["contact"]).get(f"{LIST_URL}?{query}")
     assert response.status_code == 400
+
+
+def test_the_front_page_counts_the_alerts_not_closed(world):
+    a = world["a"]
+    raise_alert(a)
+    raise_alert(a, course=a["other_course"])
+    closed = raise_alert(a)
+    SafeguardingAlert.objects.filter(pk=closed.pk).update(status="closed")
+    contact = signed_in(a["contact"]).get("/admin/").content.decode()
+    assert "Safeguarding at School A" in contact and "2 safeguarding alerts not closed" in contact
+    teacher = signed_in(a["teacher"]).get("/admin/").content.decode()
+    assert "1 safeguarding alert not closed" in teacher
+    admin = signed_in(a["admin"]).get("/admin/").content.decode()
+    assert "safeguarding-alerts" not in admin
