@@ -473,6 +473,7 @@ class OpenAIFake(FakeUpstream):
         reasoning_tokens: reasoning tokens added to every completion's usage.
         cached_tokens: prompt tokens reported as cached (capped at the prompt).
         moderation_terms: words that make ``/v1/moderations`` flag a text (violence).
+        self_harm_terms: words that make it flag a text for self-harm (and self-harm/intent).
         image_usage: False answers gpt-image requests without ``usage`` (no token counts).
         stream_pieces: how many content events a streamed reply is split into.
         usage_delay: seconds between a stream's last content event and its usage
@@ -505,6 +506,7 @@ class OpenAIFake(FakeUpstream):
         "reasoning_tokens": 0,
         "cached_tokens": 0,
         "moderation_terms": ("kill", "bomb"),
+        "self_harm_terms": ("hurt myself",),
         "image_usage": True,
         "stream_pieces": 4,
         "usage_delay": 0.0,
@@ -672,27 +674,30 @@ class OpenAIFake(FakeUpstream):
         texts = [value] if isinstance(value, str) else value
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
             raise self.fail(400, "'$.input' is invalid.", param="input")
-        results = []
-        for text in texts:
-            lowered = text.lower()
-            violent = any(term in lowered for term in self.moderation_terms)
-            categories = {name: name == "violence" and violent for name in MODERATION_CATEGORIES}
-            results.append(
-                {
-                    "flagged": violent,
-                    "categories": categories,
-                    "category_scores": {
-                        name: 0.93 if flagged else 0.0001 for name, flagged in categories.items()
-                    },
-                    "category_applied_input_types": {
-                        name: ["text"] for name in MODERATION_CATEGORIES
-                    },
-                }
-            )
+        results = [self._moderation_result(text.lower()) for text in texts]
         answer_model = "omni-moderation-2024-09-26" if model.startswith("omni") else model
         return json_response(
             {"id": synth.hex_id("modr-", 24), "model": answer_model, "results": results}
         )
+
+    def _moderation_result(self, lowered: str) -> dict:
+        """One text's result in OpenAI's shape: a violent term flags `violence` (0.93, with
+        `harassment/threatening` scored 0.41 but not flagged), a self-harm term flags
+        `self-harm` (0.91) and `self-harm/intent` (0.88); every other score is 0.0001."""
+        scores = dict.fromkeys(MODERATION_CATEGORIES, 0.0001)
+        flagged: set[str] = set()
+        if any(term in lowered for term in self.moderation_terms):
+            scores.update({"violence": 0.93, "harassment/threatening": 0.41})
+            flagged.add("violence")
+        if any(term in lowered for term in self.self_harm_terms):
+            scores.update({"self-harm": 0.91, "self-harm/intent": 0.88})
+            flagged |= {"self-harm", "self-harm/intent"}
+        return {
+            "flagged": bool(flagged),
+            "categories": {name: name in flagged for name in MODERATION_CATEGORIES},
+            "category_scores": scores,
+            "category_applied_input_types": {name: ["text"] for name in MODERATION_CATEGORIES},
+        }
 
     # -- /v1/chat/completions ----------------------------------------------------------
 

@@ -12,15 +12,29 @@ import logging
 import time
 
 from catalog.routing import Catalog, Route
+from core.db import run_db
 from core.errors import GUARDRAIL_BLOCKED, BadRequest, GatewayError, ServiceUnavailable
+from licensing.access.credentials import Principal
+from licensing.safeguarding.rules import Verdict
+from licensing.safeguarding.services import do_raise_alert
 
 from .providers import adapter_for
-from .providers.base import Moderator
+from .providers.base import ModerationResult, Moderator
 
 logger = logging.getLogger("gateway")
 
 MODERATION_PROVIDER = "direct"
 MODERATION_MODEL = "omni-moderation-latest"
+
+
+class GuardrailFlagged(BadRequest):
+    """400 `Request blocked by guardrail`, the client's answer exactly as any other; it carries
+    the flagged texts and their results for the safeguarding alert (licensing.safeguarding),
+    never shown to the client."""
+
+    def __init__(self, flagged: list[tuple[str, ModerationResult]]):
+        super().__init__(GUARDRAIL_BLOCKED)
+        self.flagged = flagged
 
 
 def _route(catalog: Catalog, tags: frozenset[str]) -> Route | None:
@@ -48,7 +62,8 @@ def _route(catalog: Catalog, tags: frozenset[str]) -> Route | None:
 
 
 async def check(catalog: Catalog, texts: list[str], tags: frozenset[str] = frozenset()) -> None:
-    """400 `Request blocked by guardrail` when any text is flagged; 503 when the call fails."""
+    """400 `Request blocked by guardrail` (a `GuardrailFlagged`) when any text is flagged; 503
+    when the call fails."""
     texts = [text for text in texts if text]
     if not texts:
         return
@@ -59,18 +74,46 @@ async def check(catalog: Catalog, texts: list[str], tags: frozenset[str] = froze
     started = time.perf_counter()
     try:
         moderator = adapter_for(route.provider.kind, Moderator)
-        flagged = await moderator.moderate(route, texts)
+        results = await moderator.moderate(route, texts)
     except GatewayError as exc:
         logger.warning("moderation call failed (%s %s); refusing", exc.status, exc.message)
         raise ServiceUnavailable() from exc
+    flagged = [(text, r) for text, r in zip(texts, results, strict=True) if r.flagged]
     logger.info(
         "moderation call: provider=%s model=%s texts=%d characters=%d flagged=%s latency_ms=%d",
         MODERATION_PROVIDER,
         MODERATION_MODEL,
         len(texts),
         sum(len(text) for text in texts),
-        flagged,
+        bool(flagged),
         (time.perf_counter() - started) * 1000,
     )
     if flagged:
-        raise BadRequest(GUARDRAIL_BLOCKED)
+        raise GuardrailFlagged(flagged)
+
+
+async def safeguarding_alert(
+    principal: Principal, request_id: str, exc: Exception, direction: str
+) -> None:
+    """After a flag is recorded (refused, or charged for an answer): the safeguarding alert of a
+    student's (an end user's) flagged texts, when their institution has alerts on (read only
+    now: an unflagged request reads nothing more). Never changes the client's answer: a failure
+    here is logged."""
+    if type(exc) is not GuardrailFlagged or principal.end_user_id is None:
+        return
+    verdicts = [
+        Verdict(text=text, categories=result.categories, scores=result.category_scores)
+        for text, result in exc.flagged
+    ]
+    try:
+        await run_db(
+            do_raise_alert,
+            institution_id=principal.license.institution_id,
+            end_user_id=principal.end_user_id,
+            course_id=principal.course_id,
+            request_id=request_id,
+            direction=direction,
+            verdicts=verdicts,
+        )
+    except Exception:
+        logger.exception("safeguarding alert of request %s could not be raised", request_id)

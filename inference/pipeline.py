@@ -207,6 +207,7 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         # reviewer can answer "why was I refused" (docs/decisions/README.md, "Refusals are
         # ledger rows too").
         await _conclude(call, operation, status=exc.status, error=(call.stage, exc))
+        await moderation.safeguarding_alert(call.principal, call.request_id, exc, "input")
         raise
     # 9
     try:
@@ -360,6 +361,7 @@ async def _answer(
     except GatewayError as exc:
         error = (record.OUTPUT_BLOCKED, exc)
         await _conclude(call, operation, status=exc.status, result=result, error=error)
+        await moderation.safeguarding_alert(call.principal, call.request_id, exc, "output")
         raise
     remaining = await _conclude(call, operation, status=200, result=result)
     return operation.render(result, remaining)

@@ -486,8 +486,18 @@ class PageFetcher(Protocol):
     async def fetch_pages(self, urls: list[str], *, max_characters: int, fmt: str, allowed): ...
 
 
+@dataclass(frozen=True)
+class ModerationResult:
+    """One text's verdict from a moderation endpoint: flagged or not, and by category (OpenAI's
+    `categories` and `category_scores`; a category the provider did not name is absent)."""
+
+    flagged: bool
+    categories: dict[str, bool] = field(default_factory=dict)
+    category_scores: dict[str, float] = field(default_factory=dict)
+
+
 @runtime_checkable
 class Moderator(Protocol):
-    """The moderation guardrail: whether any of the texts is flagged."""
+    """The moderation guardrail: one result per text, in the texts' order."""
 
-    async def moderate(self, route: Route, texts: list[str]) -> bool: ...
+    async def moderate(self, route: Route, texts: list[str]) -> list[ModerationResult]: ...

@@ -17,6 +17,7 @@ from .base import (
     ContentBlocked,
     GeneratedImage,
     GeneratedImages,
+    ModerationResult,
     Transport,
     UpstreamStream,
     busy,
@@ -37,8 +38,8 @@ class OpenAITransport(Transport):
         cap = self.answer_cap("embeddings", len(items) if isinstance(items, list) else 1)
         return await self.post_json(route, "/embeddings", payload, max_bytes=cap)
 
-    async def moderate(self, route: Route, texts: list[str]) -> bool:
-        """Whether the moderation endpoint flags any of the texts (the moderation guardrail)."""
+    async def moderate(self, route: Route, texts: list[str]) -> list[ModerationResult]:
+        """The moderation endpoint's verdict on each text (the moderation guardrail)."""
         answer = await self.post_json(
             route, "/moderations", {"model": route.upstream_model, "input": texts}
         )
@@ -49,7 +50,7 @@ class OpenAITransport(Transport):
             or not all(isinstance(r, dict) and isinstance(r.get("flagged"), bool) for r in results)
         ):
             raise malformed("moderation answer without results")
-        return any(result["flagged"] for result in results)
+        return [_moderation_result(result) for result in results]
 
     # --- images ------------------------------------------------------------------------------
 
@@ -236,3 +237,22 @@ def image_payload(route: Route, body) -> tuple[dict, str | None, str | None]:
     if family == "dall-e" and model != "dall-e-2" and quality is None:
         quality = "standard"  # what the provider makes, and bills, by default
     return payload, size, quality
+
+
+def _moderation_result(result: dict) -> ModerationResult:
+    """One result; categories and scores of an unexpected type are left out, not trusted."""
+    categories = result.get("categories")
+    scores = result.get("category_scores")
+    return ModerationResult(
+        flagged=result["flagged"],
+        categories={
+            str(name): value
+            for name, value in (categories.items() if isinstance(categories, dict) else ())
+            if isinstance(value, bool)
+        },
+        category_scores={
+            str(name): float(value)
+            for name, value in (scores.items() if isinstance(scores, dict) else ())
+            if isinstance(value, int | float) and not isinstance(value, bool)
+        },
+    )

@@ -29,7 +29,12 @@ from .languages import language_of
 from .scoping import ADMIN, Scope, scope_of
 
 # The roles an institution admin gives, highest first; no role ranks above admin.
-ASSIGNABLE_ROLES = (AdminProfile.Role.ADMIN, AdminProfile.Role.REVIEWER, AdminProfile.Role.TEACHER)
+ASSIGNABLE_ROLES = (
+    AdminProfile.Role.ADMIN,
+    AdminProfile.Role.REVIEWER,
+    AdminProfile.Role.TEACHER,
+    AdminProfile.Role.SAFEGUARDING,
+)
 MANAGED_BY_IDP = gettext_noop("managed by the identity provider")
 
 

@@ -7,7 +7,11 @@ Roles:
   catalog; manages its colleagues (licensing.access.colleagues).
 - `reviewer`: reads its licenses, wallets and transactions.
 - `teacher`: runs the courses they teach (and nothing else of the institution): settings,
-  windows, members; in the admin and through the management API.
+  windows, members; in the admin and through the management API. Reads and handles the
+  safeguarding alerts of those courses.
+- `safeguarding` (safeguarding contact): reads and handles the institution's safeguarding
+  alerts, and nothing else. Institution admins manage the safeguarding settings but read no
+  alert (docs/safeguarding.md).
 Anyone else (not staff, inactive, or staff without a profile) sees no licensing row at all.
 Shared license types (no institution) are visible to institution admins, read-only.
 """
@@ -35,6 +39,8 @@ from ..models import (
     LtiIdentity,
     LtiLaunchState,
     LtiPlatform,
+    SafeguardingAlert,
+    SafeguardingSettings,
     ScimGroup,
     ScimToken,
     ScimUser,
@@ -45,6 +51,7 @@ from ..models import (
 ADMIN = AdminProfile.Role.ADMIN.value
 REVIEWER = AdminProfile.Role.REVIEWER.value
 TEACHER = AdminProfile.Role.TEACHER.value
+SAFEGUARDING = AdminProfile.Role.SAFEGUARDING.value
 ALL = frozenset({"view", "add", "change", "delete"})
 VIEW = frozenset({"view"})
 
@@ -70,6 +77,8 @@ INSTITUTION_PATHS: dict[type[Model], str] = {
     ScimToken: "institution",
     ScimUser: "institution",
     ScimGroup: "institution",
+    SafeguardingSettings: "institution",
+    SafeguardingAlert: "institution",
 }
 
 # What each role may do, per model; anything not listed is refused.
@@ -98,6 +107,7 @@ ROLE_PERMISSIONS: dict[str, dict[type[Model], frozenset[str]]] = {
         ScimToken: frozenset({"view", "add", "change"}),
         ScimUser: VIEW,
         ScimGroup: VIEW,
+        SafeguardingSettings: frozenset({"view", "add", "change"}),
     },
     REVIEWER: {License: VIEW, Wallet: VIEW, Transaction: VIEW},
     # Their own courses only (TEACHER_PATHS below narrows the rows): settings, windows, members
@@ -108,7 +118,10 @@ ROLE_PERMISSIONS: dict[str, dict[type[Model], frozenset[str]]] = {
         CourseWindow: ALL,
         CourseMember: ALL,
         CourseTeacher: VIEW,
+        # Read and handled (acknowledge, escalate, close): never added or deleted by hand.
+        SafeguardingAlert: frozenset({"view", "change"}),
     },
+    SAFEGUARDING: {SafeguardingAlert: frozenset({"view", "change"})},
 }
 
 # A teacher's rows: those of the courses they teach (besides their institution's).
@@ -117,6 +130,7 @@ TEACHER_PATHS: dict[type[Model], str] = {
     CourseWindow: "course__teachers__user",
     CourseMember: "course__teachers__user",
     CourseTeacher: "course__teachers__user",
+    SafeguardingAlert: "course__teachers__user",
 }
 
 

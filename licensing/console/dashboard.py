@@ -28,8 +28,16 @@ from catalog.models import Connection
 from core import clock
 from core.languages import grouped
 
-from ..access.scoping import ADMIN, REVIEWER, TEACHER, Scope, scope_of
-from ..models import Course, IdentityProvider, Institution, License, LtiPlatform, Transaction
+from ..access.scoping import ADMIN, REVIEWER, SAFEGUARDING, TEACHER, Scope, scope_of, scoped
+from ..models import (
+    Course,
+    IdentityProvider,
+    Institution,
+    License,
+    LtiPlatform,
+    SafeguardingAlert,
+    Transaction,
+)
 from .money import institution_rate
 from .review import licenses_of
 
@@ -218,5 +226,21 @@ def dashboard_context(request) -> dict:
         )
         return {"dashboard": "reviewer", "dashboard_summary": summary}
     if scope.role == TEACHER:
-        return {"dashboard": "teacher", "dashboard_courses": teacher_courses(request.user)}
+        return {
+            "dashboard": "teacher",
+            "dashboard_courses": teacher_courses(request.user),
+            "dashboard_alerts": alerts_not_closed(scope),
+        }
+    if scope.role == SAFEGUARDING:
+        return {
+            "dashboard": "safeguarding",
+            "dashboard_institution": institution,
+            "dashboard_alerts": alerts_not_closed(scope),
+        }
     return {}
+
+
+def alerts_not_closed(scope: Scope) -> int:
+    """The safeguarding alerts the person sees that are not closed yet (docs/safeguarding.md)."""
+    alerts = SafeguardingAlert.objects.exclude(status=SafeguardingAlert.Status.CLOSED)
+    return scoped(alerts, scope).count()

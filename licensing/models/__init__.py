@@ -1,9 +1,9 @@
 """The licensing app's models, one module per subject: `institutions` (institutions, license
 types, licenses, institution roles, colleagues), `keys` (API keys, JWT issuers, end users),
 `money` (wallets, the ledger, budget alerts), `courses`, `signin` (identity providers, LTI),
-`provisioning` (SCIM) and `audit`. Every name is re-exported here: `from licensing.models import
-X` is the one way in, and
-Django registers the models (app label `licensing`, the tables unchanged) by importing this."""
+`provisioning` (SCIM), `safeguarding` (alerts) and `audit`. Every name is re-exported here:
+`from licensing.models import X` is the one way in, and Django registers the models (app label
+`licensing`, the tables unchanged) by importing this."""
 
 from .audit import AuditEvent
 from .courses import Course, CourseMember, CourseTeacher, CourseWindow
@@ -19,6 +19,7 @@ from .institutions import (
 from .keys import ALLOWED_JWT_ALGORITHMS, REGISTERED_JWT_CLAIMS, ApiKey, EndUser, JwtIssuer
 from .money import BudgetAlert, Outcome, Transaction, Wallet
 from .provisioning import ScimGroup, ScimToken, ScimUser
+from .safeguarding import SafeguardingAlert, SafeguardingSettings
 from .signin import (
     IdentityProvider,
     LtiIdentity,
@@ -50,6 +51,8 @@ __all__ = [
     "LtiLaunchState",
     "LtiPlatform",
     "Outcome",
+    "SafeguardingAlert",
+    "SafeguardingSettings",
     "SamlAssertionUse",
     "ScimGroup",
     "ScimToken",

@@ -40,6 +40,17 @@ class AuditEvent(models.Model):
             "course_member_changed",
             _("Course member added, changed or removed"),
         )
+        SAFEGUARDING_ALERT_RAISED = "safeguarding_raised", _("Safeguarding alert raised")
+        SAFEGUARDING_ALERT_VIEWED = "safeguarding_viewed", _("Safeguarding alert viewed")
+        SAFEGUARDING_ALERT_HANDLED = (
+            "safeguarding_handled",
+            _("Safeguarding alert acknowledged, escalated or closed"),
+        )
+        SAFEGUARDING_SETTINGS_CHANGED = (
+            "safeguarding_settings",
+            _("Safeguarding settings changed"),
+        )
+        RETENTION_APPLIED = "retention_applied", _("Retention applied")
 
     created_at = models.DateTimeField(default=timezone.now)
     institution = models.ForeignKey(

@@ -183,6 +183,7 @@ class AdminProfile(models.Model):
         ADMIN = "admin", _("Institution admin: licenses, license types, keys, end users, issuers")
         REVIEWER = "reviewer", _("Reviewer: reads licenses, wallets and transactions")
         TEACHER = "teacher", _("Teacher: their own courses")
+        SAFEGUARDING = "safeguarding", _("Safeguarding contact: the institution's alerts")
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="gateway_profile"

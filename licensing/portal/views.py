@@ -30,6 +30,7 @@ from ..console.review import csv_response, download
 from ..courses.services import course_update
 from ..courses.usage import course_usage
 from ..models import EndUser
+from ..safeguarding.selectors import notice_for
 from ..signin.sso import PROVIDERS_LISTED_ALONE, sign_in_providers
 from . import courses, personal_data, selectors, services
 
@@ -166,6 +167,7 @@ def _data_context(end_user: EndUser) -> dict:
         "models": models,
         "destinations": selectors.destinations_of(models),
         "export_parts": personal_data.PARTS,
+        "safeguarding": notice_for(end_user.license.institution_id),
     }
 
 

@@ -3,7 +3,8 @@ attributes of a person (OIDC claims, SAML attributes, LTI claims, SCIM groups), 
 wins, deciding their role, the license a student lands on and the courses they join. Pure: no
 ORM (the ids' institution is checked by licensing.signin.access_rules.validate_rules).
 
-A rule: {"when": [condition, ...], "role": "admin" | "reviewer" | "teacher" | "student" | null,
+A rule: {"when": [condition, ...], "role": "admin" | "reviewer" | "teacher" | "safeguarding" |
+"student" | null,
 "license": <license id> | null, "courses": [<course id>, ...]}. All conditions must hold (AND);
 an empty "when" always holds (a catch-all at the end). A condition names one attribute and one
 test: {"attribute": a, "contains": v} (one of its values is v), {"attribute": a, "is": v} (it has
@@ -28,7 +29,9 @@ from django.utils.translation import gettext_lazy as _
 
 from core.text import is_storable_text
 
-ROLES = ("admin", "reviewer", "teacher", "student")
+ROLES = ("admin", "reviewer", "teacher", "safeguarding", "student")
+# The staff roles the groups mapping (configure_sso --admin-group ...) gives, in its order; a
+# safeguarding contact's role is given by a rule (or by hand).
 STAFF_ROLES = ("admin", "reviewer", "teacher")
 TESTS = ("contains", "is", "any_of", "present")
 RULE_KEYS = frozenset({"when", "role", "license", "courses"})
@@ -229,7 +232,7 @@ def _rule(value: Any, number: int) -> dict:
     role = value.get("role")
     if role is not None and role not in ROLES:
         raise ValidationError(
-            _("%(where)s: role is admin, reviewer, teacher, student or null"),
+            _("%(where)s: role is admin, reviewer, teacher, safeguarding, student or null"),
             params={"where": where},
         )
     license = value.get("license")

@@ -607,10 +607,11 @@ def _ruled_role(claims: dict[str, Any], rules: list[dict]) -> tuple[bool, int | 
 def validate_lti_rules(value: Any, *, institution_id: int) -> list[dict]:
     """A platform's rules: the roles an LMS may give are teacher and student (an admin's or
     reviewer's role never comes from a launch); a rule's license is the one of the courses an
-    instructor's launch creates; courses are joined through the LMS, not named by rules."""
+    instructor's launch creates; courses are joined through the LMS, not named by rules. A
+    safeguarding contact's role never comes from a launch either."""
     rules = validate_rules(value, institution_id=institution_id)
     for number, rule in enumerate(rules, start=1):
-        if rule["role"] in ("admin", "reviewer") or rule["courses"]:
+        if rule["role"] in ("admin", "reviewer", "safeguarding") or rule["courses"]:
             raise ValidationError(
                 _("Rule %(number)s: an LTI rule gives teacher, student or nothing, no courses"),
                 params={"number": number},

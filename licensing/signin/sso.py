@@ -58,7 +58,12 @@ logger = logging.getLogger("gateway")
 MAX_GROUPS = 200  # groups of one claim looked at (Entra sends up to 200 in an id_token)
 MAX_GROUP_LENGTH = 255
 STAFF_ROLE_NAMES = frozenset(
-    (AdminProfile.Role.ADMIN, AdminProfile.Role.REVIEWER, AdminProfile.Role.TEACHER)
+    (
+        AdminProfile.Role.ADMIN,
+        AdminProfile.Role.REVIEWER,
+        AdminProfile.Role.TEACHER,
+        AdminProfile.Role.SAFEGUARDING,
+    )
 )
 NO_ROLE = AccessDecision(role=None, license_id=None, course_ids=(), rule_index=None)
 

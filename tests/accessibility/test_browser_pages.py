@@ -56,6 +56,7 @@ PAGES = [
     (TEACHER, "/admin/licensing/course/"),
     (TEACHER, "/admin/licensing/course/{course}/change/"),
     (TEACHER, "/portal/courses/{course}/"),
+    (TEACHER, "/admin/licensing/safeguardingalert/"),  # their courses' safeguarding alerts
     # The student portal.
     (STUDENT, "/portal/"),
     (STUDENT, "/portal/keys/"),

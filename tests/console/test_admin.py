@@ -39,6 +39,8 @@ from licensing.models import (
     LtiIdentity,
     LtiLaunchState,
     LtiPlatform,
+    SafeguardingAlert,
+    SafeguardingSettings,
     ScimGroup,
     ScimToken,
     ScimUser,
@@ -71,8 +73,10 @@ ADDABLE = {
     Course,
     LtiPlatform,
     ScimToken,
+    SafeguardingSettings,
 }
-READ_ONLY = {EndUser, Wallet, Transaction, BudgetAlert, SsoIdentity, AuditEvent}
+# Safeguarding alerts: raised by the gateway only (never added), handled on their change page.
+READ_ONLY = {EndUser, Wallet, Transaction, BudgetAlert, SsoIdentity, AuditEvent, SafeguardingAlert}
 READ_ONLY |= {LtiIdentity, LtiLaunchState, ScimUser, ScimGroup}
 # Added on the course's page only (where the course services' checks run); changed or deleted
 # on their own pages too.
@@ -238,8 +242,20 @@ def make_licensing(suffix: str) -> dict:
         limit=1_000_000,
     )
     scim = make_scim(lic.institution, suffix)
+    safeguarding = SafeguardingSettings.objects.create(institution=lic.institution, enabled=True)
+    flagged = SafeguardingAlert.objects.create(
+        institution=lic.institution,
+        course=course,
+        end_user=user,
+        direction="input",
+        categories=["violence"],
+        scores={"violence": 0.93},
+        content='["a flagged message"]',
+    )
     return {
         **scim,
+        "safeguarding_settings": safeguarding,
+        "safeguarding_alert": flagged,
         "license": lic,
         "license_type": lic.license_type,
         "admin_profile": profile,

@@ -19,7 +19,7 @@ import pytest
 from catalog.routing import ConnectionInfo, ModelEntry, ProviderInfo, Route
 from core.errors import PROVIDER_ERROR, SERVICE_UNAVAILABLE
 from inference.providers import adapter_for
-from inference.providers.base import GeneratedImages, ProviderFailure
+from inference.providers.base import GeneratedImages, ModerationResult, ProviderFailure
 from inference.providers.bedrock import (
     BedrockTransport,
     image_family,
@@ -163,10 +163,14 @@ def test_openai_embeddings_are_sent_as_they_came_with_a_cap_per_input():
 
 
 def test_openai_moderation_asks_for_every_text_and_reads_every_result():
-    flagged = ok({"results": [{"flagged": False}, {"flagged": True}]})
+    scored = {"categories": {"violence": True, "odd": "yes"}, "category_scores": {"violence": 0.9}}
+    flagged = ok({"results": [{"flagged": False}, {"flagged": True, **scored}]})
     adapter, calls = wired(OpenAITransport, flagged, ok({"results": [{"flagged": False}]}))
     moderation = route("openai", "omni-moderation-latest")
-    assert run(adapter.moderate(moderation, ["a", "b"])) is True
+    assert run(adapter.moderate(moderation, ["a", "b"])) == [
+        ModerationResult(flagged=False),
+        ModerationResult(True, {"violence": True}, {"violence": 0.9}),  # "odd" left out
+    ]
     assert calls.calls[0].body == {"model": "omni-moderation-latest", "input": ["a", "b"]}
     with pytest.raises(ProviderFailure) as failure:  # one result for two texts
         run(adapter.moderate(moderation, ["a", "b"]))
