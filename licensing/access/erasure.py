@@ -11,6 +11,8 @@ What happens, in one transaction (docs/decisions/erasure.md):
   names and password, and the sign-in and LMS identities that found it are deleted (signing
   in again makes a new, unrelated person); a SCIM resource keeps its id (the IdP addresses it)
   and loses everything else;
+- their safeguarding alerts, all closed (an open one refuses the erasure: the duty of care
+  comes first), are deleted with the flagged messages in them;
 - the audit rows about them name the pseudonym instead of their subject, account name and
   e-mail; the erasure itself is an audit row that names only the pseudonym.
 
@@ -39,6 +41,7 @@ from ..models import (
     AuditEvent,
     EndUser,
     LtiIdentity,
+    SafeguardingAlert,
     ScimUser,
     SsoIdentity,
     Transaction,
@@ -75,6 +78,14 @@ def erasure_problem(end_user: EndUser) -> str | None:
     """Why `end_user` cannot be erased (None: it can); for the confirmation page to ask first."""
     if end_user.subject.startswith(PSEUDONYM_PREFIX) and end_user.user_id is None:
         return _("This person has been erased already.")
+    open_alerts = SafeguardingAlert.objects.filter(end_user=end_user).exclude(
+        status=SafeguardingAlert.Status.CLOSED
+    )
+    if open_alerts.exists():
+        return _(
+            "This person has safeguarding alerts that are not closed: the safeguarding contacts "
+            "close them first, then erase the person."
+        )
     user = end_user.user
     if user is not None and (
         user.is_staff or user.is_superuser or AdminProfile.objects.filter(user=user).exists()
@@ -108,6 +119,7 @@ def end_user_erase(*, end_user: EndUser, request=None) -> Erased:
         sessions = sessions_end(user.pk)
         _account_erase(user, pseudonym)
     ledger = Transaction.objects.filter(end_user=locked).exclude(metadata={}).update(metadata={})
+    alerts, _by_model = SafeguardingAlert.objects.filter(end_user=locked).delete()  # all closed
     audit = _audit_pseudonymise(locked, user, names, pseudonym)
     locked.subject, locked.user, locked.active = pseudonym, None, False
     locked.language, locked.terms_accepted_at = "", None
@@ -124,6 +136,7 @@ def end_user_erase(*, end_user: EndUser, request=None) -> Erased:
             "sessions_ended": sessions,
             "ledger_rows_cleaned": ledger,
             "audit_rows_pseudonymised": audit,
+            "safeguarding_alerts_deleted": alerts,
         },
     )
     transaction.on_commit(clear_all)

@@ -11,16 +11,18 @@ a student with a year of requests downloads it in constant memory.
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 from core import jsonio
+from core.crypto import reveal
 
 from ..console.review import iso_utc, ledger_pages, safe_cell
-from ..models import ApiKey, CourseMember, EndUser, Transaction
+from ..models import ApiKey, CourseMember, EndUser, SafeguardingAlert, Transaction
 
-PARTS = ("transactions", "keys", "courses", "consents")
+PARTS = ("transactions", "keys", "courses", "consents", "alerts")
 
 
 def _instant(value: datetime | None) -> str | None:
@@ -90,6 +92,26 @@ def consents(end_user: EndUser) -> list[dict[str, Any]]:
     return [{"consent": "terms_of_use", "given_at": _instant(end_user.terms_accepted_at)}]
 
 
+def alerts(end_user: EndUser) -> list[dict[str, Any]]:
+    """The safeguarding alerts about them once closed (an open one is the safeguarding
+    contacts' still): when, which course, the categories, and the flagged messages themselves.
+    The staff's notes are not theirs to read here (docs/decisions/erasure.md)."""
+    rows = SafeguardingAlert.objects.filter(
+        end_user=end_user, status=SafeguardingAlert.Status.CLOSED
+    ).select_related("course")
+    return [
+        {
+            "raised_at": _instant(row.created_at),
+            "course": row.course.code if row.course is not None else None,
+            "direction": row.direction,
+            "categories": row.categories,
+            "messages": json.loads(reveal(row.content) or "[]"),
+            "closed_at": _instant(row.handled_at),
+        }
+        for row in rows.order_by("created_at", "id")
+    ]
+
+
 def transactions(end_user: EndUser):
     return Transaction.objects.filter(end_user=end_user)
 
@@ -102,6 +124,7 @@ def json_chunks(end_user: EndUser, now: datetime) -> Iterator[str]:
         "keys": keys(end_user),
         "courses": courses(end_user),
         "consents": consents(end_user),
+        "safeguarding_alerts": alerts(end_user),
     }
     opening = jsonio.dumps(head).decode()
     yield opening[:-1] + ',"transactions":['
@@ -120,17 +143,28 @@ class _Line:
 
 def csv_rows(part: str, end_user: EndUser) -> Iterator[str]:
     """A small part (keys, courses, consents) as CSV lines; every cell spreadsheet-safe."""
-    rows = {"keys": keys, "courses": courses, "consents": consents}[part](end_user)
+    rows = {"keys": keys, "courses": courses, "consents": consents, "alerts": alerts}[part](
+        end_user
+    )
     headers = {
         "keys": ("prefix", "name", "kind", "course", "active", "created_at", "expires_at",
                  "last_used_at"),
         "courses": ("code", "name", "member_since", "paused", "top_up", "top_up_window_start"),
         "consents": ("consent", "given_at"),
+        "alerts": ("raised_at", "course", "direction", "categories", "messages", "closed_at"),
     }[part]  # fmt: skip
     writer = csv.writer(_Line())
     yield writer.writerow(headers)
     for row in rows:
-        yield writer.writerow(["" if row[h] is None else safe_cell(row[h]) for h in headers])
+        yield writer.writerow([_cell(row[h]) for h in headers])
+
+
+def _cell(value) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, list | dict):
+        value = jsonio.dumps(value).decode()
+    return safe_cell(value)
 
 
 def filename(part: str, extension: str, now: datetime) -> str:

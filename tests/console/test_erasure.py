@@ -184,6 +184,7 @@ def test_an_admin_erases_a_person_and_every_sum_stays(world):
         "sessions_ended": 1,
         "ledger_rows_cleaned": 3,
         "audit_rows_pseudonymised": 2,
+        "safeguarding_alerts_deleted": 0,
     }
     again = admin.get(erase_url(student)).content.decode()
     assert 'id="erase-refused"' in again and "erased already" in again
@@ -224,3 +225,24 @@ def test_a_superuser_erases_too(world):
     root = client_of(staff("root", None, None, superuser=True))
     assert root.post(erase_url(world["student"]), {"confirm": "ERASE"}).status_code == 302
     assert EndUser.objects.get(pk=world["student"].pk).subject.startswith("erased-")
+
+
+def test_open_safeguarding_alerts_come_first_closed_ones_go(world):
+    from licensing.models import SafeguardingAlert
+
+    student = world["student"]
+    common = {"institution": world["institution"], "end_user": student, "direction": "input"}
+    closed = SafeguardingAlert.objects.create(
+        **common, content='["closed"]', status=SafeguardingAlert.Status.CLOSED
+    )
+    open_one = SafeguardingAlert.objects.create(**common, content='["open"]')
+    admin = client_of(world["admin"])
+    page = admin.get(erase_url(student)).content.decode()
+    assert 'id="erase-refused"' in page and "not closed" in page
+    assert admin.post(erase_url(student), {"confirm": "ERASE"}).status_code == 400
+    open_one.status = SafeguardingAlert.Status.CLOSED
+    open_one.save()
+    assert admin.post(erase_url(student), {"confirm": "ERASE"}).status_code == 302
+    assert not SafeguardingAlert.objects.filter(pk__in=[closed.pk, open_one.pk]).exists()
+    event = AuditEvent.objects.get(action=AuditEvent.Action.PERSON_ERASED)
+    assert event.detail["safeguarding_alerts_deleted"] == 2

@@ -71,7 +71,15 @@ def test_everything_as_one_json_document(world):
     assert answer["Content-Disposition"].startswith('attachment; filename="my-data-all-')
     assert "no-store" in answer["Cache-Control"]
     found = json.loads(body)
-    assert set(found) == {"exported_at", "person", "keys", "courses", "consents", "transactions"}
+    assert set(found) == {
+        "exported_at",
+        "person",
+        "keys",
+        "courses",
+        "consents",
+        "safeguarding_alerts",
+        "transactions",
+    }
     person = found["person"]
     assert person["subject"] == world["student"].subject and person["institution"] == "Hill School"
     assert person["account"]["email"] == "ada@hill.example"
@@ -179,5 +187,33 @@ def test_a_long_history_streams_page_by_page(world, django_assert_max_num_querie
 def test_the_data_page_links_the_downloads(world):
     body = signed_in(world["user"]).get("/portal/data/").content.decode()
     assert 'id="data-export"' in body
-    for part in ("transactions", "keys", "courses", "consents"):
+    for part in ("transactions", "keys", "courses", "consents", "alerts"):
         assert f"format=csv&amp;part={part}" in body
+
+
+def test_closed_safeguarding_alerts_are_in_it_open_ones_not(world):
+    from licensing.models import SafeguardingAlert
+
+    student = world["student"]
+    common = {"institution": student.license.institution, "end_user": student}
+    SafeguardingAlert.objects.create(
+        **common,
+        direction="input",
+        categories=["self-harm"],
+        content=json.dumps(["=a closed flagged message"]),
+        status=SafeguardingAlert.Status.CLOSED,
+        note="a teacher's note",
+        handled_at=timezone.now(),
+    )
+    SafeguardingAlert.objects.create(
+        **common, direction="input", categories=["violence"], content=json.dumps(["still open"])
+    )
+    client = signed_in(world["user"])
+    status, body, _ = download(client, "?format=json")
+    (alert,) = json.loads(body)["safeguarding_alerts"]
+    assert alert["messages"] == ["=a closed flagged message"]
+    assert alert["categories"] == ["self-harm"] and alert["closed_at"]
+    assert "still open" not in body and "a teacher's note" not in body
+    status, body, _ = download(client, "?format=csv&part=alerts")
+    (row,) = list(csv.DictReader(io.StringIO(body)))
+    assert row["messages"] == '["=a closed flagged message"]' and row["direction"] == "input"
