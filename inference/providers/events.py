@@ -18,11 +18,12 @@ error chunk (`ChatChunks.error`), whose message the relay sanitizes and relays.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
+
+from core import clock
 
 BOM = b"\xef\xbb\xbf"
 
@@ -252,8 +253,9 @@ def chat_completion(
 
 
 def now() -> int:
-    """`created` of an answer whose provider gives no time (seconds since the epoch)."""
-    return int(time.time())
+    """`created` of an answer whose provider gives no time (seconds since the epoch), on the
+    injectable clock: a test freezes it rather than straddle a second."""
+    return int(clock.now())
 
 
 class ChatChunks:

@@ -11,6 +11,7 @@ import httpx
 import orjson
 import pytest
 
+from core import clock
 from core.errors import BadRequest
 from fake_upstreams.converse import event_frame, exception_frame, frame
 from inference.providers.anthropic import CLAUDE_THINKING_BUDGETS
@@ -543,6 +544,11 @@ def test_excluded_reasoning_is_not_streamed():
 
 
 def test_frames_split_anywhere_across_chunks_make_the_same_events():
+    with clock.frozen():  # every chunk's `created`: the same second for each split
+        _frames_split_anywhere()
+
+
+def _frames_split_anywhere():
     whole = b"".join(STREAM)
     expected = events(decoder().feed(whole))
     for size in (1, 7, 64):
