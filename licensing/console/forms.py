@@ -70,6 +70,8 @@ class InstitutionForm(forms.ModelForm):
             "micro_credits_per_currency_unit",
             "timezone",
             "language",
+            "ledger_identity_days",
+            "audit_log_days",
         )
         widgets = {"timezone": ZoneInput(attrs={"size": 30, "spellcheck": "false"})}
         labels = {"timezone": _("Time zone")}

@@ -9,6 +9,12 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+# Retention defaults (docs/decisions/retention.md): a school year and a half for who made a
+# request (a teacher's and a budget's questions are about this year and the last), two years
+# for the audit log (a complaint or an incident is looked into within that time).
+LEDGER_IDENTITY_DAYS = 540
+AUDIT_LOG_DAYS = 730
+
 
 def default_policy():
     from ..rules.policy import open_policy_document
@@ -68,6 +74,33 @@ class Institution(models.Model):
         blank=True,
         validators=[MinValueValidator(1)],
         help_text=_("Micro-credits worth one unit of the currency; empty = the gateway's"),
+    )
+
+    # Retention (issue 39, licensing.privacy.retention, run daily by `manage.py apply_retention`):
+    # after this many days a ledger row no longer says who made the request; the audit log's
+    # rows are deleted after theirs. Empty = kept for as long as the institution exists.
+    ledger_identity_days = models.PositiveSmallIntegerField(
+        _("ledger: who made a request, kept (days)"),
+        null=True,
+        blank=True,
+        default=LEDGER_IDENTITY_DAYS,
+        db_default=LEDGER_IDENTITY_DAYS,
+        validators=[MinValueValidator(1), MaxValueValidator(3650)],
+        help_text=_(
+            "After this many days (from a course's end, for a course's requests) a ledger row "
+            "loses its person, key and metadata; credits and every sum stay. Empty = kept"
+        ),
+    )
+    audit_log_days = models.PositiveSmallIntegerField(
+        _("audit log kept (days)"),
+        null=True,
+        blank=True,
+        default=AUDIT_LOG_DAYS,
+        db_default=AUDIT_LOG_DAYS,
+        validators=[MinValueValidator(30), MaxValueValidator(3650)],
+        help_text=_(
+            "The institution's audit log rows are deleted after this many days. Empty = kept"
+        ),
     )
 
     class Meta:
