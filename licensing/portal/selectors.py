@@ -4,28 +4,19 @@ may use and where their requests may go. Every read is of the signed-in student'
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
 from django.db.models import Count, Sum
 from django.db.models.functions import TruncDate
 from django.utils.translation import gettext_noop
 
-from catalog.registry import SERVICES, Service, purposes_in_words
-from catalog.routing import (
-    Catalog,
-    ModelEntry,
-    ProviderPin,
-    Route,
-    Routes,
-    load_catalog_snapshot,
-    select_routes,
-)
+from catalog.routing import Catalog, load_catalog_snapshot
 from core import clock
-from core.errors import GatewayError
 from core.languages import grouped
 from core.zones import zone_or_utc
 
+from ..access.reach import ModelAccess, models_reached
 from ..courses.selectors import course_rules
 from ..ledger.budget import BudgetConfig, budget_usage, next_window_start, window_start
 from ..models import (
@@ -38,7 +29,7 @@ from ..models import (
     Transaction,
 )
 from ..rules.money import Rate, rate_of
-from ..rules.policy import Policy, PolicyDocumentError, ServicePolicy, compile_policy
+from ..rules.policy import Policy, PolicyDocumentError, compile_policy
 
 USAGE_DAYS = 30
 # More providers than this: the login page also finds the institution by e-mail domain.
@@ -287,29 +278,6 @@ def usage_of(end_user: EndUser, now: datetime | None = None, course: Course | No
     return Usage(days=days, by_day=by_day, by_model=by_model, total=total)
 
 
-# --- the models they may use and where their requests may go ------------------------------
-
-
-@dataclass(frozen=True)
-class Destination:
-    provider: str
-    connection: str
-    tags: tuple[str, ...]
-    region: str
-
-
-@dataclass
-class ModelAccess:
-    model_id: str
-    services: list[str] = field(default_factory=list)
-    destinations: list[Destination] = field(default_factory=list)
-
-    @property
-    def purpose(self) -> str:
-        """What the student may use it for, in words: "chat and responses", "images"."""
-        return purposes_in_words(self.services)
-
-
 def _policy(end_user: EndUser) -> Policy | None:
     try:
         return compile_policy(end_user.license.license_type.policy)
@@ -344,101 +312,7 @@ def usable_models(
     policy = _policy(end_user) if course is None else course_policy(course)
     if policy is None:
         return []
-    catalog = catalog or load_catalog_snapshot()
-    found: list[ModelAccess] = []
-    for model_id, entry in catalog.models.items():
-        if not entry.listed:
-            continue
-        access = _model_access(catalog, policy, model_id, entry)
-        if access.services:
-            found.append(access)
-    return found
-
-
-def _model_access(
-    catalog: Catalog, policy: Policy, model_id: str, entry: ModelEntry
-) -> ModelAccess:
-    """The services the policy admits the model on and finds a route for, and every place
-    their requests may go."""
-    search = _ModelSearch(catalog, policy, ModelAccess(model_id=model_id), _pins_of(entry))
-    for service in SERVICES:
-        if service.feature not in entry.supported_features:
-            continue
-        try:
-            service_policy = policy.check_request(service.service, {"model": model_id})
-        except GatewayError:
-            continue
-        usable = search.service_usable(service, service_policy)
-        if usable and service.service not in search.access.services:
-            search.access.services.append(service.service)
-    return search.access
-
-
-def _pins_of(entry: ModelEntry) -> list[ProviderPin | None]:
-    """The unpinned request (None), then one pinned to each of the model's providers."""
-    pins: list[ProviderPin | None] = [None]
-    pins += [ProviderPin(slug, None) for slug in dict.fromkeys(r.provider for r in entry.rows)]
-    return pins
-
-
-@dataclass
-class _ModelSearch:
-    """Where one model's requests may go, searched service by service: the destinations found
-    so far go into `access`, each once, in the order found."""
-
-    catalog: Catalog
-    policy: Policy
-    access: ModelAccess
-    pins: list[ProviderPin | None]
-    seen: set[Destination] = field(default_factory=set)
-
-    def service_usable(self, service: Service, service_policy: ServicePolicy) -> bool:
-        """Whether the unpinned request finds a route; the routes of every request, pinned
-        or not, are destinations."""
-        usable = False
-        for pin in self.pins:
-            routes = self._routes(service, service_policy, pin)
-            if routes is None:
-                continue
-            if pin is None:
-                usable = True
-            for route in routes:
-                self._add(route)
-        return usable
-
-    def _routes(
-        self, service: Service, service_policy: ServicePolicy, pin: ProviderPin | None
-    ) -> Routes | None:
-        try:
-            return select_routes(
-                self.catalog,
-                endpoint=service.endpoint,
-                model=self.access.model_id,
-                pin=pin,
-                allowed=service_policy.providers,
-                output_modality=service.output_modality,
-                tags=self.policy.connection_tags,
-                pick=False,
-            )
-        except GatewayError:
-            return None  # no route for this request: others may have one
-
-    def _add(self, route: Route) -> None:
-        destination = Destination(
-            provider=route.provider.slug,
-            connection=route.connection.name,
-            tags=tuple(sorted(route.connection.tags)),
-            region=route.connection.region,
-        )
-        if destination not in self.seen:
-            self.seen.add(destination)
-            self.access.destinations.append(destination)
-
-
-def destinations_of(models: list[ModelAccess]) -> list[Destination]:
-    """Every place any of the models' requests may go, once each, by provider."""
-    unique = {d for m in models for d in m.destinations}
-    return sorted(unique, key=lambda d: (d.provider, d.connection))
+    return models_reached(catalog or load_catalog_snapshot(), policy)
 
 
 # --- keys --------------------------------------------------------------------------------

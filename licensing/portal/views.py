@@ -24,6 +24,7 @@ from core import clock
 from core.languages import grouped
 from core.zones import zone_or_utc
 
+from ..access.reach import destinations_of
 from ..access.scoping import scope_of
 from ..console import charts
 from ..console.review import csv_response, download
@@ -165,7 +166,7 @@ def _data_context(end_user: EndUser) -> dict:
     return {
         "title": _("Where your requests go"),
         "models": models,
-        "destinations": selectors.destinations_of(models),
+        "destinations": destinations_of(models),
         "export_parts": personal_data.PARTS,
         "safeguarding": notice_for(end_user.license.institution_id),
     }

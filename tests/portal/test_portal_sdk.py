@@ -11,6 +11,7 @@ import re
 import openai
 import pytest
 
+from licensing.access import reach
 from licensing.models import ApiKey, Transaction, Wallet
 from licensing.portal import selectors
 from tests.client_helpers import assert_charged
@@ -106,7 +107,7 @@ def test_models_and_destinations_follow_a_restrictive_policy_like_v1_models(gate
     shown = selectors.usable_models(end_user)
     assert {m.model_id for m in shown} == listed
     assert MINI in listed and "gpt-4.1" not in listed
-    destinations = selectors.destinations_of(shown)
+    destinations = reach.destinations_of(shown)
     assert {(d.provider, d.tags) for d in destinations} == {("direct", ("eu",))}
     table = portal.get("/portal/data/").content.decode().split('id="destinations"')[1]
     assert "aggregator" not in table.split("</table>")[0]

@@ -1,4 +1,4 @@
-"""The steps of licensing.portal.selectors.usable_models without a catalog or a database:
+"""The steps of licensing.access.reach (the portal's usable_models) without a catalog or a database:
 which requests one model's search asks provider selection for (the unpinned one, then one
 pinned to each provider), when a service counts as usable, and that each destination is
 listed once. The whole selector against the catalog is tests/portal/test_portal.py."""
@@ -11,8 +11,8 @@ import pytest
 
 from catalog.routing import ProviderPin
 from core.errors import GatewayError
-from licensing.portal import selectors
-from licensing.portal.selectors import Destination, ModelAccess, _ModelSearch, _pins_of
+from licensing.access import reach
+from licensing.access.reach import Destination, ModelAccess, _ModelSearch, _pins_of
 
 SERVICE = SimpleNamespace(endpoint="chat.completions", output_modality=None)
 
@@ -42,7 +42,7 @@ def search_with(monkeypatch, answers):
             raise answer
         return answer
 
-    monkeypatch.setattr(selectors, "select_routes", select_routes)
+    monkeypatch.setattr(reach, "select_routes", select_routes)
     policy = SimpleNamespace(connection_tags=frozenset({"eu"}))
     pins = [None] + [ProviderPin(p, None) for p in answers if p is not None]
     search = _ModelSearch("catalog", policy, ModelAccess(model_id="m"), pins)
