@@ -57,7 +57,7 @@ def _section(section: Section, unicode: bool) -> str:
 def _table(table: Table, unicode: bool) -> str:
     head = "".join(f"<th>{_text(h, unicode)}</th>" for h in table.headers)
     body = "".join(
-        "<tr>" + "".join(f"<td>{_text(c, unicode) or '-'}</td>" for c in row) + "</tr>"
+        "<tr>" + "".join(f'<td align="left">{_text(c, unicode) or "-"}</td>' for c in row) + "</tr>"
         for row in table.rows
     )
     return f'<table border="1"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
