@@ -11,7 +11,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     DJANGO_SETTINGS_MODULE=gateway_site.settings
 
 # xmlsec1: pysaml2 signs and checks SAML's XML signatures with it (docs/saml.md).
-RUN apt-get update && apt-get install -y --no-install-recommends xmlsec1 \
+# fonts-dejavu-core: the privacy pack's PDF embeds DejaVu Sans for text in any script
+# (licensing/privacy/pdf.py; without it, Latin-1 only).
+RUN apt-get update && apt-get install -y --no-install-recommends xmlsec1 fonts-dejavu-core \
     && rm -rf /var/lib/apt/lists/*
 
 RUN groupadd --system --gid 10001 gateway \

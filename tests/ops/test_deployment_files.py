@@ -90,10 +90,12 @@ def cmd() -> list[str]:
 def test_the_dockerfile_installs_the_locked_server_without_dev_extras():
     assert instructions("FROM") == ["python:3.11-slim"]
     installs = [run for run in instructions("RUN") if "install" in run]
-    # Debian's xmlsec1 for SAML (pysaml2 calls it), then the locked Python packages only.
+    # Debian's xmlsec1 for SAML (pysaml2 calls it) and DejaVu for the privacy pack's PDF,
+    # then the locked Python packages only.
     assert installs[0].startswith(
         "apt-get update && apt-get install -y --no-install-recommends xmlsec1 "
     )
+    assert "fonts-dejavu-core" in installs[0]
     assert installs[1:] == ["bash scripts/install_locked.sh constraints-server.txt python"]
     assert not any("pip install" in run for run in instructions("RUN"))
     server = {name for name, _ in lock_pins("constraints-server.txt")}
