@@ -46,7 +46,7 @@ def test_a_superuser_reads_any_institutions_pack(world):
     assert client.get(url(world["other"].pk)).status_code == 200
     page = client.get(url(world["school"].pk))
     assert "| direct |" not in page.content.decode()  # HTML, not Markdown
-    assert "<th scope=\"row\">direct</th>" in page.content.decode()
+    assert '<th scope="row">direct</th>' in page.content.decode()
 
 
 def test_another_institutions_admin_gets_a_404(world):

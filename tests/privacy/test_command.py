@@ -40,7 +40,9 @@ def test_markdown_to_a_file(world, tmp_path):
     assert "## 3. Sub-processors" in target.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("value", ["No such school", "999999", "99999999999999999999", "a\x00b", " "])
+@pytest.mark.parametrize(
+    "value", ["No such school", "999999", "99999999999999999999", "a\x00b", " "]
+)
 def test_an_unknown_institution_is_a_command_error(world, value):
     with pytest.raises(CommandError, match="institution"):
         run("--institution", value)
