@@ -94,6 +94,7 @@ def session_of(user):
     return session.session_key
 
 
+print("INSTITUTION", school.pk)
 print("COURSE", course.pk)
 print("STUDENT", end_user.pk)
 print("LICENSE_TYPE", lic.license_type_id)
@@ -109,6 +110,7 @@ class School:
     name: str
     tag: str
     password: str
+    institution: int  # the school's id
     course: int  # the course's id
     student: int  # the student's end user id
     license_type: int  # the id of the type of the course's license (its own policy)
@@ -118,7 +120,12 @@ class School:
 
     def path_of(self, path: str) -> str:
         """A page's path with this school's ids filled in (`{course}`, `{student}`, ...)."""
-        return path.format(course=self.course, invitation=self.invitation, student=self.student)
+        return path.format(
+            course=self.course,
+            invitation=self.invitation,
+            student=self.student,
+            institution=self.institution,
+        )
 
     @property
     def admin(self) -> str:
@@ -140,6 +147,7 @@ def make_school(server, name: str, tag: str) -> School:
         name=name,
         tag=tag,
         password=password,
+        institution=int(found["INSTITUTION"]),
         course=int(found["COURSE"]),
         student=int(found["STUDENT"]),
         license_type=int(found["LICENSE_TYPE"]),

@@ -50,6 +50,7 @@ PAGES = [
     (ADMIN, "/admin/my-token/"),
     (ADMIN, "/admin/password_change/"),
     (ADMIN, "/admin/licensing/enduser/{student}/erase/"),  # erasing a person: the confirmation
+    (ADMIN, "/admin/licensing/institution/{institution}/privacy/"),  # the privacy pack
     # The teacher's pages: the course in the admin (windows, exam switch, per-student usage)
     # and in the portal.
     (TEACHER, "/admin/"),
@@ -121,6 +122,7 @@ DRAWN = {"/manage/v1/docs": ".opblock-summary-method"}  # Swagger UI, from the O
 # Pages whose screenshot docs/ shows (var/screenshots/<name>.png).
 SHOTS = {
     "/admin/licensing/enduser/{student}/erase/": "admin-erase-person",
+    "/admin/licensing/institution/{institution}/privacy/": "admin-privacy-pack",
     "/portal/data/": "portal-06-data",
 }
 
