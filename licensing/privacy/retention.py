@@ -19,6 +19,7 @@ caught up by the next run and the hot path's inserts never wait long behind it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
@@ -101,15 +102,24 @@ def _ledger_pseudonymise(institution_id: int, cutoff: datetime) -> int:
         .filter(_course_clock(cutoff))
         .filter(Q(end_user__isnull=False) | Q(api_key__isnull=False) | ~Q(metadata={}))
     )
-    changed = 0
+    return _in_batches(
+        rows,
+        lambda pks: Transaction.objects.filter(pk__in=pks).update(
+            end_user=None, api_key=None, metadata={}
+        ),
+    )
+
+
+def _in_batches(rows, apply: Callable[[list[int]], int]) -> int:
+    """`apply` to the primary keys of `rows`, BATCH at a time, each batch its own transaction,
+    until `rows` holds none (so `apply` must take its rows out of `rows`); the sum of its counts."""
+    done = 0
     while True:
         with transaction.atomic():
             batch = list(rows.values_list("pk", flat=True)[:BATCH])
             if not batch:
-                return changed
-            changed += Transaction.objects.filter(pk__in=batch).update(
-                end_user=None, api_key=None, metadata={}
-            )
+                return done
+            done += apply(batch)
 
 
 def pseudonym_of(license_id: int, holder: str) -> str:
@@ -171,13 +181,7 @@ def _ended_courses(institution_id: int, cutoff: datetime) -> set[int]:
 
 def _audit_delete(scope: Q, cutoff: datetime) -> int:
     rows = AuditEvent.objects.filter(scope, created_at__lt=cutoff)
-    deleted = 0
-    while True:
-        with transaction.atomic():
-            batch = list(rows.values_list("pk", flat=True)[:BATCH])
-            if not batch:
-                return deleted
-            deleted += AuditEvent.objects.filter(pk__in=batch).delete()[0]
+    return _in_batches(rows, lambda pks: AuditEvent.objects.filter(pk__in=pks).delete()[0])
 
 
 def _record(institution: Institution, done: Applied, now: datetime) -> None:
