@@ -158,6 +158,9 @@ class Config(BaseSettings):
     )
     GATEWAY_ADMIN_LOCKOUT_MINUTES: Seconds = Field(15.0, description="how long that lock lasts")
     GATEWAY_MAX_BODY_BYTES: Bytes = Field(8 * MiB, description="largest API request body")
+    GATEWAY_AUDIT_LOG_DAYS: Annotated[int | None, Field(ge=1), EmptyIsDefault] = Field(
+        730, description="days the gateway-wide audit rows (no institution) are kept"
+    )
     GATEWAY_ACCESS_LOG_LEVEL: Annotated[
         Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)
     ] = Field("INFO", description="level of the per-request access log (WARNING silences it)")

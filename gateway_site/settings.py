@@ -149,6 +149,8 @@ WHITENOISE_AUTOREFRESH = DEBUG
 # Request bodies: embeddings batches are large, but an unbounded body is a denial of service.
 # /v1 bodies over the limit are refused by gateway_site.bodylimit before Django reads them.
 GATEWAY_MAX_BODY_BYTES = CONFIG.GATEWAY_MAX_BODY_BYTES
+# Deleted by `manage.py apply_retention` (licensing.privacy.retention).
+GATEWAY_AUDIT_LOG_DAYS = CONFIG.GATEWAY_AUDIT_LOG_DAYS
 DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_BODY_BYTES
 
 REDIS_URL = CONFIG.REDIS_URL

@@ -21,12 +21,15 @@ BUDGET_FIELDS = (
 )
 # An institution's money rate, and its time zone: where its budgets' days, weeks and months begin.
 RATE_FIELDS = ("currency", "micro_credits_per_currency_unit", "timezone")
+# An institution's retention periods (licensing.privacy.retention): a change of only these is
+# its own action, for the data-protection officer to find.
+RETENTION_FIELDS = ("ledger_identity_days", "audit_log_days")
 
 # What each audited model's change is, and which fields make it.
 AUDITED: dict[type, tuple[str, tuple[str, ...]]] = {
     LicenseType: (AuditEvent.Action.POLICY_CHANGED, POLICY_FIELDS),
     License: (AuditEvent.Action.BUDGET_CHANGED, BUDGET_FIELDS),
-    Institution: (AuditEvent.Action.BUDGET_CHANGED, RATE_FIELDS),
+    Institution: (AuditEvent.Action.BUDGET_CHANGED, RATE_FIELDS + RETENTION_FIELDS),
 }
 
 
@@ -68,6 +71,8 @@ def audit_row_change(
         changed = [name for name in fields if before.get(name) != after[name]]
         if not changed:
             return None
+        if set(changed) <= set(RETENTION_FIELDS):
+            action = AuditEvent.Action.RETENTION_CHANGED
         detail = {
             "before": {name: before.get(name) for name in changed},
             "after": {name: after[name] for name in changed},

@@ -127,6 +127,8 @@ INSTITUTION_SETTINGS = (
     "micro_credits_per_currency_unit",
     "portal_key_limit",
     "terms_of_use",
+    "ledger_identity_days",
+    "audit_log_days",
 )
 
 

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from django.utils import timezone
-
+from core import clock
 from core.text import is_storable_text
 
 from ..models import Outcome, Transaction
@@ -102,7 +101,8 @@ class LedgerEntry:
     units: int | None = None
     metadata: dict = field(default_factory=dict)
     latency_ms: int = 0
-    created_at: datetime = field(default_factory=timezone.now)
+    # On core.clock, like the budget windows the row is charged to (a test moves both at once).
+    created_at: datetime = field(default_factory=lambda: clock.utcnow())
     upstream_id: str = ""
     outcome: str = ""  # "": from the status and the error code (outcome_for)
     error_code: str = ""

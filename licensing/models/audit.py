@@ -51,6 +51,7 @@ class AuditEvent(models.Model):
             _("Safeguarding settings changed"),
         )
         RETENTION_APPLIED = "retention_applied", _("Retention applied")
+        RETENTION_CHANGED = "retention_changed", _("Retention periods changed")
 
     created_at = models.DateTimeField(default=timezone.now)
     institution = models.ForeignKey(

@@ -287,7 +287,7 @@ def test_the_dockerignore_keeps_secrets_and_state_out_and_what_runs_in():
 
 def test_the_compose_file_is_the_documented_setup():
     services = compose()["services"]
-    assert set(services) == {"db", "redis", "migrate", "gateway", "local"}
+    assert set(services) == {"db", "redis", "migrate", "gateway", "retention", "local"}
     # Production is the services without a profile (`docker compose up -d`); the first try's
     # `local` is tests/ops/test_compose_local.py's.
     assert [n for n in services if "profiles" in services[n]] == ["local"]
@@ -306,6 +306,11 @@ def test_the_compose_file_is_the_documented_setup():
     assert "@db:5432/" in gateway["environment"]["DATABASE_URL"]
     for command in re.findall(r"manage\.py (\w+)", migrate["command"][-1]):
         assert command in get_commands(), command
+    # The daily retention job (licensing.privacy.retention), after the schema is there.
+    retention = services["retention"]
+    assert "python manage.py apply_retention;" in retention["command"][-1]
+    assert "sleep 86400" in retention["command"][-1]
+    assert retention["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
 
 
 def test_compose_secrets_come_from_the_operators_env_file():

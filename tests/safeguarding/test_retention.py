@@ -35,18 +35,22 @@ def test_alerts_go_after_the_institutions_retention_period(world):
         newer_a, newer_b = raise_alert(a), raise_alert(b)
         assert newer_b is not None
         frozen.advance(1 * DAY + 1)  # old_b is 7 days and a second old
-        assert "1 deleted" in retention()
+        assert "safeguarding alerts deleted: 1" in retention()
         assert not SafeguardingAlert.objects.filter(pk=old_b.pk).exists()
         assert SafeguardingAlert.objects.filter(pk=old_a.pk).exists()
         frozen.advance(23 * DAY)  # old_a: 30 days and a second
         out = retention()
-        assert "2 deleted" in out  # old_a, and newer_b (24 days old, over its 7)
+        assert (
+            "safeguarding alerts deleted: 2" in out
+        )  # old_a, and newer_b (24 days old, over its 7)
         remaining = set(SafeguardingAlert.objects.values_list("pk", flat=True))
         assert remaining == {newer_a.pk}
         frozen.advance(6 * DAY)  # newer_a at 30 days and a second
-        assert "1 deleted" in retention()
+        assert "safeguarding alerts deleted: 1" in retention()
     assert not SafeguardingAlert.objects.exists()
-    rows = AuditEvent.objects.filter(action="retention_applied").order_by("id")
+    rows = AuditEvent.objects.filter(
+        action="retention_applied", target="safeguarding_alerts"
+    ).order_by("id")
     assert [(r.institution_id, r.detail["deleted"]) for r in rows] == [
         (b["institution"].pk, 1),
         (a["institution"].pk, 1),
@@ -66,7 +70,7 @@ def test_the_default_is_30_days_and_nothing_younger_goes(world):
             created_at=T0,
         )
         frozen.advance(30 * DAY)
-        assert "0 deleted" in retention()
+        assert "safeguarding alerts deleted: 0" in retention()
         frozen.advance(1)
         retention()
     assert not SafeguardingAlert.objects.filter(pk=alert.pk).exists()

@@ -1,21 +1,41 @@
-"""Delete what the institutions keep only for a while: the safeguarding alerts (and the flagged
-messages they hold) older than each institution's retention period (default 30 days).
+"""Apply each institution's retention periods (licensing.privacy.retention): the ledger forgets
+who made a request, the audit log and the safeguarding alerts are deleted, when past their time.
 
-Run it daily (cron, docs/deployment.md). Later kinds of data with a retention period (the
-ledger's and the audit log's, issue 39 item 3) are to be added here."""
+Run it daily (cron, or the compose file's `retention` service; docs/deployment.md). Idempotent:
+a day missed is caught up by the next run."""
+
+from dataclasses import asdict
 
 from django.core.management.base import BaseCommand
 
-from licensing.safeguarding.services import do_apply_retention
+from licensing.privacy.retention import do_apply_retention
+
+LABELS = {
+    "ledger_rows": "ledger rows pseudonymised",
+    "wallets": "wallets pseudonymised",
+    "budget_alerts": "budget alerts pseudonymised",
+    "audit_rows": "audit rows deleted",
+    "safeguarding_alerts": "safeguarding alerts deleted",
+}
 
 
 class Command(BaseCommand):
-    help = "Delete data older than its institution's retention period (safeguarding alerts)."
+    help = (
+        "Apply the retention periods: pseudonymise old ledger rows, delete old audit rows and "
+        "safeguarding alerts (every sum unchanged)."
+    )
 
     def handle(self, *args, **options):
-        deleted = do_apply_retention()
-        total = sum(deleted.values())
-        self.stdout.write(
-            f"safeguarding alerts: {total} deleted"
-            + "".join(f"\n  institution {pk}: {count}" for pk, count in sorted(deleted.items()))
-        )
+        applied = do_apply_retention()
+        totals = dict.fromkeys(LABELS, 0)
+        for done in applied.values():
+            for name, count in asdict(done).items():
+                totals[name] += count
+        for name, label in LABELS.items():
+            self.stdout.write(f"{label}: {totals[name]}")
+        for pk, done in sorted(applied.items(), key=lambda item: (item[0] is None, item[0] or 0)):
+            if done.any():
+                changed = ", ".join(f"{LABELS[k]} {v}" for k, v in asdict(done).items() if v)
+                self.stdout.write(
+                    f"  {'gateway-wide' if pk is None else f'institution {pk}'}: {changed}"
+                )

@@ -14,12 +14,14 @@ OPTIONS = {
     "currency": "ISO 4217 code shown beside micro-credits (EUR; '' = the gateway's)",
     "micro_credits_per_currency_unit": "Micro-credits worth one unit of the currency",
     "portal_key_limit": "Active API keys one student may hold in the portal",
+    "ledger_identity_days": "Days a ledger row keeps who made the request ('' = kept)",
+    "audit_log_days": "Days the audit log's rows are kept ('' = kept)",
 }
 
 
 class Command(BaseCommand):
     help = (
-        "Set an institution's time zone, language, currency and portal settings (docs/"
+        "Set an institution's time zone, language, currency, portal settings and retention (docs/"
         "commands.md); with --create, create it first. Options left out keep their value. "
         "Values are checked as the admin's institution form checks them."
     )
