@@ -204,6 +204,15 @@ def _sub_processors(report: PrivacyReport) -> Section:
     )
 
 
+def _lifetime_note(stored: Stored) -> str:
+    if not stored.lifetime_per_person or stored.ledger_identity_days is None:
+        return ""
+    return " " + _(
+        "(except through the per-person wallets of licenses with a lifetime budget, which "
+        "never close: %(licenses)s)"
+    ) % {"licenses": ", ".join(stored.lifetime_per_person)}
+
+
 def _stored_rows(stored: Stored) -> tuple[tuple[str, str, str], ...]:
     identity = _days(stored.ledger_identity_days)
     return (
@@ -212,7 +221,8 @@ def _stored_rows(stored: Stored) -> tuple[tuple[str, str, str], ...]:
             _("no prompt and no answer; the columns: %(columns)s")
             % {"columns": ", ".join(stored.ledger_columns)},
             _("the sums for good; who made the request (%(columns)s): %(identity)s")
-            % {"columns": ", ".join(stored.identity_columns), "identity": identity},
+            % {"columns": ", ".join(stored.identity_columns), "identity": identity}
+            + _lifetime_note(stored),
         ),
         (
             _("Audit log: %(rows)s") % {"rows": stored.audit_rows},

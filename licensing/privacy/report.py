@@ -114,6 +114,9 @@ class Stored:
     ledger_columns: tuple[str, ...]
     identity_columns: tuple[str, ...]
     ledger_identity_days: int | None  # None: kept
+    # Licenses with a lifetime budget per person: their wallets never close, so they keep
+    # naming whose rows they hold past the period (docs/decisions/retention.md).
+    lifetime_per_person: tuple[str, ...]
     audit_rows: int
     audit_log_days: int | None  # None: kept
     alerts_on: bool
@@ -323,6 +326,12 @@ def _stored(institution: Institution) -> Stored:
         ledger_columns=tuple(c.path for c in LEDGER_COLUMNS if "__" not in c.path),
         identity_columns=IDENTITY_COLUMNS,
         ledger_identity_days=institution.ledger_identity_days,
+        lifetime_per_person=tuple(
+            printable(name)
+            for name in institution.licenses.filter(
+                budget_strategy="per_user", budget_period="lifetime"
+            ).values_list("name", flat=True)
+        ),
         audit_rows=AuditEvent.objects.filter(institution=institution).count(),
         audit_log_days=institution.audit_log_days,
         alerts_on=bool(settings_row and settings_row.enabled),

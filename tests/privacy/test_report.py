@@ -82,6 +82,19 @@ def test_retention_figures_and_role_counts_are_the_institutions(world):
     }
 
 
+def test_a_lifetime_per_person_budget_is_named_beside_the_ledgers_period(world):
+    from licensing.models import License
+
+    text = to_markdown(document(privacy_report(world["school"])))
+    assert "lifetime budget" not in text
+    license = License.objects.filter(institution=world["school"]).first()
+    License.objects.filter(pk=license.pk).update(
+        budget_strategy="per_user", budget_period="lifetime"
+    )
+    text = to_markdown(document(privacy_report(world["school"])))
+    assert f"licenses with a lifetime budget, which never close: {license.name})" in text
+
+
 def test_the_retention_job_never_run_says_never(world):
     world["school"].ledger_identity_days = None
     world["school"].save()
