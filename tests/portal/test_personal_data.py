@@ -191,6 +191,21 @@ def test_the_data_page_links_the_downloads(world):
         assert f"format=csv&amp;part={part}" in body
 
 
+def test_the_data_page_says_how_long_a_record_names_the_student(world):
+    from licensing.models import Institution
+
+    client = signed_in(world["user"])
+    body = client.get("/portal/data/").content.decode()
+    assert "After 540 days (for a course's requests: after the course has ended and 540" in body
+    Institution.objects.update(ledger_identity_days=None)
+    body = client.get("/portal/data/").content.decode()
+    assert "keeps the usage records with your name for as long as you have an account" in body
+    Institution.objects.update(ledger_identity_days=1)
+    client.cookies["django_language"] = "de"
+    body = client.get("/portal/data/", headers={"accept-language": "de"}).content.decode()
+    assert "Nach 1 Tag" in body
+
+
 def test_closed_safeguarding_alerts_are_in_it_open_ones_not(world):
     from licensing.models import SafeguardingAlert
 
