@@ -7,7 +7,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from licensing.access.services import license_create
-from licensing.models import IdentityProvider, Institution
+from licensing.models import IdentityProvider
 from licensing.rules.access import decide
 
 BEFORE = [("licensing", "0019_person_language")]
@@ -22,7 +22,7 @@ def test_existing_groups_become_rules_with_the_same_decisions(transactional_db):
         old = executor.loader.project_state(BEFORE).apps
         OldProvider = old.get_model("licensing", "IdentityProvider")
         OldProvider.objects.create(
-            institution_id=Institution.objects.get(name="Old School").pk,
+            institution_id=license.institution_id,
             issuer="https://idp.old.example",
             client_id="c",
             groups_claim="memberOf",
