@@ -97,3 +97,9 @@ def test_no_merge_conflict_markers(page):
     (docs/providers.md did, from issue 34 to 37)."""
     found = [match.group(0) for match in CONFLICT.finditer(page.read_text())]
     assert not found, found
+
+
+def test_the_bench_readme_stays_under_30_kb():
+    """Issue 36: the bench's front page says how to run and read it; dated figures go to
+    bench/results/ (its `Figures` keeps the latest run only)."""
+    assert (ROOT / "bench" / "README.md").stat().st_size < 30_000
