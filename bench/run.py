@@ -1248,17 +1248,11 @@ def report_issue(args, emb: Embeddings | None, chat: ChatStream | None, litellm_
         ]
         print(table_row(title, 38, values, columns))
 
-    def per_round(name: str, other: str, value, results) -> list[float] | None:
-        if results is None or name not in results or other not in results:
-            return None
-        return [value(a, b) for a, b in zip(results[name], results[other], strict=True)]
-
+    per_round = _per_round
     c32, c1 = (emb.c32, emb.c1) if emb else (None, None)
     streams = chat.results if chat else None
 
-    def ttfb(a, b):
-        return percentile_ms(a.ttfb, 0.5) - percentile_ms(b.ttfb, 0.5)
-
+    ttfb = _ttfb_over
     quiet = "quiet box only"
     goals = [
         Goal(
@@ -1351,6 +1345,82 @@ def report_issue(args, emb: Embeddings | None, chat: ChatStream | None, litellm_
             None,
         ),
     ]
+    print_goals(goals)
+    print("\nissue 40: the gateway against its own floors (the same rounds; docs/performance.md)")
+    print_goals(issue40_goals(c32, c1, streams))
+
+
+def _per_round(name: str, other: str, value, results) -> list[float] | None:
+    """`value(a, b)` of each round's results of targets `name` and `other`; None when either
+    was not measured."""
+    if results is None or name not in results or other not in results:
+        return None
+    return [value(a, b) for a, b in zip(results[name], results[other], strict=True)]
+
+
+def _ttfb_over(a, b) -> float:
+    return percentile_ms(a.ttfb, 0.5) - percentile_ms(b.ttfb, 0.5)
+
+
+def issue40_goals(c32, c1, streams) -> list[Goal]:
+    """Issue 40's targets: the gateway ahead of the I/O floor (the contract's own reads and
+    writes done plainly), its CPU near the bare framework's, its own latency over the I/O floor
+    within 1 ms at one connection and at a stream's first byte, and the I/O floor's own cost
+    over the upstream (what a local log would lower) within 2 ms."""
+
+    def cpu(a, b):
+        return a.cpu_ms("gateway") / b.cpu_ms("floor")
+
+    def p50(a, b):
+        return a.p50_ms - b.p50_ms
+
+    return [
+        Goal(
+            "gateway req/s @32 / I/O floor's",
+            _per_round("gateway", IO_FLOOR, lambda a, b: a.rps / b.rps, c32),
+            ".2f",
+            ">= 1.0",
+            lambda m: m >= 1.0,
+        ),
+        Goal(
+            "gateway CPU ms/req / bare floor's",
+            _per_round("gateway", "floor", cpu, c32),
+            ".2f",
+            "<= 1.3",
+            lambda m: m <= 1.3,
+        ),
+        Goal(
+            "gateway's own p50 @1 over the I/O floor, ms",
+            _per_round("gateway", IO_FLOOR, p50, c1),
+            "+.2f",
+            "<= 1 ms",
+            lambda m: m <= 1,
+        ),
+        Goal(
+            "gateway's own stream TTFB p50 over the I/O floor, ms",
+            _per_round("gateway", IO_FLOOR, _ttfb_over, streams),
+            "+.1f",
+            "<= 1 ms",
+            lambda m: m <= 1,
+        ),
+        Goal(
+            "I/O floor: added p50 @1 over upstream alone, ms",
+            _per_round(IO_FLOOR, "upstream", p50, c1),
+            "+.2f",
+            "<= 2 ms",
+            lambda m: m <= 2,
+        ),
+        Goal(
+            "gateway: added p50 @1 over upstream alone, ms",
+            _per_round("gateway", "upstream", p50, c1),
+            "+.2f",
+            "<= 3 ms",
+            lambda m: m <= 3,
+        ),
+    ]
+
+
+def print_goals(goals: list[Goal]) -> None:
     print(f"\n{'ratio':<54}{'measured':>24}  {'target':<9} verdict")
     for g in goals:
         if g.values is None:

@@ -61,3 +61,26 @@ def test_the_table_scales_shares_to_the_cpu_per_request():
     assert lines[2].split()[-2:] == ["75.0%", "1.500"]
     assert lines[3].split()[-2:] == ["25.0%", "0.500"]
     assert lines[-1].split()[-2:] == ["100%", "2.000"]
+
+
+def test_a_statement_sent_through_the_pool_counts_for_its_step():
+    """core/pgpool.py sends the budget read's and the ledger's statements: it is see-through,
+    not the handler's own work."""
+    pool = [
+        "fetch (core/pgpool.py:85)",
+        "_fetch (core/pgpool.py:99)",
+        "AsyncConnection.execute (psycopg/connection_async.py:308)",
+        "wait_async (psycopg/waiting.py:187)",
+    ]
+    read = ["WalletReads._run (licensing/ledger/budget.py:471)", *pool]
+    assert profile_buckets.bucket([*LOOP, *read]) == "budget read (statement, psycopg)"
+    commit = [
+        "GroupCommit._drain (licensing/ledger/group_commit.py:96)",
+        "commit_batch_async (licensing/ledger/store.py:253)",
+        *pool,
+    ]
+    assert profile_buckets.bucket([*LOOP, *commit]) == "ledger: group commit (statement, psycopg)"
+    upkeep = ["AsyncConnectionPool._run_maintenance (psycopg_pool/pool_async.py:600)"]
+    assert (
+        profile_buckets.bucket([*LOOP, *upkeep]) == "psycopg outside a request (the pool's upkeep)"
+    )
