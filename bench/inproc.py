@@ -131,7 +131,7 @@ def _parent(args) -> int:
     procs = bench.Processes(Path(tempfile.mkdtemp(prefix="gw-inproc-")))
     env = {**os.environ, "DATABASE_URL": db_url, "DEBUG": "false"}
     env["GATEWAY_ACCESS_LOG_LEVEL"] = "WARNING"
-    worktree = _worktree(args.against, procs.logdir) if args.against else None
+    worktree = bench.checkout_at(args.against, procs.logdir) if args.against else None
     try:
         key = bench.set_up_gateway(env)
         port = bench.free_port()
@@ -293,19 +293,6 @@ def _child_set_up_course() -> None:
     clear_all()
     print(key, flush=True)
     print(front_end, flush=True)
-
-
-def _worktree(ref: str, parent: Path) -> Path:
-    """REF checked out beside the tree, with this tree's secrets key (the database's secrets
-    were encrypted with it)."""
-    path = parent / "worktree"
-    cmd = ["git", "worktree", "add", "--quiet", "--detach", str(path), ref]
-    subprocess.run(cmd, cwd=bench.ROOT, check=True)
-    key = bench.ROOT / "var" / "encryption.key"
-    if key.exists():
-        (path / "var").mkdir(exist_ok=True)
-        (path / "var" / "encryption.key").write_bytes(key.read_bytes())
-    return path
 
 
 def _instructions_round(args, target: str, env: dict, worktree: Path | None) -> dict:

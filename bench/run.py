@@ -64,6 +64,8 @@ SPY_RATE = 500  # py-spy samples a second, per process
 DRAIN = 2.0  # seconds wrk keeps running after the window so in-flight requests complete
 GATEWAY_APP = "gateway_site.asgi:application"
 TRACED = "gateway-traced"  # --tracing: the same gateway with OpenTelemetry on
+BEFORE = "gateway-before"  # --against REF: the gateway at that revision, beside this one
+GATEWAYS = ("gateway", TRACED, BEFORE)  # the targets whose answers are ledger rows
 # The floor plus the contract's own I/O: wallet read, upstream call, durable commit.
 IO_FLOOR = "iofloor"
 IO_FLOOR_TITLE = "I/O floor (floor + read, call, commit)"
@@ -692,6 +694,12 @@ def parse_args() -> argparse.Namespace:
         "--access-log", action="store_true", help="gateway with GATEWAY_ACCESS_LOG_LEVEL=INFO"
     )
     parser.add_argument(
+        "--against",
+        metavar="REF",
+        help="also the gateway at this git revision (a temporary worktree, the same database), "
+        "interleaved in the same rounds: the before and after of a change in one run",
+    )
+    parser.add_argument(
         "--tracing",
         action="store_true",
         help="embeddings: also a second gateway with OpenTelemetry tracing on, exporting to a "
@@ -743,6 +751,7 @@ class Run:
     litellm_note: str = ""  # why not
     sink_port: int | None = None  # --tracing: the stand-in collector
     sink_stats: dict = field(default_factory=dict)  # what it received
+    before: Path | None = None  # --against: the worktree of that revision
 
     def server(self, name: str, app: str, port: int, app_dir: str = "", env=None) -> None:
         args = self.args
@@ -753,7 +762,12 @@ class Run:
                 **env,
                 "PYTHONPATH": os.pathsep.join(filter(None, [app_dir, env.get("PYTHONPATH")])),
             }
-        self.procs.start(name, cmd, env)
+        self.procs.start(name, cmd, env, cwd=Path(app_dir) if name == BEFORE else ROOT)
+
+    def gateway_before(self, port: int) -> None:
+        """`--against`: the gateway of the worktree, its code first on the path (its var/ too)."""
+        assert self.before is not None
+        self.server(BEFORE, GATEWAY_APP, port, str(self.before))
 
     def load(self, target: Target, seconds: float, connections: int | None = None) -> Result:
         connections = connections or self.args.connections
@@ -810,6 +824,8 @@ def run_embeddings(run: Run) -> Embeddings:
         profile_text, ok = spy_embeddings(run, targets[0], c32, c1)
         gateway_ok += ok
     procs.stop("gateway")  # every ledger write has finished
+    if BEFORE in procs.procs:
+        procs.stop(BEFORE)
     if args.tracing:
         procs.stop(TRACED)  # its last spans exported on the way out
         run.sink_stats = sink_stats(run.sink_port)
@@ -830,7 +846,7 @@ def run_embeddings(run: Run) -> Embeddings:
 def start_embeddings(run: Run) -> list[Target]:
     """The embeddings case's fake upstream, gateway and floors, answering: its targets."""
     args, procs = run.args, run.procs
-    port = {name: free_port() for name in ("gateway", "floor", IO_FLOOR, TRACED)}
+    port = {name: free_port() for name in ("gateway", "floor", IO_FLOOR, TRACED, BEFORE)}
     port["upstream"] = run.upstream_port["embeddings"]
     url = {name: f"http://127.0.0.1:{p}/v1/embeddings" for name, p in port.items()}
     url[IO_FLOOR] = f"http://127.0.0.1:{port[IO_FLOOR]}/v1/io/embeddings"
@@ -844,6 +860,10 @@ def start_embeddings(run: Run) -> list[Target]:
     fake = ["fake_upstreams", "openai", "--port", str(port["upstream"]), "--api-key", UPSTREAM_KEY]
     procs.start("upstream", [PY, "-m", *fake], run.env)
     run.server("gateway", GATEWAY_APP, port["gateway"])
+    if run.before is not None:
+        title = f"gateway at {args.against}"
+        targets.insert(1, Target(BEFORE, title, url[BEFORE], run.key))
+        run.gateway_before(port[BEFORE])
     if args.tracing:
         title = "gateway, tracing on (OTLP to a sink)"
         targets.insert(1, Target(TRACED, title, url[TRACED], run.key))
@@ -868,7 +888,8 @@ def embeddings_rounds(
     args = run.args
     c32: defaultdict[str, list[Result]] = defaultdict(list)
     c1: defaultdict[str, list[Result]] = defaultdict(list)
-    gateway_ok = 2 if args.tracing else 1  # the readiness requests
+    # The readiness requests: one per gateway.
+    gateway_ok = sum(t.name in GATEWAYS for t in targets)
     for n in range(1, args.rounds + 1):
         for target in targets:
             print(
@@ -882,7 +903,7 @@ def embeddings_rounds(
             one = run.measure(lambda t=target: run.load(t, args.seconds_one, 1))
             c32[target.name].append(many)
             c1[target.name].append(one)
-            if target.name in ("gateway", TRACED):
+            if target.name in GATEWAYS:
                 gateway_ok += warm.ok + many.ok + one.ok
     return c32, c1, gateway_ok
 
@@ -945,7 +966,7 @@ def sink_stats(port: int) -> dict:
 def run_chat_stream(run: Run) -> ChatStream:
     args, procs = run.args, run.procs
     port = {"gateway": free_port(), "upstream": run.upstream_port["chat-stream"]}
-    port[IO_FLOOR] = free_port()
+    port[IO_FLOOR], port[BEFORE] = free_port(), free_port()
     url = {name: f"http://127.0.0.1:{p}/v1/chat/completions" for name, p in port.items()}
     url[IO_FLOOR] = f"http://127.0.0.1:{port[IO_FLOOR]}/v1/io/chat/completions"
     configure_upstream(run.env, port["upstream"])  # the new gateway process reads it afresh
@@ -964,6 +985,10 @@ def run_chat_stream(run: Run) -> ChatStream:
     fake = ["bench.upstream", "--port", str(port["upstream"]), "--api-key", UPSTREAM_KEY]
     procs.start("upstream", [PY, "-m", *fake, "--chunk-delay", str(args.chunk_delay)], run.env)
     run.server("gateway", GATEWAY_APP, port["gateway"])
+    if run.before is not None:
+        title = f"gateway at {args.against}"
+        targets.insert(1, Target(BEFORE, title, url[BEFORE], run.key, CHAT_BODY, stream=True))
+        run.gateway_before(port[BEFORE])
     start_io_floor(run, port[IO_FLOOR], port["upstream"])
     for target in targets:
         procs.wait_ready(target)
@@ -976,7 +1001,8 @@ def run_chat_stream(run: Run) -> ChatStream:
         if run.wait_litellm(target):
             targets.append(target)
     results: dict[str, list[StreamResult]] = defaultdict(list)
-    gateway_ok, gateway_failed = 1, 0  # the readiness request
+    gateway_ok = sum(t.name in GATEWAYS for t in targets)  # the readiness requests
+    gateway_failed = 0
     stagger = (CHAT_EVENTS - 1) * args.chunk_delay if args.stagger is None else args.stagger
     for n in range(1, args.rounds + 1):
         for target in targets:
@@ -990,7 +1016,7 @@ def run_chat_stream(run: Run) -> ChatStream:
                 lambda t=target: asyncio.run(stream_load(t, args.seconds, args.streams, stagger))
             )
             results[target.name].append(result)
-            if target.name == "gateway":
+            if target.name in GATEWAYS:
                 gateway_ok += warm.ok + result.ok
                 gateway_failed += warm.failed + result.failed
     profile = ""
@@ -1002,6 +1028,8 @@ def run_chat_stream(run: Run) -> ChatStream:
         gateway_ok, gateway_failed = gateway_ok + ok, gateway_failed + failed
     wait_for_ledger(run.db_url, CHAT_SERVICE, gateway_ok + gateway_failed)
     procs.stop("gateway")
+    if BEFORE in procs.procs:
+        procs.stop(BEFORE)
     procs.stop(IO_FLOOR)
     procs.stop("upstream")
     return ChatStream(targets, dict(results), gateway_ok, stagger, profile)
@@ -1026,6 +1054,8 @@ def main() -> int:
         env["DEBUG"] = "false"
         ports = {case: free_port() for case in ("embeddings", "chat-stream")}
         run = Run(args, procs, env, db_url, "", wrk, ports, litellm_note=litellm_note)
+        if args.against:
+            run.before = checkout_at(args.against, procs.logdir)
         embeddings, chat = run_cases(run, cases, exe)
         ledger = read_ledger(db_url)  # every gateway has stopped
     except Exception:
@@ -1034,9 +1064,25 @@ def main() -> int:
         raise
     finally:
         procs.stop_all()
+        if args.against and (procs.logdir / "worktree").exists():
+            git = ["git", "worktree", "remove", "--force", str(procs.logdir / "worktree")]
+            subprocess.run(git, cwd=ROOT, check=False)
         shutil.rmtree(procs.logdir, ignore_errors=True)
         pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     return 0 if report_run(run, embeddings, chat, ledger) else 1
+
+
+def checkout_at(ref: str, parent: Path) -> Path:
+    """REF checked out beside the tree (a detached worktree), with this tree's secrets key (the
+    database's secrets were encrypted with it). bench/inproc.py's `--against` uses it too."""
+    path = parent / "worktree"
+    cmd = ["git", "worktree", "add", "--quiet", "--detach", str(path), ref]
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    key = ROOT / "var" / "encryption.key"
+    if key.exists():
+        (path / "var").mkdir(exist_ok=True)
+        (path / "var" / "encryption.key").write_bytes(key.read_bytes())
+    return path
 
 
 def run_cases(
@@ -1348,6 +1394,54 @@ def report_issue(args, emb: Embeddings | None, chat: ChatStream | None, litellm_
     print_goals(goals)
     print("\nissue 40: the gateway against its own floors (the same rounds; docs/performance.md)")
     print_goals(issue40_goals(c32, c1, streams))
+    if (c32 and BEFORE in c32) or (streams and BEFORE in streams):
+        print(f"\nthe same, gateway at {args.against}:")
+        print_goals(issue40_goals(c32, c1, streams, gateway=BEFORE))
+        print(f"\nthis head against {args.against}, per round:")
+        print_goals(against_goals(c32, c1, streams))
+
+
+def against_goals(c32, c1, streams) -> list[Goal]:
+    """`--against`: this head's gateway beside the revision's, per round (informative)."""
+    return [
+        Goal(
+            "gateway CPU ms/req / the revision's",
+            _per_round("gateway", BEFORE, lambda a, b: a.cpu_ms("gateway") / b.cpu_ms(BEFORE), c32),
+            ".3f",
+            "",
+            None,
+        ),
+        Goal(
+            "gateway req/s @32 / the revision's",
+            _per_round("gateway", BEFORE, lambda a, b: a.rps / b.rps, c32),
+            ".3f",
+            "",
+            None,
+        ),
+        Goal(
+            "gateway p50 @1 - the revision's, ms",
+            _per_round("gateway", BEFORE, lambda a, b: a.p50_ms - b.p50_ms, c1),
+            "+.2f",
+            "",
+            None,
+        ),
+        Goal(
+            "gateway stream TTFB p50 - the revision's, ms",
+            _per_round("gateway", BEFORE, _ttfb_over, streams),
+            "+.1f",
+            "",
+            None,
+        ),
+        Goal(
+            "gateway CPU ms/stream / the revision's",
+            _per_round(
+                "gateway", BEFORE, lambda a, b: a.cpu_ms("gateway") / b.cpu_ms(BEFORE), streams
+            ),
+            ".3f",
+            "",
+            None,
+        ),
+    ]
 
 
 def _per_round(name: str, other: str, value, results) -> list[float] | None:
@@ -1362,14 +1456,15 @@ def _ttfb_over(a, b) -> float:
     return percentile_ms(a.ttfb, 0.5) - percentile_ms(b.ttfb, 0.5)
 
 
-def issue40_goals(c32, c1, streams) -> list[Goal]:
+def issue40_goals(c32, c1, streams, gateway: str = "gateway") -> list[Goal]:
     """Issue 40's targets: the gateway ahead of the I/O floor (the contract's own reads and
     writes done plainly), its CPU near the bare framework's, its own latency over the I/O floor
     within 1 ms at one connection and at a stream's first byte, and the I/O floor's own cost
-    over the upstream (what a local log would lower) within 2 ms."""
+    over the upstream (what a local log would lower) within 2 ms. `gateway`: the target
+    measured (BEFORE: the `--against` revision's)."""
 
     def cpu(a, b):
-        return a.cpu_ms("gateway") / b.cpu_ms("floor")
+        return a.cpu_ms(gateway) / b.cpu_ms("floor")
 
     def p50(a, b):
         return a.p50_ms - b.p50_ms
@@ -1377,28 +1472,28 @@ def issue40_goals(c32, c1, streams) -> list[Goal]:
     return [
         Goal(
             "gateway req/s @32 / I/O floor's",
-            _per_round("gateway", IO_FLOOR, lambda a, b: a.rps / b.rps, c32),
+            _per_round(gateway, IO_FLOOR, lambda a, b: a.rps / b.rps, c32),
             ".2f",
             ">= 1.0",
             lambda m: m >= 1.0,
         ),
         Goal(
             "gateway CPU ms/req / bare floor's",
-            _per_round("gateway", "floor", cpu, c32),
+            _per_round(gateway, "floor", cpu, c32),
             ".2f",
             "<= 1.3",
             lambda m: m <= 1.3,
         ),
         Goal(
             "gateway's own p50 @1 over the I/O floor, ms",
-            _per_round("gateway", IO_FLOOR, p50, c1),
+            _per_round(gateway, IO_FLOOR, p50, c1),
             "+.2f",
             "<= 1 ms",
             lambda m: m <= 1,
         ),
         Goal(
             "gateway's own stream TTFB p50 over the I/O floor, ms",
-            _per_round("gateway", IO_FLOOR, _ttfb_over, streams),
+            _per_round(gateway, IO_FLOOR, _ttfb_over, streams),
             "+.1f",
             "<= 1 ms",
             lambda m: m <= 1,
@@ -1412,7 +1507,7 @@ def issue40_goals(c32, c1, streams) -> list[Goal]:
         ),
         Goal(
             "gateway: added p50 @1 over upstream alone, ms",
-            _per_round("gateway", "upstream", p50, c1),
+            _per_round(gateway, "upstream", p50, c1),
             "+.2f",
             "<= 3 ms",
             lambda m: m <= 3,

@@ -55,3 +55,27 @@ def test_the_issue_40_targets_from_one_round():
     # No stream case in this run: not measured, never "met".
     assert goals["gateway's own stream TTFB p50 over the I/O floor, ms"].values is None
     assert _verdict(_goals(gateway_cpu=0.83)["gateway CPU ms/req / bare floor's"])
+
+
+def test_against_a_revision_the_same_targets_and_this_head_s_ratios_to_it():
+    """`run.py --against REF`: issue 40's table for the revision's gateway too, and this head's
+    figures over the revision's, per round."""
+    c32 = {
+        "gateway": [
+            Measured(rps=900, cpu={"gateway": 0.90}),
+            Measured(rps=880, cpu={"gateway": 0.92}),
+        ],
+        run.BEFORE: [
+            Measured(rps=800, cpu={run.BEFORE: 1.0}),
+            Measured(rps=800, cpu={run.BEFORE: 1.0}),
+        ],
+        run.IO_FLOOR: [Measured(rps=850), Measured(rps=850)],
+        "floor": [Measured(cpu={"floor": 0.64}), Measured(cpu={"floor": 0.64})],
+    }
+    before = {g.what: g for g in run.issue40_goals(c32, None, None, gateway=run.BEFORE)}
+    assert before["gateway req/s @32 / I/O floor's"].values == [800 / 850, 800 / 850]
+    assert before["gateway CPU ms/req / bare floor's"].values == [1.0 / 0.64, 1.0 / 0.64]
+    against = {g.what: g for g in run.against_goals(c32, None, None)}
+    assert against["gateway CPU ms/req / the revision's"].values == [0.90, 0.92]
+    assert against["gateway req/s @32 / the revision's"].values == [900 / 800, 880 / 800]
+    assert against["gateway p50 @1 - the revision's, ms"].values is None
