@@ -41,6 +41,8 @@ how loaded the machine is, but it is not exact either: the gateway's background 
 commit's batches, timers) follows the clock, which runs ~50 times slower under valgrind; the
 plain target repeated within 1.3%, a course member's within 5-15% (bench/results/courses.md).
 It does not see time spent waiting for memory or PostgreSQL. Keep `--requests` at a few hundred.
+`GW_KEEP_CALLGRIND=1` keeps callgrind's files (their paths on stderr) for `callgrind_annotate
+--inclusive=yes`: the per-function difference of the two runs is a request's cost by function.
 """
 
 from __future__ import annotations
@@ -312,7 +314,10 @@ def _instructions_round(args, target: str, env: dict, worktree: Path | None) -> 
         if out.returncode or not collected:
             raise RuntimeError(f"{target} failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
         totals.append(int(collected[-1].split("Collected :")[1].strip()))
-        out_file.unlink(missing_ok=True)
+        if os.environ.get("GW_KEEP_CALLGRIND"):  # for callgrind_annotate: which function
+            print(f"{target}, {requests} requests: {out_file}", file=sys.stderr, flush=True)
+        else:
+            out_file.unlink(missing_ok=True)
     return {"instructions": round((totals[1] - totals[0]) / args.requests)}
 
 
