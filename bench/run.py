@@ -1403,44 +1403,20 @@ def report_issue(args, emb: Embeddings | None, chat: ChatStream | None, litellm_
 
 def against_goals(c32, c1, streams) -> list[Goal]:
     """`--against`: this head's gateway beside the revision's, per round (informative)."""
+
+    def cpu(a, b):
+        return a.cpu_ms("gateway") / b.cpu_ms(BEFORE)
+
+    rows = [
+        ("gateway CPU ms/req / the revision's", cpu, c32, ".3f"),
+        ("gateway req/s @32 / the revision's", lambda a, b: a.rps / b.rps, c32, ".3f"),
+        ("gateway p50 @1 - the revision's, ms", lambda a, b: a.p50_ms - b.p50_ms, c1, "+.2f"),
+        ("gateway stream TTFB p50 - the revision's, ms", _ttfb_over, streams, "+.1f"),
+        ("gateway CPU ms/stream / the revision's", cpu, streams, ".3f"),
+    ]
     return [
-        Goal(
-            "gateway CPU ms/req / the revision's",
-            _per_round("gateway", BEFORE, lambda a, b: a.cpu_ms("gateway") / b.cpu_ms(BEFORE), c32),
-            ".3f",
-            "",
-            None,
-        ),
-        Goal(
-            "gateway req/s @32 / the revision's",
-            _per_round("gateway", BEFORE, lambda a, b: a.rps / b.rps, c32),
-            ".3f",
-            "",
-            None,
-        ),
-        Goal(
-            "gateway p50 @1 - the revision's, ms",
-            _per_round("gateway", BEFORE, lambda a, b: a.p50_ms - b.p50_ms, c1),
-            "+.2f",
-            "",
-            None,
-        ),
-        Goal(
-            "gateway stream TTFB p50 - the revision's, ms",
-            _per_round("gateway", BEFORE, _ttfb_over, streams),
-            "+.1f",
-            "",
-            None,
-        ),
-        Goal(
-            "gateway CPU ms/stream / the revision's",
-            _per_round(
-                "gateway", BEFORE, lambda a, b: a.cpu_ms("gateway") / b.cpu_ms(BEFORE), streams
-            ),
-            ".3f",
-            "",
-            None,
-        ),
+        Goal(what, _per_round("gateway", BEFORE, value, results), fmt, "", None)
+        for what, value, results, fmt in rows
     ]
 
 
@@ -1469,50 +1445,64 @@ def issue40_goals(c32, c1, streams, gateway: str = "gateway") -> list[Goal]:
     def p50(a, b):
         return a.p50_ms - b.p50_ms
 
-    return [
-        Goal(
-            "gateway req/s @32 / I/O floor's",
-            _per_round(gateway, IO_FLOOR, lambda a, b: a.rps / b.rps, c32),
-            ".2f",
-            ">= 1.0",
-            lambda m: m >= 1.0,
-        ),
-        Goal(
-            "gateway CPU ms/req / bare floor's",
-            _per_round(gateway, "floor", cpu, c32),
-            ".2f",
-            "<= 1.3",
-            lambda m: m <= 1.3,
-        ),
-        Goal(
+    def rps(a, b):
+        return a.rps / b.rps
+
+    # (what, target, against, per round, results, format, shown target, bound; at most unless >=)
+    rows = [
+        ("gateway req/s @32 / I/O floor's", gateway, IO_FLOOR, rps, c32, ".2f", ">= 1.0", 1.0),
+        ("gateway CPU ms/req / bare floor's", gateway, "floor", cpu, c32, ".2f", "<= 1.3", 1.3),
+        (
             "gateway's own p50 @1 over the I/O floor, ms",
-            _per_round(gateway, IO_FLOOR, p50, c1),
+            gateway,
+            IO_FLOOR,
+            p50,
+            c1,
             "+.2f",
             "<= 1 ms",
-            lambda m: m <= 1,
+            1,
         ),
-        Goal(
+        (
             "gateway's own stream TTFB p50 over the I/O floor, ms",
-            _per_round(gateway, IO_FLOOR, _ttfb_over, streams),
+            gateway,
+            IO_FLOOR,
+            _ttfb_over,
+            streams,
             "+.1f",
             "<= 1 ms",
-            lambda m: m <= 1,
+            1,
         ),
-        Goal(
+        (
             "I/O floor: added p50 @1 over upstream alone, ms",
-            _per_round(IO_FLOOR, "upstream", p50, c1),
+            IO_FLOOR,
+            "upstream",
+            p50,
+            c1,
             "+.2f",
             "<= 2 ms",
-            lambda m: m <= 2,
+            2,
         ),
-        Goal(
+        (
             "gateway: added p50 @1 over upstream alone, ms",
-            _per_round(gateway, "upstream", p50, c1),
+            gateway,
+            "upstream",
+            p50,
+            c1,
             "+.2f",
             "<= 3 ms",
-            lambda m: m <= 3,
+            3,
         ),
     ]
+    return [
+        Goal(what, _per_round(name, other, value, results), fmt, shown, _bound(shown, bound))
+        for what, name, other, value, results, fmt, shown, bound in rows
+    ]
+
+
+def _bound(shown: str, bound: float):
+    if shown.startswith(">="):
+        return lambda m: m >= bound
+    return lambda m: m <= bound
 
 
 def print_goals(goals: list[Goal]) -> None:
