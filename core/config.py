@@ -191,6 +191,9 @@ class Config(BaseSettings):
     GATEWAY_FAILOVER_BUDGET: Seconds = Field(
         30.0, description="seconds after which no further failover attempt is started"
     )
+    GATEWAY_BUDGET_RESERVATION_SECONDS: Seconds = Field(
+        900.0, description="seconds a request's budget reservation outlives a worker that died"
+    )
     GATEWAY_CIRCUIT_FAILURES: Count = Field(
         5, description="consecutive retryable failures that open a connection's circuit"
     )
@@ -395,6 +398,7 @@ class Config(BaseSettings):
             "FETCH_MAX_PDF_PAGES": self.GATEWAY_FETCH_MAX_PDF_PAGES,
             "STREAM_USAGE_GRACE": self.GATEWAY_STREAM_USAGE_GRACE,
             "FAILOVER_ATTEMPTS": self.GATEWAY_FAILOVER_ATTEMPTS,
+            "BUDGET_RESERVATION_SECONDS": self.GATEWAY_BUDGET_RESERVATION_SECONDS,
             "FAILOVER_BUDGET": self.GATEWAY_FAILOVER_BUDGET,
             "CIRCUIT_FAILURES": self.GATEWAY_CIRCUIT_FAILURES,
             "CIRCUIT_COOLDOWN": self.GATEWAY_CIRCUIT_COOLDOWN,
@@ -439,6 +443,7 @@ class GatewaySettings(TypedDict):
     FETCH_MAX_TOTAL_BYTES: int
     FETCH_MAX_PDF_PAGES: int
     STREAM_USAGE_GRACE: float
+    BUDGET_RESERVATION_SECONDS: float
     FAILOVER_ATTEMPTS: int
     FAILOVER_BUDGET: float
     CIRCUIT_FAILURES: int

@@ -55,6 +55,7 @@ from licensing.ledger import record
 from licensing.ledger.actions import transaction_record
 from licensing.ledger.budget import BudgetState, budget_check_async
 from licensing.ledger.record import LedgerEntry
+from licensing.ledger.reservations import Hold, hold_for, release_request
 from licensing.ledger.spool import spool_refuses
 from licensing.rules import fairuse
 from licensing.rules.guardrails import Guardrails
@@ -62,7 +63,7 @@ from licensing.rules.policy import Policy
 
 from . import moderation
 from . import tracing as provider_span
-from .billing import Usage
+from .billing import Usage, credits_for
 from .failover import call_with_failover
 from .headers import parse_service_headers
 from .providers.base import ProviderFailure, scrub
@@ -133,6 +134,12 @@ class Operation:
 
     def input_texts(self, body) -> Iterable[str]:
         return ()
+
+    def reserve_usage(self, body, fields: dict) -> Usage | None:
+        """Step 5: what the request is sure to be billed on, known before the call (its input
+        tokens, its images, its one search, its pages): its budget reservation, priced by the
+        catalog. None: nothing is known (the budget is then only read)."""
+        return None
 
     def select(self, catalog, pin, allowed, body, tags=frozenset()) -> Routes:
         """Step 7: the routes (provider, connection, upstream model) this request may take, in
@@ -209,6 +216,9 @@ async def run(request, operation: Operation, body) -> HttpResponse:
         await _conclude(call, operation, status=exc.status, error=(call.stage, exc))
         await moderation.safeguarding_alert(call.principal, call.request_id, exc, "input")
         raise
+    except BaseException:  # no ledger row will release the hold: the client left, or a bug
+        await _release_hold(call)
+        raise
     # 9
     try:
         result = await _timed_call(call, operation)
@@ -245,6 +255,7 @@ async def _admit(call: Call, operation: Operation, pin) -> tuple[Catalog, Guardr
         holder=principal.holder,
         course_id=principal.course_id,
         end_user_id=principal.end_user_id,
+        hold=await _hold(call, operation, principal, body),
     )
     # 6: a course member's course rules at this instant, then the policy in force.
     call.stage = _POLICY
@@ -271,6 +282,32 @@ async def _admit(call: Call, operation: Operation, pin) -> tuple[Catalog, Guardr
         raise ServiceUnavailable(reason="the database is down and the ledger spool is unwritable")
     call.stage = None
     return catalog, guardrails
+
+
+async def _hold(call: Call, operation: Operation, principal: Principal, body) -> Hold | None:
+    """Step 5's reservation (licensing.ledger.reservations): the catalog's price of what the
+    request is sure to be billed on; None when no level has a limit or nothing is known."""
+    if principal.license.budget.limit is None and principal.course_id is None:
+        return None
+    entry = (await current_catalog()).models.get(operation.model_of(body))
+    usage = operation.reserve_usage(body, call.body_fields) if entry is not None else None
+    if entry is None or usage is None:
+        return None
+    try:
+        amount = credits_for(entry.cost, usage)
+    except (ArithmeticError, TypeError, ValueError):  # a cost the call's billing refuses too
+        return None
+    return hold_for(call.request_id, amount) if amount > 0 else None
+
+
+async def _release_hold(call: Call) -> None:
+    """Release a hold no ledger row will: shielded, so a client that left does not keep it."""
+    if call.budget is None or call.budget.hold is None:
+        return
+    try:
+        await asyncio.shield(run_db(release_request, call.request_id))
+    except Exception:  # it expires (GATEWAY_BUDGET_RESERVATION_SECONDS)
+        logger.exception("releasing the budget hold of request %s failed", call.request_id)
 
 
 async def _fair_use(call: Call) -> None:

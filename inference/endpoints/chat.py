@@ -9,7 +9,7 @@ from core.errors import BadRequest
 from core.jsonio import json_response
 from licensing.courses import instructions as course_instructions
 
-from .. import pipeline
+from .. import pipeline, tokens
 from ..billing import Usage, credits_for
 from ..providers import adapter_for
 from ..providers import usage as usage_formats
@@ -78,6 +78,10 @@ def _function_tool(tool: dict) -> dict:
 
 class ChatCompletions(TextGeneration, endpoint="chat_completions"):
     body = ChatCompletionRequest
+
+    def reserve_usage(self, body: ChatCompletionRequest, fields: dict) -> Usage:
+        """The prompt, the floor of what the answer costs (the completion comes on top)."""
+        return Usage(prompt_tokens=tokens.chat_prompt_tokens(fields, body.model))
 
     def input_texts(self, body: ChatCompletionRequest):
         for message in body.messages:

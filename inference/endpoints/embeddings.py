@@ -11,7 +11,7 @@ from catalog.routing import Route
 from core.errors import BadRequest
 from core.jsonio import json_response
 
-from .. import pipeline
+from .. import pipeline, tokens
 from ..billing import Usage, credits_for
 from ..providers import adapter_for
 from ..providers import usage as usage_formats
@@ -53,6 +53,10 @@ class Embeddings(EmbeddingOperation, endpoint="embeddings"):
 
     def input_texts(self, body: EmbeddingsRequest):
         return body.texts()
+
+    def reserve_usage(self, body: EmbeddingsRequest, fields: dict) -> Usage:
+        """The input's tokens: the whole cost, known before the call."""
+        return Usage(prompt_tokens=sum(tokens.count_text(t, body.model) for t in body.texts()))
 
     def prepare(self, route: Route, body: EmbeddingsRequest) -> None:
         if (

@@ -48,6 +48,10 @@ class ImageGeneration(pipeline.Operation, endpoint="image_generation"):
     def input_texts(self, body: ImageGenerationRequest):
         return [body.prompt, body.negative_prompt or ""]
 
+    def reserve_usage(self, body: ImageGenerationRequest, fields: dict) -> Usage:
+        """`n` images at the size and quality asked for (a flagged answer releases them)."""
+        return Usage(images=body.n, size=body.size, quality=body.quality)
+
     def prepare(self, route: Route, body) -> Route:
         # A provider-side constraint on the connection (a model served in one cloud region
         # only) is a step-7 400, before any call or ledger row; the ledger then names the

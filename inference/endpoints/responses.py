@@ -10,7 +10,8 @@ from core.errors import BadRequest
 from licensing.courses import instructions as course_instructions
 from licensing.rules.policy import Policy
 
-from .. import pipeline
+from .. import pipeline, tokens
+from ..billing import Usage
 from ..providers import adapter_for
 from ..providers import usage as usage_formats
 from ..providers.base import ResponsesProvider, malformed
@@ -75,6 +76,10 @@ def _texts(content) -> list[str]:
 
 class Responses(TextGeneration, endpoint="responses"):
     body = ResponseRequest
+
+    def reserve_usage(self, body: ResponseRequest, fields: dict) -> Usage:
+        """The prompt, the floor of what the answer costs (the output comes on top)."""
+        return Usage(prompt_tokens=tokens.responses_prompt_tokens(fields, body.model))
 
     def input_texts(self, body: ResponseRequest):
         if body.instructions:

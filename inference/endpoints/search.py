@@ -37,6 +37,9 @@ class WebSearch(pipeline.Operation, endpoint="web_search"):
     def input_texts(self, body: WebSearchRequest):
         return [body.query]
 
+    def reserve_usage(self, body: WebSearchRequest, fields: dict) -> Usage:
+        return Usage(units=1)  # one search call
+
     def select(self, catalog, pin, allowed, body: WebSearchRequest, tags=frozenset()) -> Routes:
         if body.type == "academic":
             # The spec: `type: academic` that the license (or the pin) cannot take to an
@@ -92,6 +95,9 @@ class Fetch(pipeline.Operation, endpoint="web_fetch"):
 
     def input_texts(self, body: FetchRequest):
         return list(body.urls)
+
+    def reserve_usage(self, body: FetchRequest, fields: dict) -> Usage:
+        return Usage(units=len(body.urls))  # a page each, at most
 
     async def call(self, route: Route, body: FetchRequest, call) -> pipeline.ProviderResult:
         pages = await adapter_for(route.provider.kind, PageFetcher).fetch_pages(

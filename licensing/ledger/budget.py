@@ -23,6 +23,7 @@ from core.errors import OUT_OF_BUDGET, BadRequest, BudgetConfigurationError
 from core.localcache import TTLCache
 
 from ..models import Course, CourseMember, Wallet
+from .reservations import Hold, release_expired, reserve_async, reserve_sync
 
 UNITS = ("micro_credits",)
 STRATEGIES = ("pooled", "per_user")
@@ -30,13 +31,16 @@ PERIODS = ("daily", "weekly", "monthly", "lifetime")
 LIFETIME_START = datetime(1970, 1, 1, tzinfo=UTC)
 
 _wallet_ids = TTLCache("wallet-ids", max_entries=50_000)
-WALLET_READ_SQL = "SELECT spent, unit FROM licensing_wallet WHERE id = %s"
-WALLETS_READ_SQL = "SELECT id, spent, unit FROM licensing_wallet WHERE id = ANY(%s::bigint[])"
+WALLET_READ_SQL = "SELECT spent, unit, reserved FROM licensing_wallet WHERE id = %s"
+WALLETS_READ_SQL = (
+    "SELECT id, spent, unit, reserved FROM licensing_wallet WHERE id = ANY(%s::bigint[])"
+)
 # A course member's three wallets (license, allowance, pool) as scalars, null-padded: an array
 # parameter costs psycopg a type inference per call (docs/performance.md).
 FEW_WALLETS = 3
 FEW_WALLETS_READ_SQL = (
-    "SELECT id, spent, unit FROM licensing_wallet WHERE id IN (%s::bigint, %s::bigint, %s::bigint)"
+    "SELECT id, spent, unit, reserved FROM licensing_wallet "
+    "WHERE id IN (%s::bigint, %s::bigint, %s::bigint)"
 )
 
 
@@ -140,6 +144,9 @@ class BudgetState:
     key: WalletKey
     wallet_id: int | None = None
     spent: int = 0
+    # The request's reservation, on the first state (licensing.ledger.reservations): None when
+    # it holds nothing (an unknown cost, or no level with a limit).
+    hold: Hold | None = None
     # A course member's request: the course's levels (the student's allowance, then the pool
     # when it has one), each a wallet charged with the license's in the same transaction.
     levels: tuple[BudgetState, ...] = ()
@@ -157,9 +164,9 @@ def wallet_key(*, license_id: int, config: BudgetConfig, holder: str, now=None) 
     return WalletKey(license_id, name, config.period, start)
 
 
-def _wallet_by_key(key: WalletKey) -> tuple[int, int, str] | None:
-    """(id, spent, unit) of the window's wallet, None when not opened yet. A wallet is read
-    this way (the ORM, by its key) or by its id (WALLET_READ_SQL, WALLETS_READ_SQL)."""
+def _wallet_by_key(key: WalletKey) -> tuple[int, int, str, int] | None:
+    """(id, spent, unit, reserved) of the window's wallet, None when not opened yet. A wallet
+    is read this way (the ORM, by its key) or by its id (WALLET_READ_SQL, WALLETS_READ_SQL)."""
     return (
         Wallet.objects.filter(
             license_id=key.license_id,
@@ -167,13 +174,13 @@ def _wallet_by_key(key: WalletKey) -> tuple[int, int, str] | None:
             period=key.period,
             window_start=key.window_start,
         )
-        .values_list("id", "spent", "unit")
+        .values_list("id", "spent", "unit", "reserved")
         .first()
     )
 
 
-def _wallet(key: WalletKey, unit: str) -> tuple[int, int]:
-    """(id, spent) of the wallet for this window, opening it if needed."""
+def _wallet(key: WalletKey, unit: str) -> tuple[int, int, str, int]:
+    """(id, spent, unit, reserved) of the wallet for this window, opening it if needed."""
     row = None
     wallet_id = _wallet_ids.get(key)
     if wallet_id is not None:
@@ -194,7 +201,7 @@ def _wallet(key: WalletKey, unit: str) -> tuple[int, int]:
                     window_start=key.window_start,
                     unit=unit,
                 )
-            row = (wallet.pk, 0, unit)
+            row = (wallet.pk, 0, unit, 0)
         except IntegrityError:  # opened concurrently
             row = _wallet_by_key(key)
             if row is None:  # pragma: no cover - opened, then deleted at once
@@ -202,7 +209,7 @@ def _wallet(key: WalletKey, unit: str) -> tuple[int, int]:
     if row[2] != unit:
         raise BudgetConfigurationError()
     _wallet_ids.set(key, row[0])
-    return row[0], row[1]
+    return row
 
 
 def budget_check(
@@ -212,22 +219,59 @@ def budget_check(
     holder: str,
     course_id: int | None = None,
     end_user_id: int | None = None,
+    hold: Hold | None = None,
 ) -> BudgetState:
-    """Refuse (400) when the wallet has nothing left; reads nothing for unlimited licenses.
-    A course member's request (`course_id`) needs budget left at every level too."""
+    """Refuse (400) when the wallet has nothing left (its spend and its holds reach the limit);
+    reads nothing for unlimited licenses. A course member's request (`course_id`) needs budget
+    left at every level too. With a `hold`, the request then reserves it on every limited
+    wallet, or is refused (licensing.ledger.reservations)."""
     key = wallet_key(license_id=license_id, config=config, holder=holder)
     state = BudgetState(config=config, key=key)
     if config.limit is not None:
-        wallet_id, spent = _wallet(key, config.unit)
-        _checked(state, wallet_id, spent, config.unit)
+        _checked(state, *_swept(state))
     if course_id is not None:
         course = course_budget(course_id, end_user_id)
         if course is not None:
             state.levels = course_levels(course, license_id=license_id, holder=holder)
             for level in state.levels:
                 if level.config.limit is not None:
-                    _checked(level, *_wallet(level.key, level.config.unit), level.config.unit)
+                    _checked(level, *_swept(level))
+    if hold is not None:
+        _hold_sync(state, hold)
     return state
+
+
+def _full_of_holds(limit: int | None, spent: int, reserved: int) -> bool:
+    """Refused only for the holds of requests in flight: some may be a dead worker's."""
+    return limit is not None and reserved > 0 and spent + reserved >= limit > spent
+
+
+def _swept(state: BudgetState) -> tuple[int, int, str, int]:
+    """The state's wallet (opened if needed); one that only its holds fill is read again once
+    its expired holds are released."""
+    row = _wallet(state.key, state.config.unit)
+    if _full_of_holds(state.config.limit, row[1], row[3]) and release_expired(wallet_ids=[row[0]]):
+        row = _wallet(state.key, state.config.unit)
+    return row
+
+
+def _limited(state: BudgetState) -> list[BudgetState]:
+    """The levels with a limit (the license's first), the ones a request reads and holds on."""
+    return [s for s in (state, *state.levels) if s.config.limit is not None]
+
+
+def _hold_sync(state: BudgetState, hold: Hold) -> None:
+    """The hold on every limited wallet (their ids known: they were just read), or a 400; a
+    wallet full of holds first releases the ones that expired (their workers died)."""
+    limited = _limited(state)
+    if not limited:
+        return
+    wallets = [(s.wallet_id or 0, s.config.limit or 0) for s in limited]
+    if not reserve_sync(wallets, hold):
+        ids = [wallet_id for wallet_id, _ in wallets]
+        if not (release_expired(wallet_ids=ids) and reserve_sync(wallets, hold)):
+            raise BadRequest(OUT_OF_BUDGET)
+    state.hold = hold
 
 
 def known_wallet_id(state: BudgetState) -> int | None:
@@ -239,12 +283,15 @@ def wallet_open(state: BudgetState) -> int:
     return _wallet(state.key, state.config.unit)[0]
 
 
-def _checked(state: BudgetState, wallet_id: int, spent: int, unit: str) -> BudgetState:
+def _checked(
+    state: BudgetState, wallet_id: int, spent: int, unit: str, reserved: int = 0
+) -> BudgetState:
+    """Nothing left: the spend and the holds of the requests in flight reach the limit."""
     if unit != state.config.unit:
         raise BudgetConfigurationError()
     state.wallet_id, state.spent = wallet_id, spent
     limit = state.config.limit  # never None here: unlimited licenses read no wallet
-    if limit is not None and spent >= limit:
+    if limit is not None and spent + reserved >= limit:
         raise BadRequest(OUT_OF_BUDGET)
     return state
 
@@ -256,25 +303,55 @@ async def budget_check_async(
     holder: str,
     course_id: int | None = None,
     end_user_id: int | None = None,
+    hold: Hold | None = None,
 ) -> BudgetState:
-    """`budget_check` from the event loop: a known wallet is read over the async pool (no
-    thread hop); the first read of a window, or SQLite, goes through the ORM on a thread."""
+    """`budget_check` from the event loop: a known wallet is read (or held on) over the async
+    pool (no thread hop); the first read of a window, or SQLite, goes through the ORM on a
+    thread."""
     key = wallet_key(license_id=license_id, config=config, holder=holder)
     state = BudgetState(config=config, key=key)
     if course_id is not None:
-        return await _course_check_async(state, holder, course_id, end_user_id)
+        return await _course_check_async(state, holder, course_id, end_user_id, hold)
     if config.limit is None:
         return state
     wallet_id = _wallet_ids.get(key)
     if wallet_id is not None and pgpool.available():
-        row = await _wallet_reads().read(wallet_id)
-        if row is not None:
-            return _checked(state, wallet_id, row[0], row[1])
-    return await run_db(budget_check, license_id=license_id, config=config, holder=holder)
+        if hold is not None:
+            if await _hold_async([state], [wallet_id], hold):
+                state.hold = hold
+                return state
+        else:
+            row = await _wallet_reads().read(wallet_id)
+            if row is not None and not _full_of_holds(config.limit, row[0], row[2]):
+                return _checked(state, wallet_id, *row)
+    return await run_db(
+        budget_check, license_id=license_id, config=config, holder=holder, hold=hold
+    )
+
+
+async def _hold_async(limited: list[BudgetState], ids: list[int], hold: Hold) -> bool:
+    """The hold on the limited levels' wallets in one statement, or a 400 (after releasing
+    the wallets' expired holds, once); False when a wallet is gone (nothing held: the ORM's
+    path opens it again)."""
+    wallets = [(i, s.config.limit or 0) for i, s in zip(ids, limited, strict=True)]
+    fits, rows = await reserve_async(wallets, hold)
+    if len(rows) < len(ids):
+        return False
+    if not fits and any(row[1] for row in rows.values()):
+        if await run_db(release_expired, wallet_ids=ids):
+            fits, rows = await reserve_async(wallets, hold)
+            if len(rows) < len(ids):
+                return False
+    for level, wallet_id in zip(limited, ids, strict=True):
+        spent, reserved, unit = rows[wallet_id]
+        _checked(level, wallet_id, spent, unit, reserved)
+    if not fits:  # pragma: no cover - the statement decided on the values just checked
+        raise BadRequest(OUT_OF_BUDGET)
+    return True
 
 
 async def _course_check_async(
-    state: BudgetState, holder: str, course_id: int, end_user_id: int | None
+    state: BudgetState, holder: str, course_id: int, end_user_id: int | None, hold: Hold | None
 ) -> BudgetState:
     """Every level's wallet read in one statement (shared with the requests reading at the
     same time, like a license's); the first read of a window, or SQLite, on a thread."""
@@ -284,16 +361,26 @@ async def _course_check_async(
     license_id = state.key.license_id
     if course is not None:
         state.levels = course_levels(course, license_id=license_id, holder=holder)
-    limited = [s for s in (state, *state.levels) if s.config.limit is not None]
+    limited = _limited(state)
     if not limited:
         return state
-    ids = [_wallet_ids.get(s.key) for s in limited]
-    if pgpool.available() and None not in ids:
-        rows = await _wallet_reads().read_many(ids)
-        if None not in rows:
-            for level, wallet_id, row in zip(limited, ids, rows, strict=True):
-                _checked(level, wallet_id, row[0], row[1])
-            return state
+    known = [_wallet_ids.get(s.key) for s in limited]
+    ids = [i for i in known if i is not None]
+    if pgpool.available() and len(ids) == len(limited):
+        if hold is not None:
+            if await _hold_async(limited, ids, hold):
+                state.hold = hold
+                return state
+        else:
+            rows = await _wallet_reads().read_many(ids)
+            if all(rows) and not any(
+                _full_of_holds(s.config.limit, r[0], r[2])
+                for s, r in zip(limited, rows, strict=True)
+                if r is not None
+            ):
+                for level, wallet_id, row in zip(limited, ids, rows, strict=True):
+                    _checked(level, wallet_id, *row)
+                return state
     return await run_db(
         budget_check,
         license_id=license_id,
@@ -301,6 +388,7 @@ async def _course_check_async(
         holder=holder,
         course_id=course_id,
         end_user_id=end_user_id,
+        hold=hold,
     )
 
 
@@ -430,6 +518,9 @@ def remaining_of(state: BudgetState, spent: int, levels_spent: list[int]) -> int
     return remaining
 
 
+WalletRow = tuple[int, str, int]  # (spent, unit, reserved), as the budget reads return them
+
+
 class WalletReads:
     """Budget reads of requests that arrive together share one query (and one pool checkout);
     requests on the same wallet share its row. At low load a batch is one read, no wait."""
@@ -438,7 +529,7 @@ class WalletReads:
         self._waiting: dict[int, list[asyncio.Future]] = {}
         self._task: asyncio.Task | None = None
 
-    async def read(self, wallet_id: int) -> tuple[int, str] | None:
+    async def read(self, wallet_id: int) -> WalletRow | None:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._waiting.setdefault(wallet_id, []).append(future)
@@ -446,7 +537,7 @@ class WalletReads:
             self._task = loop.create_task(self._run())
         return await future
 
-    async def read_many(self, wallet_ids: list[int]) -> list[tuple[int, str] | None]:
+    async def read_many(self, wallet_ids: list[int]) -> list[WalletRow | None]:
         """Several wallets of one request (a course member's levels), in the same batch."""
         loop = asyncio.get_running_loop()
         futures = []
@@ -485,8 +576,8 @@ class WalletReads:
                         future.set_result(rows.get(wallet_id))
 
 
-async def _read_wallets(ids: list[int]) -> dict[int, tuple[int, str]]:
-    """{id: (spent, unit)}. One wallet (every read at low load) by its plain primary-key
+async def _read_wallets(ids: list[int]) -> dict[int, WalletRow]:
+    """{id: (spent, unit, reserved)}. One wallet (every read at low load) by its plain primary-key
     statement: an array parameter costs ~40 µs more to send and to plan around."""
     if len(ids) == 1:
         found = await pgpool.fetch(WALLET_READ_SQL, ids)

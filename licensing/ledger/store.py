@@ -38,7 +38,7 @@ from django.utils import timezone
 from core import jsonio, pgpool
 from core.db import run_db
 
-from ..models import Transaction, Wallet
+from ..models import Reservation, Transaction, Wallet
 from .budget import BudgetState
 from .record import COLUMNS, FIELDS, LedgerEntry, row_values
 
@@ -76,11 +76,34 @@ def _insert(source: str) -> str:
 
 
 def _charge(source: str) -> str:
-    """Add each wallet's amount of `source` (rows of wallet, amount) to it; returns its spend."""
+    """Add each wallet's amount of `source` (rows of wallet, amount, released) to its spend and
+    take what its requests had reserved off its holds; returns its spend."""
     quote = connection.ops.quote_name
     return (
-        f"UPDATE {quote(Wallet._meta.db_table)} SET spent = spent + c.amount, updated_at = %s "
+        f"UPDATE {quote(Wallet._meta.db_table)} SET spent = spent + c.amount, "
+        "reserved = reserved - c.released, updated_at = %s "
         f"FROM {source} AS c WHERE id = c.wallet RETURNING id, spent"
+    )
+
+
+def _release_and_charge(charges: str) -> str:
+    """The CTEs after `ins` of every batch statement: the inserted rows' holds deleted (a
+    refusal's too: licensing.ledger.reservations), then `charges` (a SELECT of wallet, amount,
+    0) and the released sums added up per wallet, the wallets locked in id order (two
+    processes' batches never deadlock), each charged. A replayed row that was written before
+    has no hold left: its first write released it."""
+    quote = connection.ops.quote_name
+    wallets, holds = quote(Wallet._meta.db_table), quote(Reservation._meta.db_table)
+    return (
+        f"rel AS (DELETE FROM {holds} WHERE request_id IN (SELECT request_id FROM ins) "
+        "RETURNING wallet_id, amount), "
+        "c AS MATERIALIZED (SELECT wallet, sum(amount)::bigint AS amount, "
+        f"sum(released)::bigint AS released FROM ({charges} UNION ALL "
+        "SELECT wallet_id, 0::bigint, amount FROM rel) AS x(wallet, amount, released) "
+        "GROUP BY wallet), "
+        f"locked AS (SELECT id FROM {wallets} WHERE id IN (SELECT wallet FROM c) "
+        "ORDER BY id FOR UPDATE), "
+        f"charged AS ({_charge('(SELECT * FROM c WHERE wallet IN (SELECT id FROM locked))')}) "
     )
 
 
@@ -92,37 +115,36 @@ def _result(charged: str, inserted: str) -> str:
     )
 
 
+# The rows a batch's inserted ledger rows charge: (wallet, amount, 0 released).
+_ROW_CHARGES = (
+    "SELECT wallet_id, credits::bigint, 0::bigint FROM ins "
+    "WHERE wallet_id IS NOT NULL AND credits <> 0"
+)
+
+
 @functools.cache
 def _single_sql() -> str:
-    """A batch of one: one wallet at most, so no lock order to keep, and plain parameters. The
-    values are cast as the batch statement casts them, so both refuse the same rows."""
+    """A batch of one, by plain parameters. The values are cast as the batch statement casts
+    them, so both refuse the same rows."""
     values = ", ".join(f"%s::{_column_type(f)}" for f in FIELDS)
-    source = "(SELECT wallet_id AS wallet, credits AS amount FROM ins WHERE credits <> 0)"
     return (
-        f"WITH ins AS ({_insert(f'VALUES ({values})')}), charged AS ({_charge(source)}) "
+        f"WITH ins AS ({_insert(f'VALUES ({values})')}), {_release_and_charge(_ROW_CHARGES)}"
         + _result("charged", "ins")
     )
 
 
 @functools.cache
 def _batch_sql() -> str:
-    """Insert the rows, lock their wallets in id order (two processes' batches never
-    deadlock; the rows' own request ids never collide), add each wallet's sum."""
+    """Insert the rows (their own request ids never collide), release their holds, add each
+    wallet's sum."""
     _, names = _ledger_columns()
     quote = connection.ops.quote_name
-    wallets = quote(Wallet._meta.db_table)
     record = ", ".join(
         f"{quote(c)} {_column_type(f)}" for c, f in zip(COLUMNS, FIELDS, strict=True)
     )
     rows = f"SELECT {names} FROM json_to_recordset(%s::json) AS r({record})"
-    return (
-        f"WITH ins AS ({_insert(rows)}), "
-        "c AS MATERIALIZED (SELECT wallet_id AS wallet, sum(credits)::bigint AS amount FROM ins "
-        "WHERE wallet_id IS NOT NULL AND credits <> 0 GROUP BY wallet_id), "
-        f"locked AS (SELECT id FROM {wallets} WHERE id IN (SELECT wallet FROM c) "
-        "ORDER BY id FOR UPDATE), "
-        f"charged AS ({_charge('(SELECT * FROM c WHERE wallet IN (SELECT id FROM locked))')}) "
-        + _result("charged", "ins")
+    return f"WITH ins AS ({_insert(rows)}), {_release_and_charge(_ROW_CHARGES)}" + _result(
+        "charged", "ins"
     )
 
 
@@ -132,17 +154,14 @@ def _course_single_sql() -> str:
     license wallet and its levels' (MAX_LEVELS scalar parameters, null where a level has no
     wallet: an array parameter costs psycopg a type inference per call), locked in id order
     like a batch's (another worker may be charging the same course pool and license at once)."""
-    quote = connection.ops.quote_name
-    wallets = quote(Wallet._meta.db_table)
     values = ", ".join(f"%s::{_column_type(f)}" for f in FIELDS)
-    return (
-        f"WITH ins AS ({_insert(f'VALUES ({values})')}), "
-        "c AS MATERIALIZED (SELECT w.wallet, ins.credits AS amount FROM ins CROSS JOIN LATERAL "
+    charges = (
+        "SELECT w.wallet, ins.credits::bigint, 0::bigint FROM ins CROSS JOIN LATERAL "
         f"unnest(ARRAY[ins.wallet_id, {', '.join(['%s::bigint'] * MAX_LEVELS)}]) AS w(wallet) "
-        "WHERE w.wallet IS NOT NULL AND ins.credits <> 0), "
-        f"locked AS (SELECT id FROM {wallets} WHERE id IN (SELECT wallet FROM c) "
-        "ORDER BY id FOR UPDATE), "
-        f"charged AS ({_charge('(SELECT * FROM c WHERE wallet IN (SELECT id FROM locked))')}) "
+        "WHERE w.wallet IS NOT NULL AND ins.credits <> 0"
+    )
+    return (
+        f"WITH ins AS ({_insert(f'VALUES ({values})')}), {_release_and_charge(charges)}"
         + _result("charged", "ins")
     )
 
@@ -154,21 +173,19 @@ def _course_batch_sql() -> str:
     credits to its license wallet and to each of them, locked in one id order with the rest."""
     _, names = _ledger_columns()
     quote = connection.ops.quote_name
-    wallets = quote(Wallet._meta.db_table)
     record = ", ".join(
         f"{quote(c)} {_column_type(f)}" for c, f in zip(COLUMNS, FIELDS, strict=True)
     )
     source = f"SELECT * FROM json_to_recordset(%s::json) AS r({record}, levels bigint[])"
-    return (
-        f"WITH src AS MATERIALIZED ({source}), "
-        f"ins AS ({_insert(f'SELECT {names} FROM src')}), "
-        "c AS MATERIALIZED (SELECT w.wallet, sum(ins.credits)::bigint AS amount FROM ins "
+    charges = (
+        "SELECT w.wallet, ins.credits::bigint, 0::bigint FROM ins "
         "JOIN src ON src.request_id = ins.request_id CROSS JOIN LATERAL "
         "unnest(array_prepend(ins.wallet_id, coalesce(src.levels, '{}'::bigint[]))) AS w(wallet) "
-        "WHERE w.wallet IS NOT NULL AND ins.credits <> 0 GROUP BY w.wallet), "
-        f"locked AS (SELECT id FROM {wallets} WHERE id IN (SELECT wallet FROM c) "
-        "ORDER BY id FOR UPDATE), "
-        f"charged AS ({_charge('(SELECT * FROM c WHERE wallet IN (SELECT id FROM locked))')}) "
+        "WHERE w.wallet IS NOT NULL AND ins.credits <> 0"
+    )
+    return (
+        f"WITH src AS MATERIALIZED ({source}), "
+        f"ins AS ({_insert(f'SELECT {names} FROM src')}), {_release_and_charge(charges)}"
         + _result("charged", "ins")
     )
 
@@ -182,7 +199,19 @@ def _orm_insert(rows: list[dict]) -> tuple[str, list]:
     return sql, params
 
 
-_ORM_CHARGE = functools.cache(lambda: _charge("(SELECT %s AS wallet, %s AS amount)"))
+_ORM_CHARGE = functools.cache(
+    lambda: _charge("(SELECT %s AS wallet, %s AS amount, %s AS released)")
+)
+
+
+def _orm_release(request_ids: list[str]) -> tuple[str, list]:
+    """Delete the holds of the rows just inserted, returning (wallet id, amount) of each."""
+    holds = connection.ops.quote_name(Reservation._meta.db_table)
+    marks = ", ".join(["%s"] * len(request_ids))
+    return (
+        f"DELETE FROM {holds} WHERE request_id IN ({marks}) RETURNING wallet_id, amount",
+        request_ids,
+    )
 
 
 def _ledger_columns() -> tuple[str, str]:
@@ -224,6 +253,16 @@ def _wallet_sums(batch: list[Pending]) -> list[tuple[int, int]]:
     return sorted(sums.items())
 
 
+def _charges_and_releases(
+    batch: list[Pending], released: list[tuple[int, int]]
+) -> list[tuple[int, int, int]]:
+    """(wallet id, amount charged, amount released) in wallet id order."""
+    sums = {wallet_id: [amount, 0] for wallet_id, amount in _wallet_sums(batch)}
+    for wallet_id, amount in released:
+        sums.setdefault(wallet_id, [0, 0])[1] += amount
+    return [(wallet_id, charged, freed) for wallet_id, (charged, freed) in sorted(sums.items())]
+
+
 def _mark_written(batch: list[Pending], inserted: set[str]) -> None:
     for item in batch:
         item.written = item.entry.request_id in inserted
@@ -242,9 +281,14 @@ def commit_batch_sync(batch: list[Pending]) -> dict[int, int]:
     with transaction.atomic(), connection.cursor() as cursor:
         sql, params = _orm_insert([row_values(i.entry, i.wallet_id) for i in batch])
         cursor.execute(sql, params)
-        _mark_written(batch, {row[0] for row in cursor.fetchall()})
-        for wallet_id, amount in _wallet_sums(batch):
-            cursor.execute(_ORM_CHARGE(), [now, wallet_id, amount])
+        inserted = {row[0] for row in cursor.fetchall()}
+        _mark_written(batch, inserted)
+        released: list[tuple[int, int]] = []
+        if inserted:
+            cursor.execute(*_orm_release(sorted(inserted)))
+            released = cursor.fetchall()
+        for wallet_id, amount, freed in _charges_and_releases(batch, released):
+            cursor.execute(_ORM_CHARGE(), [now, wallet_id, amount, freed])
             spent.update(cursor.fetchall())
         _check_charged(batch, spent)  # raised inside the transaction: nothing is kept
     return spent

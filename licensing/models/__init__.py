@@ -17,7 +17,7 @@ from .institutions import (
     default_policy,
 )
 from .keys import ALLOWED_JWT_ALGORITHMS, REGISTERED_JWT_CLAIMS, ApiKey, EndUser, JwtIssuer
-from .money import BudgetAlert, Outcome, Transaction, Wallet
+from .money import BudgetAlert, Outcome, Reservation, Transaction, Wallet
 from .provisioning import ScimGroup, ScimToken, ScimUser
 from .safeguarding import SafeguardingAlert, SafeguardingSettings
 from .signin import (
@@ -59,6 +59,7 @@ __all__ = [
     "ScimUser",
     "SsoIdentity",
     "Transaction",
+    "Reservation",
     "Wallet",
     "alert_at",
     "default_policy",

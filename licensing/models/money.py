@@ -18,6 +18,10 @@ class Wallet(models.Model):
     window_start = models.DateTimeField()
     unit = models.CharField(max_length=32)
     spent = models.BigIntegerField(default=0)
+    # The sum of this wallet's Reservation rows: credits held by requests in flight, counted
+    # as spent by the budget check (licensing.ledger.reservations). A default in the database
+    # too: a worker of the previous release opens wallets during a rolling upgrade.
+    reserved = models.BigIntegerField(default=0, db_default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -30,6 +34,20 @@ class Wallet(models.Model):
 
     def __str__(self):
         return f"{self.license.name} {self.holder} {self.period} {self.window_start:%Y-%m-%d}"
+
+
+class Reservation(models.Model):
+    """Credits a request in flight holds on a wallet between its budget check and its ledger
+    row, which releases them (licensing.ledger.reservations). One left by a worker that died
+    is released once it expires."""
+
+    wallet = models.ForeignKey(Wallet, on_delete=models.CASCADE, related_name="reservations")
+    request_id = models.CharField(max_length=64, db_index=True)
+    amount = models.BigIntegerField()
+    expires_at = models.DateTimeField(db_index=True)
+
+    def __str__(self):
+        return f"{self.request_id} {self.amount} on wallet {self.wallet_id}"
 
 
 class Outcome(models.TextChoices):

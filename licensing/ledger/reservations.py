@@ -1,0 +1,167 @@
+"""Budget reservations: the credits a request in flight holds on its wallets.
+
+The rule (docs/decisions/money-path-log.md; the contract's "nothing left", with the requests in
+flight counted as spent): a request is admitted when, at every limited level (the license's
+wallet, a course member's allowance and the course pool), `spent + reserved < limit`; it then
+holds its estimated cost (`Hold.amount`, the catalog's price for the request as sent) on each
+of them, in the same statement that checked them. Its ledger row's batch releases the hold in
+the transaction that charges the actual cost (licensing.ledger.store), a refusal's row too, so
+`spent + reserved` counts every request admitted and not yet charged: 30 requests of 100 at
+once on an allowance of 1,000 answer at most 10.
+
+A hold is a `Reservation` row per wallet, summed into the wallet's `reserved` by the statements
+that add and release it: a row is deleted exactly once (by the charge, a refusal's row, the
+request's own clean-up, or the sweep), and its amount leaves `reserved` in that statement. A
+hold left by a worker that died expires (`GATEWAY_BUDGET_RESERVATION_SECONDS`): the budget step
+releases a wallet's expired holds before it refuses it, and `manage.py release_reservations`
+sweeps the rest.
+
+Two implementations, like the store's: `reserve_async` (PostgreSQL, one statement over the async
+pool, committed without waiting for the WAL flush: a hold lost with the server is a hold
+released, and its row and `reserved` go together) and `reserve_sync` (the ORM's connection:
+SQLite, and the first request of a window on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+
+from core import clock, pgpool
+
+from ..models import Reservation, Wallet
+
+# A request holds on at most three wallets: its license's, its course allowance's and the
+# course pool's. Null-padded scalars: an array parameter costs psycopg a type inference per call.
+MAX_WALLETS = 3
+SWEEP_BATCH = 10_000  # holds released per transaction (a sweep after an outage loops)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """What one request reserves on each limited wallet it spends from."""
+
+    request_id: str
+    amount: int
+    expires_at: datetime
+
+
+def hold_for(request_id: str, amount: int, now: datetime | None = None) -> Hold:
+    seconds = settings.GATEWAY["BUDGET_RESERVATION_SECONDS"]
+    return Hold(request_id, amount, (now or clock.utcnow()) + timedelta(seconds=seconds))
+
+
+def _tables() -> tuple[str, str]:
+    quote = connection.ops.quote_name
+    return quote(Wallet._meta.db_table), quote(Reservation._meta.db_table)
+
+
+@functools.cache
+def _reserve_sql() -> str:
+    """Lock the wallets in id order (as every charge does: no deadlock), decide on their latest
+    values, add the hold to each only if every one fits; returns each wallet's values before."""
+    wallets, reservations = _tables()
+    pairs = ", ".join(["(%s::bigint, %s::bigint)"] * MAX_WALLETS)
+    return (
+        f"WITH v(id, lim) AS (VALUES {pairs}), "
+        f"l AS MATERIALIZED (SELECT w.id, w.spent, w.reserved, w.unit, v.lim FROM {wallets} w "
+        "JOIN v ON w.id = v.id ORDER BY w.id FOR UPDATE OF w), "
+        "ok AS MATERIALIZED (SELECT count(*) = %s AND coalesce(bool_and(spent + reserved < lim), "
+        "false) AS fits FROM l), "
+        "sc AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)), "
+        f"u AS (UPDATE {wallets} w SET reserved = w.reserved + %s FROM l WHERE w.id = l.id "
+        "AND (SELECT fits FROM ok) AND (SELECT count(*) FROM sc) = 1 RETURNING w.id), "
+        f"r AS (INSERT INTO {reservations} (wallet_id, request_id, amount, expires_at) "
+        "SELECT id, %s, %s, %s FROM u) "
+        "SELECT id, spent, reserved, unit, (SELECT fits FROM ok) FROM l"
+    )
+
+
+Row = tuple[int, int, str]  # (spent, reserved, unit) of one wallet, before the hold
+
+
+async def reserve_async(wallets: list[tuple[int, int]], hold: Hold) -> tuple[bool, dict[int, Row]]:
+    """(whether the hold was taken, {wallet id: its values before}) for [(wallet id, limit)];
+    a wallet that is gone is missing from the dict (and nothing was held)."""
+    assert len(wallets) <= MAX_WALLETS, "a level more: widen _reserve_sql"
+    params: list = []
+    for wallet_id, limit in wallets:
+        params += [wallet_id, limit]
+    params += [None, None] * (MAX_WALLETS - len(wallets))
+    params += [len(wallets), hold.amount, hold.request_id, hold.amount, hold.expires_at]
+    rows = await pgpool.fetch(_reserve_sql(), params)
+    fits = bool(rows) and bool(rows[0][4])
+    return fits, {row[0]: (row[1], row[2], row[3]) for row in rows}
+
+
+def reserve_sync(wallets: list[tuple[int, int]], hold: Hold) -> bool:
+    """`reserve_async` through the ORM's connection: each wallet's conditional update in id
+    order (the first one takes SQLite's write lock), all or nothing."""
+    wallet_table, _ = _tables()
+    sql = (
+        f"UPDATE {wallet_table} SET reserved = reserved + %s "
+        "WHERE id = %s AND spent + reserved < %s"
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        for wallet_id, limit in sorted(wallets):
+            cursor.execute(sql, [hold.amount, wallet_id, limit])
+            if cursor.rowcount != 1:
+                transaction.set_rollback(True)
+                return False
+        Reservation.objects.bulk_create(
+            Reservation(
+                wallet_id=wallet_id,
+                request_id=hold.request_id,
+                amount=hold.amount,
+                expires_at=hold.expires_at,
+            )
+            for wallet_id, _ in wallets
+        )
+    return True
+
+
+# --- releasing what no ledger row will release ------------------------------------------------
+
+
+def release_expired(now: datetime | None = None, wallet_ids: list[int] | None = None) -> int:
+    """Release the holds that expired by `now` (of these wallets, or all): the sweep. Returns
+    how many were released. Holds a charge is releasing at this moment are skipped."""
+    expired = Reservation.objects.filter(expires_at__lte=now or clock.utcnow())
+    if wallet_ids is not None:
+        expired = expired.filter(wallet_id__in=wallet_ids)
+    return _release(expired)
+
+
+def release_request(request_id: str) -> int:
+    """Release one request's holds: it ended without a ledger row (its client went away before
+    the provider call, or an unexpected error)."""
+    return _release(Reservation.objects.filter(request_id=request_id))
+
+
+def _release(found) -> int:
+    """Delete the found holds and take their sums off their wallets' `reserved`, in one
+    transaction; the rows are locked first (another release of the same row waits for it, then
+    finds it gone) and the wallets in id order, like every charge."""
+    released: dict[int, int] = {}
+    with transaction.atomic():
+        locked = found.order_by("id").select_for_update(skip_locked=True)
+        ids = list(locked.values_list("id", flat=True)[:SWEEP_BATCH])
+        if not ids:
+            return 0
+        _, reservations = _tables()
+        marks = ", ".join(["%s"] * len(ids))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {reservations} WHERE id IN ({marks}) RETURNING wallet_id, amount",
+                ids,
+            )
+            for wallet_id, amount in cursor.fetchall():
+                released[wallet_id] = released.get(wallet_id, 0) + amount
+        for wallet_id, amount in sorted(released.items()):
+            Wallet.objects.filter(pk=wallet_id).update(reserved=F("reserved") - amount)
+    return len(ids)

@@ -1,0 +1,371 @@
+"""Budgets that hold: a request reserves what it is sure to cost at the budget step and is
+admitted only while `spent + reserved < limit` at every level (licensing.ledger.reservations,
+docs/decisions/money-path-log.md). 30 requests of 100 at once on 1,000 answer 10, on every
+level, on two worker processes; the holds are released by the charge, by a refusal's row, by a
+client that leaves, by the spool's replay, and by their expiry when a worker died."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from django.db import connection
+from django.db.models import Sum
+
+from catalog.models import Model
+from core import clock, pgpool
+from core.errors import OUT_OF_BUDGET
+from core.localcache import clear_all
+from inference import tokens
+from inference.billing import Usage, credits_for
+from inference.endpoints.images import ImageGeneration
+from inference.endpoints.search import Fetch, WebSearch
+from inference.schemas.images import ImageGenerationRequest
+from inference.schemas.search import FetchRequest, WebSearchRequest
+from licensing.ledger.actions import transaction_record, transaction_record_once
+from licensing.ledger.budget import budget_check, wallet_key
+from licensing.ledger.reservations import hold_for, release_expired
+from licensing.models import ApiKey, Reservation, Transaction, Wallet
+from tests.ledger_helpers import entry_for
+from tests.money.test_course_budget import license_budget, make_course, member_key
+
+SMALL = "text-embedding-3-small"
+EMBED = {"model": SMALL, "input": "a few words to embed", "encoding_format": "float"}
+MINI = "gpt-4o-mini"
+CHAT = {"model": MINI, "messages": [{"role": "user", "content": "tell me a joke"}]}
+COST = 100  # micro-credits a request reserves
+LIMIT = 1_000  # at most 10 such requests fit
+AT_ONCE = 30
+
+
+def price_embeddings() -> None:
+    """5 input tokens (the gateway's count and the fake's) at 20: 100 a request, known."""
+    assert tokens.count_text(EMBED["input"], SMALL) == 5
+    Model.objects.filter(model_id=SMALL).update(cost={"type": "per_token", "prompt": 20})
+    clear_all()
+
+
+def price_chat() -> int:
+    """The prompt reserves 100; the completion comes on top (its cost unknown before)."""
+    prompt = tokens.chat_prompt_tokens(CHAT, MINI)
+    assert COST % prompt == 0, prompt
+    cost = {"type": "per_token", "prompt": COST // prompt, "completion": 20}
+    Model.objects.filter(model_id=MINI).update(cost=cost)
+    clear_all()
+    return credits_for(cost, Usage(prompt_tokens=prompt))
+
+
+def holds_left(license) -> tuple[int, int]:
+    """(the license's wallets' `reserved` summed, its Reservation rows)."""
+    wallets = Wallet.objects.filter(license=license)
+    reserved = wallets.aggregate(s=Sum("reserved"))["s"] or 0
+    return reserved, Reservation.objects.filter(wallet__in=wallets).count()
+
+
+def spent_of(license) -> dict[str, int]:
+    return dict(Wallet.objects.filter(license=license).values_list("holder", "spent"))
+
+
+def ledger_sum(**filters) -> int:
+    return Transaction.objects.filter(**filters).aggregate(s=Sum("credits"))["s"] or 0
+
+
+# --- the levels a request pays at -------------------------------------------------------------
+
+
+def license_level(make_license, make_key, name, strategy):
+    license = make_license(name=name, limit=LIMIT, period="daily", strategy=strategy)
+    key = make_key(license)
+    holder = "license" if strategy == "pooled" else f"key:{ApiKey.objects.get(license=license).id}"
+    return license, [key], holder
+
+
+def course_level(make_license, make_key, name, *, allowance=None, pool=None, students=1):
+    license = make_license(name=name, period="daily")  # unlimited: the course's level holds
+    course = make_course(license, allowance=allowance, pool=pool, code=name)
+    members = [member_key(make_key, course, subject=f"{name}-{n}") for n in range(students)]
+    keys = [key for key, _ in members]
+    if pool is not None:
+        return license, keys, f"course:{course.id}"
+    return license, keys, f"course:{course.id}:user:{members[0][1].id}"
+
+
+def the_levels(make_license, make_key) -> dict[str, tuple]:
+    """Each level with the limit of 1,000 on its own license: the license's pooled wallet, a
+    key's own (per_user), a student's course allowance, a course pool shared by 3 students."""
+    return {
+        "license": license_level(make_license, make_key, "pooled", "pooled"),
+        "per key": license_level(make_license, make_key, "per-key", "per_user"),
+        "allowance": course_level(make_license, make_key, "allowance", allowance=LIMIT),
+        "pool": course_level(make_license, make_key, "pool", pool=LIMIT, students=3),
+    }
+
+
+def fire(urls: list[str], keys: list[str], path: str, body: dict, count: int):
+    """`count` requests at once, spread over the workers and the keys."""
+    clients = [httpx.Client(base_url=url, timeout=30) for url in urls]
+    try:
+
+        def one(n):
+            headers = {"Authorization": f"Bearer {keys[n % len(keys)]}"}
+            return clients[n % len(clients)].post(path, headers=headers, json=body)
+
+        with ThreadPoolExecutor(count) as pool:
+            return list(pool.map(one, range(count)))
+    finally:
+        for client in clients:
+            client.close()
+
+
+def check_level(name, license, holder, answers, *, at_most: int) -> list[httpx.Response]:
+    ok = [r for r in answers if r.status_code == 200]
+    refused = [r for r in answers if r.status_code == 400]
+    assert len(ok) + len(refused) == len(answers), (name, {r.status_code for r in answers})
+    assert 1 <= len(ok) <= at_most, (name, len(ok))
+    assert {r.json()["error"]["message"] for r in refused} == {OUT_OF_BUDGET}, name
+    charged = Transaction.objects.filter(license=license, credits__gt=0)
+    assert {r.headers["X-Request-Id"] for r in ok} == set(
+        charged.values_list("request_id", flat=True)
+    ), name
+    billed = sum(r.json()["usage"]["credits_used"] for r in ok)
+    assert spent_of(license)[holder] == ledger_sum(license=license) == billed, name
+    assert holds_left(license) == (0, 0), name  # every hold released with its charge
+    refusals = Transaction.objects.filter(license=license, error_code="out_of_budget")
+    assert refusals.count() == len(refused), name
+    return ok
+
+
+# --- two worker processes on PostgreSQL ---------------------------------------------------------
+
+
+@pytest.fixture
+def priced_workers(transactional_db, tmp_path, catalog):
+    """Two gateway workers, started after the prices are set (they read the catalog once)."""
+    from tests.processes import running_workers
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: SQLite serializes writers, the point here is row locking")
+    price_embeddings()
+    chat_hold = price_chat()
+    with running_workers(2, tmp_path) as workers:
+        yield [w.url for w in workers], chat_hold
+
+
+@pytest.mark.slow
+def test_thirty_at_once_answer_ten_on_every_level(priced_workers, make_license, make_key):
+    """The issue's case: 30 embeddings requests of 100 at once on 1,000 got 21 answers and
+    were charged 2,100; now each level answers 10 and is charged 1,000, not a credit more."""
+    urls, _ = priced_workers
+    for name, (license, keys, holder) in the_levels(make_license, make_key).items():
+        answers = fire(urls, keys, "/v1/embeddings", EMBED, AT_ONCE)
+        ok = check_level(name, license, holder, answers, at_most=10)
+        assert len(ok) == 10 and spent_of(license)[holder] == LIMIT, name
+
+
+@pytest.mark.slow
+def test_chat_holds_its_prompt_and_overshoots_by_completions_only(
+    priced_workers, make_license, make_key
+):
+    """A chat request holds its prompt (100): at most 10 are admitted at every level, and the
+    wallet ends above its limit only by what the admitted answers' completions cost."""
+    urls, chat_hold = priced_workers
+    assert chat_hold == COST
+    for name, (license, keys, holder) in the_levels(make_license, make_key).items():
+        answers = fire(urls, keys, "/v1/chat/completions", CHAT, AT_ONCE)
+        # Each answer costs more than its hold (the fake's prompt of 4 words at 10, and 5
+        # completion tokens at 20: 140), so each admission adds at least its hold for good.
+        ok = check_level(name, license, holder, answers, at_most=10)
+        costs = [r.json()["usage"]["credits_used"] for r in ok]
+        assert min(costs) > COST, costs
+        # Every admission saw spent + reserved < limit: the wallet ends past it by less than
+        # one hold and what the answers cost beyond their holds (not 30 answers' worth).
+        beyond = sum(cost - COST for cost in costs)
+        assert LIMIT <= spent_of(license)[holder] < LIMIT + COST + beyond, name
+
+
+# --- one process, both databases ------------------------------------------------------------
+
+
+def test_thirty_at_once_answer_ten_in_one_process(catalog, client, make_license, make_key):
+    """The same on the embedded default (SQLite: the ORM's path) and on PostgreSQL in one
+    process (the async pool's)."""
+    price_embeddings()
+    license, keys, holder = license_level(make_license, make_key, "one", "pooled")
+    url = str(client.base_url)
+    ok = check_level(
+        "one", license, holder, fire([url], keys, "/v1/embeddings", EMBED, 30), at_most=10
+    )
+    assert len(ok) == 10 and spent_of(license)["license"] == LIMIT
+
+
+def test_a_refusal_after_the_budget_step_releases_the_hold(catalog, client, make_license, make_key):
+    price_embeddings()
+    license = make_license(name="denied", limit=LIMIT, period="daily")
+    license.license_type.policy = {"version": 1, "services": {"chat_completions": {}}}
+    license.license_type.save()
+    clear_all()
+    headers = {"Authorization": f"Bearer {make_key(license)}"}
+    for _ in range(12):  # more than 10: a leaked hold would refuse the last ones for budget
+        answer = client.post("/v1/embeddings", headers=headers, json=EMBED)
+        assert answer.status_code == 403, answer.text
+    assert holds_left(license) == (0, 0)
+    assert spent_of(license) == {"license": 0}
+
+
+def test_a_client_that_leaves_before_the_call_takes_its_hold_along(
+    catalog, client, make_license, make_key
+):
+    """The client hangs up while its input is moderated (step 8): no ledger row will release
+    the hold, so the request's clean-up does."""
+    price_embeddings()
+    license = make_license(name="gone", limit=LIMIT, period="daily")
+    license.license_type.guardrails = {"input": {"moderation": True}, "output": {}}
+    license.license_type.save()
+    clear_all()
+    catalog["direct"].hang_next(30)
+    headers = {"Authorization": f"Bearer {make_key(license)}"}
+    with pytest.raises(httpx.ReadTimeout):
+        client.post("/v1/embeddings", headers=headers, json=EMBED, timeout=0.5)
+    deadline = time.monotonic() + 10  # the gateway notices the hang-up on its own schedule
+    while holds_left(license) != (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert holds_left(license) == (0, 0)
+    assert spent_of(license) == {"license": 0}
+
+
+def test_a_hold_of_a_dead_worker_refuses_until_it_expires(
+    catalog, client, make_license, make_key, frozen_clock
+):
+    """A worker killed between its hold and its charge leaves the hold: the wallet counts it
+    until it expires (GATEWAY_BUDGET_RESERVATION_SECONDS), then the budget step releases it."""
+    price_embeddings()
+    license = make_license(name="dead", limit=LIMIT, period="daily")
+    headers = {"Authorization": f"Bearer {make_key(license)}"}
+    assert client.post("/v1/embeddings", headers=headers, json=EMBED).status_code == 200
+    wallet = Wallet.objects.get(license=license)
+    Reservation.objects.create(
+        wallet=wallet, request_id="dead-worker", amount=900, expires_at=hold_for("x", 0).expires_at
+    )
+    Wallet.objects.filter(pk=wallet.pk).update(reserved=900)
+    refused = client.post("/v1/embeddings", headers=headers, json=EMBED)
+    assert refused.status_code == 400 and refused.json()["error"]["message"] == OUT_OF_BUDGET
+    frozen_clock.advance(901)
+    assert client.post("/v1/embeddings", headers=headers, json=EMBED).status_code == 200
+    assert holds_left(license) == (0, 0)
+    assert spent_of(license) == {"license": 2 * COST} == {"license": ledger_sum(license=license)}
+
+
+def test_the_sweep_releases_only_what_expired(make_license, frozen_clock):
+    license = make_license(name="sweep", limit=LIMIT, period="daily")
+    config = license_budget(license)
+    state = budget_check(license_id=license.id, config=config, holder="license")
+    state = budget_check(
+        license_id=license.id, config=config, holder="license", hold=hold_for("old", 300)
+    )
+    frozen_clock.advance(600)
+    budget_check(license_id=license.id, config=config, holder="license", hold=hold_for("new", 200))
+    assert holds_left(license) == (500, 2)
+    frozen_clock.advance(301)  # "old" expired, "new" not yet
+    assert release_expired() == 1
+    assert holds_left(license) == (200, 1)
+    assert state.hold is not None
+
+
+def test_the_spool_replay_releases_the_hold_once(make_license):
+    license = make_license(name="spooled", limit=LIMIT, period="daily")
+    state = budget_check(
+        license_id=license.id,
+        config=license_budget(license),
+        holder="license",
+        hold=hold_for("req-s", 300),
+    )
+    assert holds_left(license) == (300, 1)
+    entry = entry_for(license, "req-s", credits=250)
+    assert transaction_record_once(entry=entry, budget=state) is True
+    assert transaction_record_once(entry=entry, budget=state) is False  # replayed twice
+    assert holds_left(license) == (0, 0)
+    assert spent_of(license) == {"license": 250}
+
+
+def test_a_batch_releases_each_rows_hold_and_a_refusals(make_license):
+    """One group-committed batch: a charged row releases its hold and is charged its actual
+    cost; a refusal's row (no wallet) releases its hold too."""
+    license = make_license(name="batch", limit=LIMIT, period="daily")
+    config = license_budget(license)
+    held = [
+        budget_check(
+            license_id=license.id, config=config, holder="license", hold=hold_for(f"r{n}", 100)
+        )
+        for n in range(3)
+    ]
+    assert holds_left(license) == (300, 3)
+
+    async def record():
+        try:
+            await asyncio.gather(
+                transaction_record(entry=entry_for(license, "r0", credits=80), budget=held[0]),
+                transaction_record(entry=entry_for(license, "r1", credits=130), budget=held[1]),
+                transaction_record(entry=entry_for(license, "r2", credits=0), budget=None),
+            )
+        finally:
+            await pgpool.close_all()
+
+    asyncio.run(record())
+    assert holds_left(license) == (0, 0)
+    assert spent_of(license) == {"license": 210}
+
+
+def test_a_full_wallet_takes_no_hold(make_license):
+    license = make_license(name="full", limit=LIMIT, period="daily")
+    config = license_budget(license)
+    budget_check(license_id=license.id, config=config, holder="license", hold=hold_for("a", 999))
+    budget_check(license_id=license.id, config=config, holder="license", hold=hold_for("b", 999))
+    with pytest.raises(Exception, match=OUT_OF_BUDGET):
+        budget_check(license_id=license.id, config=config, holder="license", hold=hold_for("c", 1))
+    assert holds_left(license) == (1998, 2)  # 1 was left after "a": "b" fits, "c" does not
+    key = wallet_key(license_id=license.id, config=config, holder="license")
+    assert Wallet.objects.get(license=license).window_start == key.window_start
+
+
+# --- what each request reserves (no database) -----------------------------------------------
+
+
+def test_known_costs_reserve_their_catalog_price():
+    per_call = {"type": "per_call", "call": 5000}
+    per_page = {"type": "per_page", "page": 300}
+    sized = {"type": "per_image_by_size", "sizes": {"1024x1024": 40_000, "1792x1024": 80_000}}
+    search = WebSearch().reserve_usage(WebSearchRequest(query="x"), {})
+    fetch = Fetch().reserve_usage(FetchRequest(urls=["https://a.example", "https://b.example"]), {})
+    images = ImageGeneration().reserve_usage(
+        ImageGenerationRequest(model="m", prompt="p", n=3, size="1792x1024"), {}
+    )
+    assert credits_for(per_call, search) == 5000
+    assert credits_for(per_page, fetch) == 600  # every page asked for
+    assert credits_for(sized, images) == 240_000
+
+
+@pytest.fixture
+def frozen_clock():
+    """The gateway's clock, standing still until the test moves it (a gateway served in a
+    thread of this process sees it)."""
+    with clock.frozen() as frozen:
+        yield frozen
+
+
+def test_the_command_releases_expired_holds(make_license, frozen_clock):
+    from django.core.management import call_command
+
+    license = make_license(name="command", limit=LIMIT, period="daily")
+    config = license_budget(license)
+    budget_check(license_id=license.id, config=config, holder="license", hold=hold_for("a", 400))
+    out = io.StringIO()
+    call_command("release_reservations", stdout=out)
+    assert out.getvalue().strip() == "0 expired budget reservations released"
+    frozen_clock.advance(901)
+    call_command("release_reservations", stdout=out)
+    assert out.getvalue().splitlines()[-1] == "1 expired budget reservations released"
+    assert holds_left(license) == (0, 0)
