@@ -194,6 +194,9 @@ class Config(BaseSettings):
     GATEWAY_BUDGET_RESERVATION_SECONDS: Seconds = Field(
         900.0, description="seconds a request's budget reservation outlives a worker that died"
     )
+    GATEWAY_CRASH_POINTS: CommaList = Field(
+        [], description="tests only: the points of the money path where the process kills itself"
+    )
     GATEWAY_CIRCUIT_FAILURES: Count = Field(
         5, description="consecutive retryable failures that open a connection's circuit"
     )

@@ -38,7 +38,7 @@ from catalog.routing import (
     load_catalog_snapshot,
     select_routes,
 )
-from core import clock, metrics, tracing
+from core import clock, crashpoints, metrics, tracing
 from core.db import run_db
 from core.errors import (
     AUTH_REQUIRED,
@@ -257,6 +257,7 @@ async def _admit(call: Call, operation: Operation, pin) -> tuple[Catalog, Guardr
         end_user_id=principal.end_user_id,
         hold=await _hold(call, operation, principal, body),
     )
+    crashpoints.reached("budget.held")
     # 6: a course member's course rules at this instant, then the policy in force.
     call.stage = _POLICY
     course_policy, instructions = await _course_gate(principal)

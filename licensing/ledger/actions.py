@@ -24,7 +24,7 @@ import logging
 import psycopg
 from django.db import DatabaseError
 
-from core import metrics, pgpool
+from core import crashpoints, metrics, pgpool
 from core.db import run_db
 
 from . import feed
@@ -89,7 +89,9 @@ async def _record_batch(batch: list[Pending]) -> dict[int, int]:
             for item in batch:
                 if item.budget is not None and item.entry.credits:
                     await run_db(_open_wallets, item)
+        crashpoints.reached("ledger.called")
         spent = await store().commit(batch)
+        crashpoints.reached("ledger.committed")
         note_database_up()
     except Exception as exc:
         # An outage, or anything else: the provider calls happened all the same, keep them.
@@ -172,6 +174,8 @@ async def _spool(batch: list[Pending]) -> None:
         await run_db(spool_append_many, [(i.entry, i.budget) for i in batch])
     except Exception as exc:
         _rows_lost(batch, exc)
+        return
+    crashpoints.reached("spool.appended")
 
 
 def _rows_lost(batch: list[Pending], exc: Exception) -> None:

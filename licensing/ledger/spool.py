@@ -38,7 +38,7 @@ import orjson
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from core import metrics
+from core import crashpoints, metrics
 from core.db import run_db
 
 from .budget import BudgetConfig, BudgetState, WalletKey
@@ -335,13 +335,15 @@ def _replay_line(path: Path, number: int, line: bytes, record: Record) -> bool |
         _keep_rejected(path, line)
         return None
     try:
-        return bool(record(entry=entry, budget=budget))
+        written = bool(record(entry=entry, budget=budget))
     except UNAVAILABLE:
         raise
     except Exception:  # refused for good (not an outage): kept for an operator
         logger.exception("ledger spool entry %s refused", entry.request_id)
         _keep_rejected(path, line)
         return None
+    crashpoints.reached("spool.replayed")
+    return written
 
 
 def _still_named(path: Path, fd: int) -> bool:
