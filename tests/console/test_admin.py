@@ -825,3 +825,17 @@ def test_license_type_of_another_institution_is_refused(admin_client, objects):
     assert "license_type" in response.context["adminform"].form.errors
     lic.refresh_from_db()
     assert lic.license_type_id == objects["license_type"].pk
+
+
+def test_the_wallet_list_shows_what_requests_in_progress_hold(admin_client, objects):
+    """Issue 40's holds: counted as spent until charged, so a reviewer sees why a request was
+    refused while `spent` is below the limit."""
+    from django.utils import translation
+
+    Wallet.objects.filter(pk=objects["wallet"].pk).update(reserved=4_321)
+    with translation.override("de"):
+        page = admin_client.get(url(Wallet, "changelist"), HTTP_ACCEPT_LANGUAGE="de")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "Für laufende Anfragen vorgemerkt" in text
+    assert "0,0043 USD (4.321 Mikro-Credits)" in text

@@ -65,6 +65,7 @@ class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
         "window_start",
         "unit",
         "spent_display",
+        "reserved_display",
         "limit_display",
         "remaining_display",
         "updated_at",
@@ -89,6 +90,11 @@ class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("spent"), ordering="spent")
     def spent_display(self, obj):
         return with_money(obj.spent, obj.license.institution)
+
+    @admin.display(description=_("held for requests in progress"), ordering="reserved")
+    def reserved_display(self, obj):
+        """Budget holds (licensing.ledger.reservations): counted as spent until charged."""
+        return with_money(obj.reserved, obj.license.institution)
 
     @admin.display(description=_("license limit"))
     def limit_display(self, obj):
