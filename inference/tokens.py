@@ -31,9 +31,17 @@ REPLY_PRIMING = 3
 IMAGE_PART = 85
 SLICE = 50_000  # characters encoded at once (the encoder refuses very long inputs)
 
+# A model name with no encoding: every text counted as ceil(characters / 4), at no cost. What a
+# budget hold counts a prompt with (inference.pipeline): exact BPE costs 50-150 ns a character
+# of new text, half a millisecond for a long chat history, on every request.
+ROUGH = ""
+# Up to this many characters an embeddings request's hold is counted exactly (its cost is known
+# before the call, and exactly is what makes "30 at once answer 10" hold); beyond, roughly.
+EXACT_HOLD_CHARS = 16_384
+
 # Longest prefix first: `gpt-4o` before `gpt-4`.
 _O200K = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "chatgpt-4o", "gpt-oss", "o1", "o3", "o4")
-_CL100K = ("gpt-4", "gpt-3.5", "gpt-35")
+_CL100K = ("gpt-4", "gpt-3.5", "gpt-35", "text-embedding-3", "text-embedding-ada")
 
 
 def encoding_name(model: str) -> str | None:

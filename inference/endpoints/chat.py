@@ -81,7 +81,7 @@ class ChatCompletions(TextGeneration, endpoint="chat_completions"):
 
     def reserve_usage(self, body: ChatCompletionRequest, fields: dict) -> Usage:
         """The prompt, the floor of what the answer costs (the completion comes on top)."""
-        return Usage(prompt_tokens=tokens.chat_prompt_tokens(fields, body.model))
+        return Usage(prompt_tokens=tokens.chat_prompt_tokens(fields, tokens.ROUGH))
 
     def input_texts(self, body: ChatCompletionRequest):
         for message in body.messages:

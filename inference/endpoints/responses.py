@@ -79,7 +79,7 @@ class Responses(TextGeneration, endpoint="responses"):
 
     def reserve_usage(self, body: ResponseRequest, fields: dict) -> Usage:
         """The prompt, the floor of what the answer costs (the output comes on top)."""
-        return Usage(prompt_tokens=tokens.responses_prompt_tokens(fields, body.model))
+        return Usage(prompt_tokens=tokens.responses_prompt_tokens(fields, tokens.ROUGH))
 
     def input_texts(self, body: ResponseRequest):
         if body.instructions:

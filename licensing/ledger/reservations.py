@@ -39,6 +39,8 @@ from ..models import Reservation, Wallet
 # A request holds on at most three wallets: its license's, its course allowance's and the
 # course pool's. Null-padded scalars: an array parameter costs psycopg a type inference per call.
 MAX_WALLETS = 3
+# A billion currency units in micro-credits: beyond any budget, 9,000 of them below a bigint.
+HOLD_CAP = 10**15
 SWEEP_BATCH = 10_000  # holds released per transaction (a sweep after an outage loops)
 
 
@@ -52,8 +54,11 @@ class Hold:
 
 
 def hold_for(request_id: str, amount: int, now: datetime | None = None) -> Hold:
+    """The hold of `amount` (capped: a hold only has to exceed what any wallet has left, and
+    the sums of `reserved` must stay far inside a bigint whatever a catalog price says)."""
     seconds = settings.GATEWAY["BUDGET_RESERVATION_SECONDS"]
-    return Hold(request_id, amount, (now or clock.utcnow()) + timedelta(seconds=seconds))
+    expires = (now or clock.utcnow()) + timedelta(seconds=seconds)
+    return Hold(request_id, min(amount, HOLD_CAP), expires)
 
 
 def _tables() -> tuple[str, str]:

@@ -51,7 +51,7 @@ def price_embeddings() -> None:
 
 def price_chat() -> int:
     """The prompt reserves 100; the completion comes on top (its cost unknown before)."""
-    prompt = tokens.chat_prompt_tokens(CHAT, MINI)
+    prompt = tokens.chat_prompt_tokens(CHAT, tokens.ROUGH)  # as the hold counts it
     assert COST % prompt == 0, prompt
     cost = {"type": "per_token", "prompt": COST // prompt, "completion": 20}
     Model.objects.filter(model_id=MINI).update(cost=cost)
@@ -369,3 +369,24 @@ def test_the_command_releases_expired_holds(make_license, frozen_clock):
     call_command("release_reservations", stdout=out)
     assert out.getvalue().splitlines()[-1] == "1 expired budget reservations released"
     assert holds_left(license) == (0, 0)
+
+
+def test_an_absurd_price_holds_no_more_than_the_cap(make_license):
+    from licensing.ledger.reservations import HOLD_CAP
+
+    license = make_license(name="absurd", limit=LIMIT, period="daily")
+    hold = hold_for("huge", 2**64)
+    assert hold.amount == HOLD_CAP
+    budget_check(license_id=license.id, config=license_budget(license), holder="license", hold=hold)
+    assert holds_left(license) == (HOLD_CAP, 1)
+
+
+def test_a_bulk_embeddings_input_is_held_roughly():
+    """Past 16 KB of text the hold counts characters / 4, not the BPE encoding's CPU."""
+    from inference.endpoints.embeddings import Embeddings
+    from inference.schemas.embeddings import EmbeddingsRequest
+
+    small = EmbeddingsRequest(model="text-embedding-3-large", input=[" ".join(["word"] * 100)])
+    bulk = EmbeddingsRequest(model="text-embedding-3-large", input=["word " * 4000] * 2)
+    assert Embeddings().reserve_usage(small, {}).prompt_tokens == 100  # BPE: " word" each
+    assert Embeddings().reserve_usage(bulk, {}).prompt_tokens == 2 * 5000  # 20,000 chars / 4
