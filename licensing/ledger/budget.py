@@ -23,7 +23,14 @@ from core.errors import OUT_OF_BUDGET, BadRequest, BudgetConfigurationError
 from core.localcache import TTLCache
 
 from ..models import Course, CourseMember, Wallet
-from .reservations import Hold, release_expired, reserve_async, reserve_sync
+from .reservations import (
+    Hold,
+    Row,
+    hold_batches,
+    release_expired,
+    reserve_async,
+    reserve_sync,
+)
 
 UNITS = ("micro_credits",)
 STRATEGIES = ("pooled", "per_user")
@@ -334,12 +341,12 @@ async def _hold_async(limited: list[BudgetState], ids: list[int], hold: Hold) ->
     the wallets' expired holds, once); False when a wallet is gone (nothing held: the ORM's
     path opens it again)."""
     wallets = [(i, s.config.limit or 0) for i, s in zip(ids, limited, strict=True)]
-    fits, rows = await reserve_async(wallets, hold)
+    fits, rows = await _take(wallets, hold)
     if len(rows) < len(ids):
         return False
     if not fits and any(row[1] for row in rows.values()):
         if await run_db(release_expired, wallet_ids=ids):
-            fits, rows = await reserve_async(wallets, hold)
+            fits, rows = await _take(wallets, hold)
             if len(rows) < len(ids):
                 return False
     for level, wallet_id in zip(limited, ids, strict=True):
@@ -348,6 +355,16 @@ async def _hold_async(limited: list[BudgetState], ids: list[int], hold: Hold) ->
     if not fits:  # pragma: no cover - the statement decided on the values just checked
         raise BadRequest(OUT_OF_BUDGET)
     return True
+
+
+async def _take(wallets: list[tuple[int, int]], hold: Hold) -> tuple[bool, dict[int, Row]]:
+    """The hold on one wallet joins the batch of holds arriving together; on a course
+    member's levels it is a statement of its own."""
+    if len(wallets) > 1:
+        return await reserve_async(wallets, hold)
+    ((wallet_id, limit),) = wallets
+    fits, row = await hold_batches().hold(wallet_id, limit, hold)
+    return fits, ({wallet_id: row} if row is not None else {})
 
 
 async def _course_check_async(

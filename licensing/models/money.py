@@ -41,10 +41,15 @@ class Reservation(models.Model):
     row, which releases them (licensing.ledger.reservations). One left by a worker that died
     is released once it expires."""
 
-    wallet = models.ForeignKey(Wallet, on_delete=models.CASCADE, related_name="reservations")
+    # Only the request id is indexed (every charge deletes by it): the table holds the requests
+    # in flight, a few hundred rows, which the rare sweep and a wallet's deletion scan whole;
+    # each index more is a write more on every request.
+    wallet = models.ForeignKey(
+        Wallet, on_delete=models.CASCADE, related_name="reservations", db_index=False
+    )
     request_id = models.CharField(max_length=64, db_index=True)
     amount = models.BigIntegerField()
-    expires_at = models.DateTimeField(db_index=True)
+    expires_at = models.DateTimeField()
 
     def __str__(self):
         return f"{self.request_id} {self.amount} on wallet {self.wallet_id}"

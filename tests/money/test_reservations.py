@@ -390,3 +390,43 @@ def test_a_bulk_embeddings_input_is_held_roughly():
     bulk = EmbeddingsRequest(model="text-embedding-3-large", input=["word " * 4000] * 2)
     assert Embeddings().reserve_usage(small, {}).prompt_tokens == 100  # BPE: " word" each
     assert Embeddings().reserve_usage(bulk, {}).prompt_tokens == 2 * 5000  # 20,000 chars / 4
+
+
+def test_holds_arriving_together_share_one_statement_and_fit_in_order(make_license):
+    """15 holds of 100 on one wallet and 3 on another, in one batch (PostgreSQL's pool): the
+    first 10 of the first wallet fit, in the order they came, and all 3 of the second."""
+    if not pgpool.available():
+        pytest.skip("the batch is the async pool's (PostgreSQL)")
+    from licensing.ledger.reservations import hold_batches
+
+    first = make_license(name="first", limit=LIMIT, period="daily")
+    second = make_license(name="second", limit=LIMIT, period="daily")
+    wallets = [
+        budget_check(license_id=lic.id, config=license_budget(lic), holder="license").wallet_id
+        for lic in (first, second)
+    ]
+    sent: list[int] = []
+
+    async def hold_all():
+        real = pgpool.fetch
+
+        async def counted(sql, params):
+            sent.append(len(params))
+            return await real(sql, params)
+
+        pgpool.fetch = counted
+        try:
+            batches = hold_batches()
+            return await asyncio.gather(
+                *(batches.hold(wallets[0], LIMIT, hold_for(f"a{n}", COST)) for n in range(15)),
+                *(batches.hold(wallets[1], LIMIT, hold_for(f"b{n}", COST)) for n in range(3)),
+            )
+        finally:
+            pgpool.fetch = real
+            await pgpool.close_all()
+
+    results = asyncio.run(hold_all())
+    assert [fits for fits, _ in results] == [True] * 10 + [False] * 5 + [True] * 3
+    assert [before[1] for _, before in results[:11]] == [n * COST for n in range(11)]
+    assert sent == [1]  # one statement (its one parameter: the batch as JSON)
+    assert holds_left(first) == (LIMIT, 10) and holds_left(second) == (3 * COST, 3)
