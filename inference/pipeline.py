@@ -291,11 +291,11 @@ async def _hold(call: Call, operation: Operation, principal: Principal, body) ->
     if principal.license.budget.limit is None and principal.course_id is None:
         return None
     entry = (await current_catalog()).models.get(operation.model_of(body))
-    usage = operation.reserve_usage(body, call.body_fields) if entry is not None else None
-    if entry is None or usage is None:
+    if entry is None:
         return None
     try:
-        amount = credits_for(entry.cost, usage)
+        usage = operation.reserve_usage(body, call.body_fields)
+        amount = credits_for(entry.cost, usage) if usage is not None else 0
     except (ArithmeticError, TypeError, ValueError):  # a cost the call's billing refuses too
         return None
     return hold_for(call.request_id, amount) if amount > 0 else None
