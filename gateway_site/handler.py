@@ -97,7 +97,7 @@ class GatewayASGIHandler(ASGIHandler):
         that goes away cancels the view (a stream then closes its upstream request). The view
         runs in a task of its own (its context apart, as Django's), while this task listens for
         the disconnect itself and is woken from it when the view is done: one task and no
-        `asyncio.wait` per request fewer than Django's race (~10 µs, docs/performance.md)."""
+        `asyncio.wait` per request fewer than Django's race (~5 µs, docs/performance.md)."""
         worker = asyncio.create_task(self._process_request(request, send))
         wake = _Wake(asyncio.current_task())
         worker.add_done_callback(wake)
