@@ -94,40 +94,29 @@ class GatewayASGIHandler(ASGIHandler):
 
     async def _respond_or_abort(self, request, receive, send):
         """Django's race between the view and the client's disconnect, as in `handle`: a client
-        that goes away cancels the view (a stream then closes its upstream request). The view
-        runs in a task of its own (its context apart, as Django's), while this task listens for
-        the disconnect itself and is woken from it when the view is done: one task and no
-        `asyncio.wait` per request fewer than Django's race (~5 µs, docs/performance.md)."""
-        worker = asyncio.create_task(self._process_request(request, send))
-        wake = _Wake(asyncio.current_task())
-        worker.add_done_callback(wake)
-        try:
-            await _until_disconnect(receive)
-        except asyncio.CancelledError:
-            if not wake.fired:  # this request's task itself was cancelled: so is its view
-                wake.armed = False
-                worker.cancel()
-                raise
-            wake.task.uncancel()  # the view is done: the cancel was ours, the task goes on
-        except Exception:  # receive() failed: as in Django's race, taken for a disconnect
-            pass
-        if wake.armed:  # the client went away first
-            wake.armed = False
+        that goes away cancels the view (a stream then closes its upstream request)."""
+
+        async def process_request():
+            response = await self._api_response(request)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass
+            return response
+
+        listener = asyncio.create_task(_until_disconnect(receive))
+        worker = asyncio.create_task(process_request())
+        await asyncio.wait((listener, worker), return_when=asyncio.FIRST_COMPLETED)
+        if not worker.done():  # the client went away
             worker.cancel()
+        if not listener.done():
+            listener.cancel()
         try:
             return await worker
         except asyncio.CancelledError:
             return None
         finally:
-            del worker, wake  # no cycle through this frame: the request is freed at once
-
-    async def _process_request(self, request, send):
-        response = await self._api_response(request)
-        try:
-            await self.send_response(response, send)
-        except asyncio.CancelledError:
-            pass
-        return response
+            del listener, worker  # no cycle through this frame: the request is freed at once
 
     async def _api_response(self, request):
         """`get_response_async` with its error-answer log line written on the loop: the
@@ -161,25 +150,6 @@ def _close(response) -> None:
             pass
     response._resource_closers.clear()
     response.closed = True
-
-
-class _Wake:
-    """The view's done callback: wakes its request's task from its wait for the disconnect
-    (by cancelling that wait), as long as the task is still waiting there (`armed`)."""
-
-    __slots__ = ("task", "armed", "fired")
-
-    def __init__(self, task: asyncio.Task | None):
-        assert task is not None  # called from the request's task
-        self.task = task
-        self.armed = True
-        self.fired = False
-
-    def __call__(self, worker: asyncio.Task) -> None:
-        if self.armed:
-            self.armed = False
-            self.fired = True
-            self.task.cancel()
 
 
 async def _until_disconnect(receive) -> None:
