@@ -112,6 +112,20 @@ class ModelEntry:
 class Catalog:
     providers: dict[str, ProviderInfo]
     models: dict[str, ModelEntry]
+    # The providers serving each endpoint, found once per snapshot (a snapshot is never changed,
+    # a new one replaces it): asking every provider on every request cost ~2 µs.
+    _serving: dict[str, frozenset[str]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def serving(self, endpoint: str) -> frozenset[str]:
+        """The slugs of the providers that serve `endpoint`."""
+        slugs = self._serving.get(endpoint)
+        if slugs is None:
+            slugs = self._serving[endpoint] = frozenset(
+                slug for slug, provider in self.providers.items() if provider.serves(endpoint)
+            )
+        return slugs
 
 
 @dataclass(frozen=True)
@@ -316,18 +330,15 @@ def _routes_by_rows(
 
 def _candidates(
     catalog: Catalog, endpoint: str, pin: ProviderPin | None, allowed: frozenset[str] | None
-) -> set[str]:
+) -> frozenset[str]:
     """The providers that serve the endpoint and that the license allows, or only the pinned
     one (which must be among them); the spec's 400 when there is none."""
-    candidates = {
-        slug
-        for slug, provider in catalog.providers.items()
-        if provider.serves(endpoint) and (allowed is None or slug in allowed)
-    }
+    serving = catalog.serving(endpoint)
+    candidates = serving if allowed is None else serving & allowed
     if pin is not None:
         if pin.slug not in candidates:
             raise _no_provider(endpoint, pinned=True)
-        return {pin.slug}
+        return frozenset((pin.slug,))
     if not candidates:
         raise _no_provider(endpoint, pinned=False)
     return candidates
@@ -337,7 +348,7 @@ def _model_rows(
     entry: ModelEntry,
     endpoint: str,
     model: str,
-    candidates: set[str],
+    candidates: frozenset[str] | set[str],
     pinned: bool,
     output_modality: str | None,
 ) -> list[tuple[str, str]]:

@@ -70,7 +70,7 @@ class BearerAuth(HttpAuthBase):
     is_async = True
 
     async def __call__(self, request):
-        header = request.headers.get("Authorization")
+        header = request.META.get("HTTP_AUTHORIZATION")  # not request.headers (headers.py)
         if header is None or not header.strip():
             request.principal = None
             return ANONYMOUS
