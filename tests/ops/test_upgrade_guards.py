@@ -46,6 +46,7 @@ DJANGO_MIRRORED = {
         "ASGIHandler.run_get_response": "0234ea5fe09a5777",
         "ASGIHandler.listen_for_disconnect": "c729aa315c734f98",
         "HttpResponseBase.close": "84589f5b23acbb23",
+        "BaseHandler.resolve_request": "ff178c3d63eebcd3",
     }
 }
 
@@ -55,6 +56,7 @@ def test_the_asgi_handler_s_django_internals(monkeypatch):
     from django.core.exceptions import ImproperlyConfigured
     from django.core.handlers import asgi
     from django.core.handlers.asgi import ASGIHandler
+    from django.core.handlers.base import BaseHandler
     from django.http.response import HttpResponse, HttpResponseBase
 
     from gateway_site.handler import GatewayASGIHandler, check_django
@@ -88,6 +90,8 @@ def test_the_asgi_handler_s_django_internals(monkeypatch):
         "ASGIHandler.run_get_response": ASGIHandler.run_get_response,
         "ASGIHandler.listen_for_disconnect": ASGIHandler.listen_for_disconnect,
         "HttpResponseBase.close": HttpResponseBase.close,
+        # resolve_request: kept matches of fixed /v1 paths (issue 40), Django's own otherwise.
+        "BaseHandler.resolve_request": BaseHandler.resolve_request,
     }
     for label, function in mirrored.items():
         guard(
