@@ -262,7 +262,6 @@ def test_a_hold_of_a_dead_worker_refuses_until_it_expires(
 def test_the_sweep_releases_only_what_expired(make_license, frozen_clock):
     license = make_license(name="sweep", limit=LIMIT, period="daily")
     config = license_budget(license)
-    state = budget_check(license_id=license.id, config=config, holder="license")
     state = budget_check(
         license_id=license.id, config=config, holder="license", hold=hold_for("old", 300)
     )

@@ -91,7 +91,7 @@ class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     def spent_display(self, obj):
         return with_money(obj.spent, obj.license.institution)
 
-    @admin.display(description=_("held for requests in progress"), ordering="reserved")
+    @admin.display(description=_("reserved"), ordering="reserved")
     def reserved_display(self, obj):
         """Budget holds (licensing.ledger.reservations): counted as spent until charged."""
         return with_money(obj.reserved, obj.license.institution)
