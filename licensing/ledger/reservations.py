@@ -138,35 +138,38 @@ Held = tuple[bool, Row | None]  # (taken, the wallet's values before it) of one 
 
 class HoldBatches:
     """Holds on one wallet each (a request without course levels: the license's wallet) that
-    arrive together share one statement, as the budget reads and the charges do: under load one
+    arrive together for the same wallet share one statement, as the charges do: under load one
     round trip and one lock of a pooled wallet's row carry many, at low load a batch is one hold
-    (by `reserve_async`'s plain statement), with no wait."""
+    (by `reserve_async`'s plain statement), with no wait. Batched per wallet, so that a busy
+    wallet (its holds wait for its row's lock) never delays another license's holds."""
 
     def __init__(self):
-        self._waiting: list[tuple[int, int, Hold, asyncio.Future]] = []
-        self._task: asyncio.Task | None = None
+        self._waiting: dict[int, list[tuple[int, int, Hold, asyncio.Future]]] = {}
+        self._tasks: dict[int, asyncio.Task] = {}
 
     async def hold(self, wallet_id: int, limit: int, hold: Hold) -> Held:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._waiting.append((wallet_id, limit, hold, future))
-        if self._task is None or self._task.done():
-            self._task = loop.create_task(self._run())
+        self._waiting.setdefault(wallet_id, []).append((wallet_id, limit, hold, future))
+        if wallet_id not in self._tasks:
+            self._tasks[wallet_id] = loop.create_task(self._run(wallet_id))
         return await future
 
-    async def _run(self) -> None:
-        while self._waiting:
-            batch, self._waiting = self._waiting, []
-            try:
-                results = await _hold_batch(batch)
-            except Exception as exc:  # every waiting request answers it (503 for an outage)
-                for *_, future in batch:
+    async def _run(self, wallet_id: int) -> None:
+        try:
+            while batch := self._waiting.pop(wallet_id, None):
+                try:
+                    results = await _hold_batch(batch)
+                except Exception as exc:  # every waiting request answers it (503: an outage)
+                    for *_, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for (*_, future), result in zip(batch, results, strict=True):
                     if not future.done():
-                        future.set_exception(exc)
-                continue
-            for (*_, future), result in zip(batch, results, strict=True):
-                if not future.done():
-                    future.set_result(result)
+                        future.set_result(result)
+        finally:  # nothing can arrive between the last pop and this: no await in between
+            del self._tasks[wallet_id]
 
 
 async def _hold_batch(batch: list[tuple[int, int, Hold, asyncio.Future]]) -> list[Held]:

@@ -392,8 +392,9 @@ def test_a_bulk_embeddings_input_is_held_roughly():
 
 
 def test_holds_arriving_together_share_one_statement_and_fit_in_order(make_license):
-    """15 holds of 100 on one wallet and 3 on another, in one batch (PostgreSQL's pool): the
-    first 10 of the first wallet fit, in the order they came, and all 3 of the second."""
+    """15 holds of 100 on one wallet and 3 on another, arriving together (PostgreSQL's pool):
+    each wallet's holds share one statement, the first 10 of the first wallet fit, in the order
+    they came, and all 3 of the second."""
     if not pgpool.available():
         pytest.skip("the batch is the async pool's (PostgreSQL)")
     from licensing.ledger.reservations import hold_batches
@@ -427,5 +428,5 @@ def test_holds_arriving_together_share_one_statement_and_fit_in_order(make_licen
     results = asyncio.run(hold_all())
     assert [fits for fits, _ in results] == [True] * 10 + [False] * 5 + [True] * 3
     assert [before[1] for _, before in results[:11]] == [n * COST for n in range(11)]
-    assert sent == [1]  # one statement (its one parameter: the batch as JSON)
+    assert sent == [1, 1]  # one statement a wallet (its one parameter: its batch as JSON)
     assert holds_left(first) == (LIMIT, 10) and holds_left(second) == (3 * COST, 3)
