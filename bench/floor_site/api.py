@@ -58,3 +58,14 @@ async def embeddings_io(request, body: EmbeddingsRequest):
 @api.post("/io/chat/completions")
 async def chat_io(request, body: ChatRequest):
     return await io_floor.chat_stream(body.model_dump())
+
+
+# The same with the budget hold of issue 40 in place of the read (io_floor.HOLD).
+@api.post("/io/held/embeddings")
+async def embeddings_held(request, body: EmbeddingsRequest):
+    return await io_floor.embeddings(body.model_dump(exclude_none=True), held=True)
+
+
+@api.post("/io/held/chat/completions")
+async def chat_held(request, body: ChatRequest):
+    return await io_floor.chat_stream(body.model_dump(), held=True)

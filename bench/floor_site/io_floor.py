@@ -6,6 +6,8 @@ row durably before it answers (issue 12: nothing acknowledged before it is durab
 endpoints do exactly that and nothing else (no authentication, policy, routing, validation
 beyond the schema, or billing): one primary-key read over an async psycopg pool, the upstream
 call over one aiohttp session, and one durable statement (a wallet UPDATE and a ledger INSERT).
+The held endpoints (/v1/io/held/...) do the same with issue 40's budget hold in place of the
+read: a conditional wallet UPDATE and a hold row before the call, released by the commit.
 Served behind the gateway's own ASGI handler (io_asgi.py), what the gateway adds beyond them is
 its own cost; what they add over the upstream alone is the price of the framework and the
 contract's I/O on the machine (bench/README, "The I/O floor").
@@ -29,6 +31,25 @@ from psycopg_pool import AsyncConnectionPool
 from core import pgpool
 
 READ = "SELECT spent FROM floor_io_wallet WHERE id = 1"
+# The held variant (issue 40's budgets that hold, done plainly): the read becomes a hold, admitted
+# while spend and holds stay under the limit and committed without waiting for the WAL flush (a
+# hold lost with the server is a hold released); the commit releases it with the charge.
+HOLD = (
+    "WITH sc AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)), "
+    "w AS (UPDATE floor_io_wallet SET reserved = reserved + %s WHERE id = 1 "
+    "AND spent + reserved < %s AND (SELECT count(*) FROM sc) = 1 RETURNING id) "
+    "INSERT INTO floor_io_hold (request_id, amount, expires_at) "
+    "SELECT %s, %s, now() + interval '15 minutes' FROM w RETURNING amount"
+)
+COMMIT_HELD = (
+    "WITH h AS (DELETE FROM floor_io_hold WHERE request_id = %s RETURNING amount), "
+    "w AS (UPDATE floor_io_wallet SET spent = spent + %s, "
+    "reserved = reserved - coalesce((SELECT sum(amount) FROM h), 0) WHERE id = 1 RETURNING spent), "
+    "l AS (INSERT INTO floor_io_ledger (request_id, credits) VALUES (%s, %s)) "
+    "SELECT spent FROM w"
+)
+LIMIT = 10**15  # never reached: the statement's check is made, nothing is refused
+HOLD_AMOUNT = 5  # what an embeddings request of the bench's body is sure to cost
 COMMIT = (
     "WITH w AS (UPDATE floor_io_wallet SET spent = spent + %s WHERE id = 1 RETURNING spent), "
     "l AS (INSERT INTO floor_io_ledger (request_id, credits) VALUES (%s, %s)) "
@@ -39,6 +60,10 @@ TABLES = (
     "INSERT INTO floor_io_wallet VALUES (1, 0) ON CONFLICT DO NOTHING",
     "CREATE TABLE IF NOT EXISTS floor_io_ledger (id bigserial PRIMARY KEY, "
     "request_id text NOT NULL, credits bigint NOT NULL, created_at timestamptz DEFAULT now())",
+    "ALTER TABLE floor_io_wallet ADD COLUMN IF NOT EXISTS reserved bigint NOT NULL DEFAULT 0",
+    "CREATE TABLE IF NOT EXISTS floor_io_hold (id bigserial PRIMARY KEY, "
+    "request_id text NOT NULL, amount bigint NOT NULL, expires_at timestamptz NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS floor_io_hold_request ON floor_io_hold (request_id)",
 )
 
 
@@ -80,6 +105,33 @@ class _Clients:
             cursor = await conn.execute(COMMIT, [credits, uuid.uuid4().hex, credits])
             return (await cursor.fetchone())[0]
 
+    async def hold(self, request_id: str) -> bool:
+        async with self.pool.connection() as conn:
+            params = [HOLD_AMOUNT, LIMIT, request_id, HOLD_AMOUNT]
+            cursor = await conn.execute(HOLD, params)
+            return await cursor.fetchone() is not None
+
+    async def commit_held(self, request_id: str, credits: int) -> int:
+        async with self.pool.connection() as conn:
+            params = [request_id, credits, request_id, credits]
+            cursor = await conn.execute(COMMIT_HELD, params)
+            return (await cursor.fetchone())[0]
+
+    async def admit(self, held: bool) -> str | None:
+        """Before the call: the wallet read, or (`held`) the hold and its request id."""
+        if not held:
+            await self.read_wallet()
+            return None
+        request_id = uuid.uuid4().hex
+        if not await self.hold(request_id):
+            raise RuntimeError("the I/O floor's hold was refused (its limit is never reached)")
+        return request_id
+
+    async def settle(self, request_id: str | None, credits: int) -> int:
+        if request_id is None:
+            return await self.commit(credits)
+        return await self.commit_held(request_id, credits)
+
 
 _clients = pgpool.per_loop(_Clients)
 
@@ -88,22 +140,22 @@ async def clients() -> _Clients:
     return await _clients().ready()
 
 
-async def embeddings(body: dict) -> HttpResponse:
+async def embeddings(body: dict, held: bool = False) -> HttpResponse:
     io = await clients()
-    await io.read_wallet()
+    request_id = await io.admit(held)
     url = f"{io.base}/embeddings"
     async with io.session.post(url, data=orjson.dumps(body), headers=io.headers) as answer:
         data = await answer.read()
     usage = orjson.loads(data).get("usage") or {}
-    await io.commit(int(usage.get("total_tokens") or 0))
+    await io.settle(request_id, int(usage.get("total_tokens") or 0))
     return HttpResponse(data, content_type="application/json")
 
 
-async def chat_stream(body: dict) -> StreamingHttpResponse:
+async def chat_stream(body: dict, held: bool = False) -> StreamingHttpResponse:
     """The upstream's events relayed as they come; the commit after the last one, in a task
     of its own (as the gateway writes a stream's row)."""
     io = await clients()
-    await io.read_wallet()
+    request_id = await io.admit(held)
     body = {**body, "stream_options": {"include_usage": True}}
     url = f"{io.base}/chat/completions"
     answer = await io.session.post(url, data=orjson.dumps(body), headers=io.headers)
@@ -114,7 +166,7 @@ async def chat_stream(body: dict) -> StreamingHttpResponse:
                 yield chunk
         finally:
             answer.release()
-            task = asyncio.get_running_loop().create_task(io.commit(1))
+            task = asyncio.get_running_loop().create_task(io.settle(request_id, 1))
             _background.add(task)
             task.add_done_callback(_background.discard)
 

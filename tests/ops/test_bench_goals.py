@@ -27,13 +27,15 @@ class Measured:
 
 def _goals(gateway_cpu: float):
     c32 = {
-        "gateway": [Measured(rps=910, cpu={"gateway": gateway_cpu})],
-        run.IO_FLOOR: [Measured(rps=819)],
+        "gateway": [Measured(rps=910, cpu={"gateway": gateway_cpu, "postgres": 0.40})],
+        run.IO_FLOOR: [Measured(rps=819, cpu={"postgres": 0.20})],
+        run.IO_HELD: [Measured(rps=780)],
         "floor": [Measured(rps=2106, cpu={"floor": 0.64})],
     }
     c1 = {
         "gateway": [Measured(p50_ms=3.57)],
         run.IO_FLOOR: [Measured(p50_ms=2.81)],
+        run.IO_HELD: [Measured(p50_ms=3.01)],
         "upstream": [Measured(p50_ms=1.01)],
     }
     return {g.what: g for g in run.issue40_goals(c32, c1, None)}
@@ -55,6 +57,11 @@ def test_the_issue_40_targets_from_one_round():
     # No stream case in this run: not measured, never "met".
     assert goals["gateway's own stream TTFB p50 over the I/O floor, ms"].values is None
     assert _verdict(_goals(gateway_cpu=0.83)["gateway CPU ms/req / bare floor's"])
+    # Beside the floor that holds, and the database's share: shown, never a verdict.
+    held = goals["gateway req/s @32 / held I/O floor's"]
+    assert held.values == [910 / 780] and held.met is None
+    assert goals["gateway's own p50 @1 over the held I/O floor, ms"].values == [3.57 - 3.01]
+    assert goals["PostgreSQL CPU per request: gateway / I/O floor"].values == [0.40 / 0.20]
 
 
 def test_against_a_revision_the_same_targets_and_this_head_s_ratios_to_it():
@@ -66,10 +73,10 @@ def test_against_a_revision_the_same_targets_and_this_head_s_ratios_to_it():
             Measured(rps=880, cpu={"gateway": 0.92}),
         ],
         run.BEFORE: [
-            Measured(rps=800, cpu={run.BEFORE: 1.0}),
-            Measured(rps=800, cpu={run.BEFORE: 1.0}),
+            Measured(rps=800, cpu={run.BEFORE: 1.0, "postgres": 0.4}),
+            Measured(rps=800, cpu={run.BEFORE: 1.0, "postgres": 0.4}),
         ],
-        run.IO_FLOOR: [Measured(rps=850), Measured(rps=850)],
+        run.IO_FLOOR: [Measured(rps=850, cpu={"postgres": 0.2})] * 2,
         "floor": [Measured(cpu={"floor": 0.64}), Measured(cpu={"floor": 0.64})],
     }
     before = {g.what: g for g in run.issue40_goals(c32, None, None, gateway=run.BEFORE)}
