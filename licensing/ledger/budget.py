@@ -28,6 +28,7 @@ from .reservations import (
     Row,
     hold_batches,
     release_expired,
+    release_when_answered,
     reserve_async,
     reserve_sync,
 )
@@ -331,9 +332,12 @@ async def budget_check_async(
             row = await _wallet_reads().read(wallet_id)
             if row is not None and not _full_of_holds(config.limit, row[0], row[2]):
                 return _checked(state, wallet_id, *row)
-    return await run_db(
-        budget_check, license_id=license_id, config=config, holder=holder, hold=hold
-    )
+    checked = run_db(budget_check, license_id=license_id, config=config, holder=holder, hold=hold)
+    return await (checked if hold is None else _unless_left(checked, hold, _state_holds))
+
+
+def _state_holds(state: BudgetState) -> bool:
+    return state.hold is not None
 
 
 async def _hold_async(limited: list[BudgetState], ids: list[int], hold: Hold) -> bool:
@@ -361,10 +365,27 @@ async def _take(wallets: list[tuple[int, int]], hold: Hold) -> tuple[bool, dict[
     """The hold on one wallet joins the batch of holds arriving together; on a course
     member's levels it is a statement of its own."""
     if len(wallets) > 1:
-        return await reserve_async(wallets, hold)
+        return await _unless_left(reserve_async(wallets, hold), hold, _taken)
     ((wallet_id, limit),) = wallets
-    fits, row = await hold_batches().hold(wallet_id, limit, hold)
+    pending = hold_batches().submit(wallet_id, limit, hold)
+    fits, row = await _unless_left(pending, hold, _taken)
     return fits, ({wallet_id: row} if row is not None else {})
+
+
+def _taken(result) -> bool:
+    return bool(result[0])
+
+
+async def _unless_left(pending, hold: Hold, held):
+    """Await a hold's statement; should the requester leave meanwhile (a client that hangs up
+    cancels its request), the statement still answers, and what it held is released then
+    (`release_when_answered`): the pipeline, which never saw the hold, would not."""
+    future = asyncio.ensure_future(pending)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        release_when_answered(future, hold.request_id, held)
+        raise
 
 
 async def _course_check_async(
@@ -398,7 +419,7 @@ async def _course_check_async(
                 for level, wallet_id, row in zip(limited, ids, rows, strict=True):
                     _checked(level, wallet_id, *row)
                 return state
-    return await run_db(
+    checked = run_db(
         budget_check,
         license_id=license_id,
         config=state.config,
@@ -407,6 +428,7 @@ async def _course_check_async(
         end_user_id=end_user_id,
         hold=hold,
     )
+    return await (checked if hold is None else _unless_left(checked, hold, _state_holds))
 
 
 # --- a course's levels ------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from core import clock, jsonio, pgpool
+from core.db import run_db
 
 from ..models import Reservation, Wallet
 
@@ -147,13 +148,15 @@ class HoldBatches:
         self._waiting: dict[int, list[tuple[int, int, Hold, asyncio.Future]]] = {}
         self._tasks: dict[int, asyncio.Task] = {}
 
-    async def hold(self, wallet_id: int, limit: int, hold: Hold) -> Held:
+    def submit(self, wallet_id: int, limit: int, hold: Hold) -> asyncio.Future[Held]:
+        """The hold joins its wallet's next statement; the future has its answer. The statement
+        runs on the batch's task, not the requester's: one that leaves does not cut it."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._waiting.setdefault(wallet_id, []).append((wallet_id, limit, hold, future))
         if wallet_id not in self._tasks:
             self._tasks[wallet_id] = loop.create_task(self._run(wallet_id))
-        return await future
+        return future
 
     async def _run(self, wallet_id: int) -> None:
         try:
@@ -194,6 +197,26 @@ async def _hold_batch(batch: list[tuple[int, int, Hold, asyncio.Future]]) -> lis
 
 
 hold_batches = pgpool.per_loop(HoldBatches)
+
+# Releases of holds whose requester left while the hold's statement was in flight (tests wait
+# for them, as for the ledger's background writes: tests.kit.drain_background_writes).
+releasing: set[asyncio.Task] = set()
+
+
+def release_when_answered(pending: asyncio.Future, request_id: str, held) -> None:
+    """The requester of `pending` (a hold's statement, still running) has left: no ledger row
+    will release what it holds, and the pipeline, which never saw the hold, cannot. Once the
+    statement answers, a hold it took (`held(result)`) is released; one that failed or was
+    refused took nothing."""
+
+    def answered(future: asyncio.Future) -> None:
+        if future.cancelled() or future.exception() is not None or not held(future.result()):
+            return
+        task = asyncio.get_running_loop().create_task(run_db(release_request, request_id))
+        releasing.add(task)
+        task.add_done_callback(releasing.discard)
+
+    pending.add_done_callback(answered)
 
 
 def reserve_sync(wallets: list[tuple[int, int]], hold: Hold) -> bool:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import psycopg
 import pytest
 from django.db import connection
 from django.db.models import Sum
@@ -30,8 +33,10 @@ from licensing.ledger.actions import transaction_record, transaction_record_once
 from licensing.ledger.budget import budget_check, wallet_key
 from licensing.ledger.reservations import hold_for, release_expired
 from licensing.models import ApiKey, Reservation, Transaction, Wallet
+from tests.kit import drain_background_writes, wait_until
 from tests.ledger_helpers import entry_for
 from tests.money.test_course_budget import license_budget, make_course, member_key
+from tests.processes import database_url
 
 SMALL = "text-embedding-3-small"
 EMBED = {"model": SMALL, "input": "a few words to embed", "encoding_format": "float"}
@@ -237,6 +242,64 @@ def test_a_client_that_leaves_before_the_call_takes_its_hold_along(
     assert spent_of(license) == {"license": 0}
 
 
+def test_a_client_that_leaves_while_its_hold_waits_for_the_row_takes_it_along(
+    catalog, client, make_license, make_key
+):
+    """The client hangs up while its hold's statement waits for the wallet's row (locked here,
+    as a long charge would): the request ends before the budget step answers, so it never sees
+    its hold; the statement still commits it once the row is free, and it is released then,
+    not 15 minutes later by its expiry."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the hold waits for a row lock: PostgreSQL's async pool")
+    from prometheus_client import REGISTRY
+
+    price_embeddings()
+    license = make_license(name="left waiting", limit=LIMIT, period="daily")
+    headers = {"Authorization": f"Bearer {make_key(license)}"}
+    assert client.post("/v1/embeddings", headers=headers, json=EMBED).status_code == 200
+    wallet = Wallet.objects.get(license=license)  # open, and known to the gateway's process
+    body = json.dumps(EMBED).encode()
+    request = (
+        f"POST /v1/embeddings HTTP/1.1\r\nHost: gateway\r\n{'Authorization'}: "
+        f"{headers['Authorization']}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    with psycopg.connect(database_url(), autocommit=False) as locker:
+        locker.execute(
+            f"SELECT 1 FROM {Wallet._meta.db_table} WHERE id = %s FOR UPDATE", [wallet.id]
+        )
+        with socket.create_connection((client.base_url.host, client.base_url.port)) as sock:
+            sock.sendall(request)
+            wait_until(lambda: _holds_waiting_for_a_lock(locker) == 1, what="the hold waiting")
+        # Hung up: the gateway cancels the request while its hold still waits.
+        wait_until(
+            lambda: REGISTRY.get_sample_value("gateway_requests_in_flight") == 0,
+            what="the gateway done with the request",
+        )
+        assert holds_left(license) == (0, 0)  # nothing committed yet
+    # The row is free: the hold commits, and is released.
+    wait_until(lambda: holds_left(license) == (0, 0) and not _reservations_of(license))
+    drain_background_writes()
+    assert holds_left(license) == (0, 0)
+    assert spent_of(license) == {"license": COST}  # the first request's only
+    assert Transaction.objects.filter(license=license).count() == 1
+
+
+def _holds_waiting_for_a_lock(conn) -> int:
+    """Statements of this database waiting for a lock (the gateway's hold, on the row)."""
+    rows = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND datname = current_database() AND pid <> pg_backend_pid()"
+    ).fetchone()
+    return rows[0]
+
+
+def _reservations_of(license) -> list:
+    return list(
+        Reservation.objects.filter(wallet__license=license).values_list("amount", flat=True)
+    )
+
+
 def test_a_hold_of_a_dead_worker_refuses_until_it_expires(
     catalog, client, make_license, make_key, frozen_clock
 ):
@@ -418,8 +481,8 @@ def test_holds_arriving_together_share_one_statement_and_fit_in_order(make_licen
         try:
             batches = hold_batches()
             return await asyncio.gather(
-                *(batches.hold(wallets[0], LIMIT, hold_for(f"a{n}", COST)) for n in range(15)),
-                *(batches.hold(wallets[1], LIMIT, hold_for(f"b{n}", COST)) for n in range(3)),
+                *(batches.submit(wallets[0], LIMIT, hold_for(f"a{n}", COST)) for n in range(15)),
+                *(batches.submit(wallets[1], LIMIT, hold_for(f"b{n}", COST)) for n in range(3)),
             )
         finally:
             pgpool.fetch = real
