@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -37,6 +38,8 @@ from core import clock, jsonio, pgpool
 from core.db import run_db
 
 from ..models import Reservation, Wallet
+
+logger = logging.getLogger("gateway")
 
 # A request holds on at most three wallets: its license's, its course allowance's and the
 # course pool's. Null-padded scalars: an array parameter costs psycopg a type inference per call.
@@ -212,11 +215,18 @@ def release_when_answered(pending: asyncio.Future, request_id: str, held) -> Non
     def answered(future: asyncio.Future) -> None:
         if future.cancelled() or future.exception() is not None or not held(future.result()):
             return
-        task = asyncio.get_running_loop().create_task(run_db(release_request, request_id))
+        task = asyncio.get_running_loop().create_task(_release_left(request_id))
         releasing.add(task)
         task.add_done_callback(releasing.discard)
 
     pending.add_done_callback(answered)
+
+
+async def _release_left(request_id: str) -> None:
+    try:
+        await run_db(release_request, request_id)
+    except Exception:  # it expires (GATEWAY_BUDGET_RESERVATION_SECONDS)
+        logger.exception("releasing the budget hold of request %s failed", request_id)
 
 
 def reserve_sync(wallets: list[tuple[int, int]], hold: Hold) -> bool:
