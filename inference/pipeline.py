@@ -55,7 +55,7 @@ from licensing.ledger import record
 from licensing.ledger.actions import transaction_record
 from licensing.ledger.budget import BudgetState, budget_check_async
 from licensing.ledger.record import LedgerEntry
-from licensing.ledger.reservations import Hold, hold_for, release_request
+from licensing.ledger.reservations import Hold, hold_for, release_left
 from licensing.ledger.spool import spool_refuses
 from licensing.rules import fairuse
 from licensing.rules.guardrails import Guardrails
@@ -305,10 +305,7 @@ async def _release_hold(call: Call) -> None:
     """Release a hold no ledger row will: shielded, so a client that left does not keep it."""
     if call.budget is None or call.budget.hold is None:
         return
-    try:
-        await asyncio.shield(run_db(release_request, call.request_id))
-    except Exception:  # it expires (GATEWAY_BUDGET_RESERVATION_SECONDS)
-        logger.exception("releasing the budget hold of request %s failed", call.request_id)
+    await asyncio.shield(release_left(call.request_id))
 
 
 async def _fair_use(call: Call) -> None:

@@ -215,17 +215,19 @@ def release_when_answered(pending: asyncio.Future, request_id: str, held) -> Non
     def answered(future: asyncio.Future) -> None:
         if future.cancelled() or future.exception() is not None or not held(future.result()):
             return
-        task = asyncio.get_running_loop().create_task(_release_left(request_id))
+        task = asyncio.get_running_loop().create_task(release_left(request_id))
         releasing.add(task)
         task.add_done_callback(releasing.discard)
 
     pending.add_done_callback(answered)
 
 
-async def _release_left(request_id: str) -> None:
+async def release_left(request_id: str) -> None:
+    """Release the holds of a request that ended without a ledger row, from the event loop; a
+    failure is logged (the holds then expire: GATEWAY_BUDGET_RESERVATION_SECONDS)."""
     try:
         await run_db(release_request, request_id)
-    except Exception:  # it expires (GATEWAY_BUDGET_RESERVATION_SECONDS)
+    except Exception:
         logger.exception("releasing the budget hold of request %s failed", request_id)
 
 
