@@ -1091,9 +1091,14 @@ def checkout_at(ref: str, parent: Path) -> Path:
     cmd = ["git", "worktree", "add", "--quiet", "--detach", str(path), ref]
     subprocess.run(cmd, cwd=ROOT, check=True)
     key = ROOT / "var" / "encryption.key"
-    if key.exists():
-        (path / "var").mkdir(exist_ok=True)
-        (path / "var" / "encryption.key").write_bytes(key.read_bytes())
+    if not key.exists():  # a fresh clone: made now, or each gateway would make its own
+        from cryptography.fernet import Fernet
+
+        key.parent.mkdir(exist_ok=True)
+        key.touch(mode=0o600)
+        key.write_bytes(Fernet.generate_key() + b"\n")
+    (path / "var").mkdir(exist_ok=True)
+    (path / "var" / "encryption.key").write_bytes(key.read_bytes())
     return path
 
 

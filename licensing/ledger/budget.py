@@ -26,11 +26,12 @@ from ..models import Course, CourseMember, Wallet
 from .reservations import (
     Hold,
     Row,
+    held_unless_left,
     hold_batches,
     release_expired,
-    release_when_answered,
     reserve_async,
     reserve_sync,
+    unless_left,
 )
 
 UNITS = ("micro_credits",)
@@ -333,7 +334,7 @@ async def budget_check_async(
             if row is not None and not _full_of_holds(config.limit, row[0], row[2]):
                 return _checked(state, wallet_id, *row)
     checked = run_db(budget_check, license_id=license_id, config=config, holder=holder, hold=hold)
-    return await (checked if hold is None else _unless_left(checked, hold, _state_holds))
+    return await (checked if hold is None else unless_left(checked, hold.request_id, _state_holds))
 
 
 def _state_holds(state: BudgetState) -> bool:
@@ -362,30 +363,13 @@ async def _hold_async(limited: list[BudgetState], ids: list[int], hold: Hold) ->
 
 
 async def _take(wallets: list[tuple[int, int]], hold: Hold) -> tuple[bool, dict[int, Row]]:
-    """The hold on one wallet joins the batch of holds arriving together; on a course
-    member's levels it is a statement of its own."""
+    """The hold on one wallet goes with the holds of that wallet arriving together; on a
+    course member's levels it is a statement of its own."""
     if len(wallets) > 1:
-        return await _unless_left(reserve_async(wallets, hold), hold, _taken)
+        return await held_unless_left(reserve_async(wallets, hold), hold.request_id)
     ((wallet_id, limit),) = wallets
-    pending = hold_batches().submit(wallet_id, limit, hold)
-    fits, row = await _unless_left(pending, hold, _taken)
+    fits, row = await hold_batches().take(wallet_id, limit, hold)
     return fits, ({wallet_id: row} if row is not None else {})
-
-
-def _taken(result) -> bool:
-    return bool(result[0])
-
-
-async def _unless_left(pending, hold: Hold, held):
-    """Await a hold's statement; should the requester leave meanwhile (a client that hangs up
-    cancels its request), the statement still answers, and what it held is released then
-    (`release_when_answered`): the pipeline, which never saw the hold, would not."""
-    future = asyncio.ensure_future(pending)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        release_when_answered(future, hold.request_id, held)
-        raise
 
 
 async def _course_check_async(
@@ -428,7 +412,7 @@ async def _course_check_async(
         end_user_id=end_user_id,
         hold=hold,
     )
-    return await (checked if hold is None else _unless_left(checked, hold, _state_holds))
+    return await (checked if hold is None else unless_left(checked, hold.request_id, _state_holds))
 
 
 # --- a course's levels ------------------------------------------------------------------------

@@ -143,23 +143,45 @@ Held = tuple[bool, Row | None]  # (taken, the wallet's values before it) of one 
 class HoldBatches:
     """Holds on one wallet each (a request without course levels: the license's wallet) that
     arrive together for the same wallet share one statement, as the charges do: under load one
-    round trip and one lock of a pooled wallet's row carry many, at low load a batch is one hold
-    (by `reserve_async`'s plain statement), with no wait. Batched per wallet, so that a busy
-    wallet (its holds wait for its row's lock) never delays another license's holds."""
+    round trip and one lock of a pooled wallet's row carry many. A hold that finds no statement
+    of its wallet in flight sends its own from its request's task (`take`), with no hand-over:
+    a task started and two futures resolved cost a stream's first byte three turns of a busy
+    event loop (docs/decisions/money-path-log.md, "The hold without a hand-over"); those that
+    arrive meanwhile wait for it and go together next. Batched per wallet, so that a busy wallet
+    (its holds wait for its row's lock) never delays another license's holds."""
 
     def __init__(self):
         self._waiting: dict[int, list[tuple[int, int, Hold, asyncio.Future]]] = {}
         self._tasks: dict[int, asyncio.Task] = {}
+        self._own: set[int] = set()  # wallets with a requester's own statement in flight
+
+    async def take(self, wallet_id: int, limit: int, hold: Hold) -> Held:
+        """The hold's answer: by a statement of its own when its wallet has none in flight,
+        else in the wallet's next batch (`submit`)."""
+        if wallet_id in self._own or wallet_id in self._tasks:
+            return await unless_left(self.submit(wallet_id, limit, hold), hold.request_id, _taken)
+        self._own.add(wallet_id)
+        try:
+            fits, before = await held_unless_left(
+                reserve_async([(wallet_id, limit)], hold), hold.request_id
+            )
+        finally:
+            self._own.discard(wallet_id)
+            if wallet_id in self._waiting and wallet_id not in self._tasks:
+                self._start(wallet_id)
+        return fits, before.get(wallet_id)
 
     def submit(self, wallet_id: int, limit: int, hold: Hold) -> asyncio.Future[Held]:
         """The hold joins its wallet's next statement; the future has its answer. The statement
         runs on the batch's task, not the requester's: one that leaves does not cut it."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(wallet_id, []).append((wallet_id, limit, hold, future))
-        if wallet_id not in self._tasks:
-            self._tasks[wallet_id] = loop.create_task(self._run(wallet_id))
+        if wallet_id not in self._tasks and wallet_id not in self._own:
+            self._start(wallet_id)
         return future
+
+    def _start(self, wallet_id: int) -> None:
+        self._tasks[wallet_id] = asyncio.get_running_loop().create_task(self._run(wallet_id))
 
     async def _run(self, wallet_id: int) -> None:
         try:
@@ -206,6 +228,41 @@ hold_batches = pgpool.per_loop(HoldBatches)
 releasing: set[asyncio.Task] = set()
 
 
+def _taken(result: Held) -> bool:
+    return bool(result[0])
+
+
+async def unless_left(pending, request_id: str, held):
+    """Await a hold's statement that runs elsewhere (a batch's task, a thread); should the
+    requester leave meanwhile (a client that hangs up cancels its request), the statement still
+    answers, and what it held is released then (`release_when_answered`): the pipeline, which
+    never saw the hold, would not."""
+    future = asyncio.ensure_future(pending)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        release_when_answered(future, request_id, held)
+        raise
+
+
+async def held_unless_left(statement, request_id: str):
+    """Await a hold's statement sent from the requester's own task. Should the requester leave
+    meanwhile, psycopg cancels the statement on the server and waits until it has ended (rolled
+    back, or committed just before the cancel came) before the cancellation goes on; so a
+    release sent then comes after it, and takes whatever it held."""
+    try:
+        return await statement
+    except asyncio.CancelledError:
+        _release_soon(request_id)
+        raise
+
+
+def _release_soon(request_id: str) -> None:
+    task = asyncio.get_running_loop().create_task(release_left(request_id))
+    releasing.add(task)
+    task.add_done_callback(releasing.discard)
+
+
 def release_when_answered(pending: asyncio.Future, request_id: str, held) -> None:
     """The requester of `pending` (a hold's statement, still running) has left: no ledger row
     will release what it holds, and the pipeline, which never saw the hold, cannot. Once the
@@ -215,9 +272,7 @@ def release_when_answered(pending: asyncio.Future, request_id: str, held) -> Non
     def answered(future: asyncio.Future) -> None:
         if future.cancelled() or future.exception() is not None or not held(future.result()):
             return
-        task = asyncio.get_running_loop().create_task(release_left(request_id))
-        releasing.add(task)
-        task.add_done_callback(releasing.discard)
+        _release_soon(request_id)
 
     pending.add_done_callback(answered)
 

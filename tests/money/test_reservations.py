@@ -242,19 +242,32 @@ def test_a_client_that_leaves_before_the_call_takes_its_hold_along(
     assert spent_of(license) == {"license": 0}
 
 
-@pytest.mark.parametrize("level", ["license", "course member"])
-def test_a_client_that_leaves_while_its_hold_waits_for_the_row_takes_it_along(
-    level, catalog, client, make_license, make_key
-):
-    """The client hangs up while its hold's statement waits for the license wallet's row
-    (locked here, as a long charge would): the request ends before the budget step answers, so
-    it never sees its hold; the statement still commits it once the row is free, and it is
-    released then, not 15 minutes later by its expiry. On the license's own wallet (the batches'
-    path) and on a course member's levels (the license's and the allowance's, one statement)."""
-    if connection.vendor != "postgresql":
-        pytest.skip("the hold waits for a row lock: PostgreSQL's async pool")
+def _raw_embeddings(key: str) -> bytes:
+    body = json.dumps(EMBED).encode()
+    return (
+        f"POST /v1/embeddings HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def _in_flight() -> float | None:
     from prometheus_client import REGISTRY
 
+    return REGISTRY.get_sample_value("gateway_requests_in_flight")
+
+
+@pytest.mark.parametrize("level", ["license", "course member"])
+def test_a_client_that_leaves_while_its_own_hold_waits_for_the_row_takes_it_along(
+    level, catalog, client, make_license, make_key
+):
+    """The client hangs up while its hold's statement, sent from its own request, waits for the
+    license wallet's row (locked here, as a long charge would): the request ends before the
+    budget step answers, so it never sees its hold. psycopg cancels the statement on the server
+    before the request ends (had it committed just before, the release sent after it would take
+    it), so nothing is held, not until its expiry 15 minutes later either. On the license's own
+    wallet and on a course member's levels (the license's and the allowance's, one statement)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the hold waits for a row lock: PostgreSQL's async pool")
     price_embeddings()
     license = make_license(name=f"left waiting, {level}", limit=LIMIT, period="daily")
     if level == "course member":
@@ -265,29 +278,73 @@ def test_a_client_that_leaves_while_its_hold_waits_for_the_row_takes_it_along(
     headers = {"Authorization": f"Bearer {key}"}
     assert client.post("/v1/embeddings", headers=headers, json=EMBED).status_code == 200
     wallet = Wallet.objects.get(license=license, holder="license")  # known to the gateway now
-    body = json.dumps(EMBED).encode()
-    request = (
-        f"POST /v1/embeddings HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {key}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
     with psycopg.connect(database_url(), autocommit=False) as locker:
         table = Wallet._meta.db_table
         locker.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE", [wallet.id])
         with socket.create_connection((client.base_url.host, client.base_url.port)) as sock:
-            sock.sendall(request)
+            sock.sendall(_raw_embeddings(key))
             wait_until(lambda: _holds_waiting_for_a_lock(locker) == 1, what="the hold waiting")
         # Hung up: the gateway cancels the request while its hold still waits.
-        wait_until(
-            lambda: REGISTRY.get_sample_value("gateway_requests_in_flight") == 0,
-            what="the gateway done with the request",
-        )
-        assert holds_left(license) == (0, 0)  # nothing committed yet
-    # The row is free: the waiting hold commits first (its lock was asked for first), then the
-    # next request's; by that one's answer the left one's release has begun.
+        wait_until(lambda: _in_flight() == 0, what="the gateway done with the request")
+        assert _holds_waiting_for_a_lock(locker) == 0  # the statement was cancelled with it
+        assert holds_left(license) == (0, 0)
     assert client.post("/v1/embeddings", headers=headers, json=EMBED).status_code == 200
     drain_background_writes()
     assert holds_left(license) == (0, 0)
     assert set(spent_of(license).values()) == {2 * COST}  # two answers, at each level
+    assert Transaction.objects.filter(license=license).count() == 2
+
+
+def test_a_client_that_leaves_while_its_hold_waits_in_its_wallets_batch_takes_it_along(
+    catalog, client, make_license, make_key, monkeypatch
+):
+    """A hold that arrives while another of its wallet's is in flight waits to go with the next
+    batch, on the batch's task. Its client hangs up meanwhile: the batch still takes the hold
+    once the row is free, and it is released as soon as it answers."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the hold waits for a row lock: PostgreSQL's async pool")
+    from licensing.ledger import reservations
+
+    released: list[str] = []
+    real = reservations.release_left
+
+    async def recorded(request_id: str) -> None:
+        await real(request_id)
+        released.append(request_id)
+
+    monkeypatch.setattr(reservations, "release_left", recorded)
+    price_embeddings()
+    license = make_license(name="left in a batch", limit=LIMIT, period="daily")
+    key = make_key(license)
+    headers = {"Authorization": f"Bearer {key}"}
+    assert client.post("/v1/embeddings", headers=headers, json=EMBED).status_code == 200
+    wallet = Wallet.objects.get(license=license, holder="license")
+    address = (client.base_url.host, client.base_url.port)
+    with psycopg.connect(database_url(), autocommit=False) as locker:
+        table = Wallet._meta.db_table
+        locker.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE", [wallet.id])
+        with socket.create_connection(address) as first:
+            first.sendall(_raw_embeddings(key))  # its own statement, waiting for the row
+            wait_until(lambda: _holds_waiting_for_a_lock(locker) == 1, what="the first hold")
+            with socket.create_connection(address) as second:
+                second.sendall(_raw_embeddings(key))  # queued behind it, in the next batch
+                wait_until(lambda: _in_flight() == 2, what="the second request in")
+            wait_until(lambda: _in_flight() == 1, what="the second request gone")
+            assert holds_left(license) == (0, 0)
+        # The first request was cancelled too (its release finds nothing); the batch with the
+        # second's hold goes, and waits for the row.
+        wait_until(lambda: _holds_waiting_for_a_lock(locker) == 1, what="the batch waiting")
+        wait_until(lambda: _in_flight() == 0, what="the gateway done with both")
+        wait_until(lambda: len(released) == 1, what="the first request's release")
+        assert holds_left(license) == (0, 0)
+    # The row is free: the batch takes the second hold, and its release follows the answer.
+    wait_until(lambda: len(released) == 2, what="the batch's hold released")
+    drain_background_writes()
+    assert holds_left(license) == (0, 0)
+    assert client.post("/v1/embeddings", headers=headers, json=EMBED).status_code == 200
+    drain_background_writes()
+    assert holds_left(license) == (0, 0)
+    assert set(spent_of(license).values()) == {2 * COST}
     assert Transaction.objects.filter(license=license).count() == 2
 
 
