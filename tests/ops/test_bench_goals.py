@@ -86,3 +86,23 @@ def test_against_a_revision_the_same_targets_and_this_head_s_ratios_to_it():
     assert against["gateway CPU ms/req / the revision's"].values == [0.90, 0.92]
     assert against["gateway req/s @32 / the revision's"].values == [900 / 800, 880 / 800]
     assert against["gateway p50 @1 - the revision's, ms"].values is None
+
+
+def test_against_a_revision_on_a_fresh_clone_shares_one_secrets_key(tmp_path, monkeypatch):
+    """`--against` on a clone that never ran the gateway: the key is made before the checkout,
+    so both gateways decrypt the connection the run configures (each used to make its own)."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "README").write_text("x\n")
+    subprocess.run([*git, "add", "README"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    monkeypatch.setattr(run, "ROOT", repo)
+    before = run.checkout_at("HEAD", tmp_path)
+    key = repo / "var" / "encryption.key"
+    assert key.read_bytes() == (before / "var" / "encryption.key").read_bytes()
+    assert len(key.read_bytes().strip()) == 44  # a Fernet key
+    assert key.stat().st_mode & 0o077 == 0
