@@ -550,3 +550,72 @@ def test_holds_arriving_together_share_one_statement_and_fit_in_order(make_licen
     assert [before[1] for _, before in results[:11]] == [n * COST for n in range(11)]
     assert sent == [1, 1]  # one statement a wallet (its one parameter: its batch as JSON)
     assert holds_left(first) == (LIMIT, 10) and holds_left(second) == (3 * COST, 3)
+
+
+def test_a_hold_with_none_in_flight_goes_alone_and_those_meanwhile_together(make_license):
+    """`HoldBatches.take`: 15 holds of 100 arriving together on one wallet. The first, with no
+    statement of its wallet in flight, sends its own from its task; the 14 that arrive while it
+    is in flight go in one batch after it. 10 fit, in the order they came."""
+    if not pgpool.available():
+        pytest.skip("the batch is the async pool's (PostgreSQL)")
+    from licensing.ledger.reservations import hold_batches
+
+    lic = make_license(name="taken", limit=LIMIT, period="daily")
+    wallet = budget_check(license_id=lic.id, config=license_budget(lic), holder="license").wallet_id
+    sent: list[int] = []
+
+    async def take_all():
+        real = pgpool.fetch
+
+        async def counted(sql, params):
+            sent.append(len(params))
+            return await real(sql, params)
+
+        pgpool.fetch = counted
+        try:
+            batches = hold_batches()
+            return await asyncio.gather(
+                *(batches.take(wallet, LIMIT, hold_for(f"t{n}", COST)) for n in range(15))
+            )
+        finally:
+            pgpool.fetch = real
+            await pgpool.close_all()
+
+    results = asyncio.run(take_all())
+    assert [fits for fits, _ in results] == [True] * 10 + [False] * 5
+    assert [before[1] for _, before in results[:11]] == [n * COST for n in range(11)]
+    assert len(sent) == 2 and sent[1] == 1  # the first's own statement, then one batch (JSON)
+    assert holds_left(lic) == (LIMIT, 10)
+
+
+def test_a_request_cancelled_after_its_hold_committed_releases_it(make_license, monkeypatch):
+    """The cancellation can reach the request after its statement has committed (psycopg was
+    done with it, the pool's connection was on its way back): what it held is released then."""
+    if not pgpool.available():
+        pytest.skip("a hold sent from the request's task is the async pool's (PostgreSQL)")
+    from licensing.ledger import reservations
+
+    lic = make_license(name="cancelled late", limit=LIMIT, period="daily")
+    wallet = budget_check(license_id=lic.id, config=license_budget(lic), holder="license").wallet_id
+    real = reservations.reserve_async
+    taken: list[bool] = []
+
+    async def committed_then_cancelled(wallets, hold):
+        fits, _ = await real(wallets, hold)
+        taken.append(fits)
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(reservations, "reserve_async", committed_then_cancelled)
+
+    async def take():
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await reservations.hold_batches().take(wallet, LIMIT, hold_for("late", COST))
+            assert len(reservations.releasing) == 1
+            await asyncio.gather(*reservations.releasing)
+        finally:
+            await pgpool.close_all()
+
+    asyncio.run(take())
+    assert taken == [True]  # the hold was in before the cancellation came
+    assert holds_left(lic) == (0, 0)
