@@ -63,14 +63,15 @@ class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
         "holder_name",
         "period",
         "window_start",
-        "unit",
+        # Not `unit`: micro-credits are the one unit (budget.UNITS); the money columns say it,
+        # and the wallet's own page shows the column. A list that fits is worth more.
         "spent_display",
         "reserved_display",
         "limit_display",
         "remaining_display",
         "updated_at",
     )
-    list_filter = ("period", "unit", "license")
+    list_filter = ("period", "license")
     list_select_related = ("license__institution",)
     search_fields = ("holder", "license__name")
     date_hierarchy = "window_start"
