@@ -511,6 +511,28 @@ def test_a_bulk_embeddings_input_is_held_roughly():
     assert Embeddings().reserve_usage(bulk, {}).prompt_tokens == 2 * 5000  # 20,000 chars / 4
 
 
+def _counting_statements(holds) -> tuple[list, list[int]]:
+    """Run `holds()` (a coroutine's maker) on a new loop; (its result, the parameter count of
+    each statement the async pool sent meanwhile)."""
+    sent: list[int] = []
+
+    async def run():
+        real = pgpool.fetch
+
+        async def counted(sql, params):
+            sent.append(len(params))
+            return await real(sql, params)
+
+        pgpool.fetch = counted
+        try:
+            return await holds()
+        finally:
+            pgpool.fetch = real
+            await pgpool.close_all()
+
+    return asyncio.run(run()), sent
+
+
 def test_holds_arriving_together_share_one_statement_and_fit_in_order(make_license):
     """15 holds of 100 on one wallet and 3 on another, arriving together (PostgreSQL's pool):
     each wallet's holds share one statement, the first 10 of the first wallet fit, in the order
@@ -525,27 +547,12 @@ def test_holds_arriving_together_share_one_statement_and_fit_in_order(make_licen
         budget_check(license_id=lic.id, config=license_budget(lic), holder="license").wallet_id
         for lic in (first, second)
     ]
-    sent: list[int] = []
-
-    async def hold_all():
-        real = pgpool.fetch
-
-        async def counted(sql, params):
-            sent.append(len(params))
-            return await real(sql, params)
-
-        pgpool.fetch = counted
-        try:
-            batches = hold_batches()
-            return await asyncio.gather(
-                *(batches.submit(wallets[0], LIMIT, hold_for(f"a{n}", COST)) for n in range(15)),
-                *(batches.submit(wallets[1], LIMIT, hold_for(f"b{n}", COST)) for n in range(3)),
-            )
-        finally:
-            pgpool.fetch = real
-            await pgpool.close_all()
-
-    results = asyncio.run(hold_all())
+    results, sent = _counting_statements(  # hold_batches(): the loop's own, made inside it
+        lambda: asyncio.gather(
+            *(hold_batches().submit(wallets[0], LIMIT, hold_for(f"a{n}", COST)) for n in range(15)),
+            *(hold_batches().submit(wallets[1], LIMIT, hold_for(f"b{n}", COST)) for n in range(3)),
+        )
+    )
     assert [fits for fits, _ in results] == [True] * 10 + [False] * 5 + [True] * 3
     assert [before[1] for _, before in results[:11]] == [n * COST for n in range(11)]
     assert sent == [1, 1]  # one statement a wallet (its one parameter: its batch as JSON)
@@ -562,26 +569,11 @@ def test_a_hold_with_none_in_flight_goes_alone_and_those_meanwhile_together(make
 
     lic = make_license(name="taken", limit=LIMIT, period="daily")
     wallet = budget_check(license_id=lic.id, config=license_budget(lic), holder="license").wallet_id
-    sent: list[int] = []
-
-    async def take_all():
-        real = pgpool.fetch
-
-        async def counted(sql, params):
-            sent.append(len(params))
-            return await real(sql, params)
-
-        pgpool.fetch = counted
-        try:
-            batches = hold_batches()
-            return await asyncio.gather(
-                *(batches.take(wallet, LIMIT, hold_for(f"t{n}", COST)) for n in range(15))
-            )
-        finally:
-            pgpool.fetch = real
-            await pgpool.close_all()
-
-    results = asyncio.run(take_all())
+    results, sent = _counting_statements(
+        lambda: asyncio.gather(
+            *(hold_batches().take(wallet, LIMIT, hold_for(f"t{n}", COST)) for n in range(15))
+        )
+    )
     assert [fits for fits, _ in results] == [True] * 10 + [False] * 5
     assert [before[1] for _, before in results[:11]] == [n * COST for n in range(11)]
     assert len(sent) == 2 and sent[1] == 1  # the first's own statement, then one batch (JSON)
