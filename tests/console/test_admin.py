@@ -840,3 +840,27 @@ def test_the_wallet_list_shows_what_requests_in_progress_hold(admin_client, obje
     text = page.content.decode()
     assert ">Vorgemerkt<" in text  # the column of the holds
     assert "0,0043 USD (4.321 Mikro-Credits)" in text
+
+
+def test_the_wallet_list_names_each_period_in_the_readers_language(admin_client, objects):
+    """A license's periods (monthly) and a course allowance's (week) by their models' own
+    translated labels, in the column and in the filter, which still narrows the list."""
+    from django.utils import translation
+
+    lic = objects["wallet"].license
+    Wallet.objects.create(
+        license=lic,
+        holder="course:1:user:1",
+        period="week",
+        window_start=objects["wallet"].window_start,
+        unit="micro_credits",
+    )
+    with translation.override("de"):
+        page = admin_client.get(url(Wallet, "changelist"), HTTP_ACCEPT_LANGUAGE="de")
+        weekly = admin_client.get(url(Wallet, "changelist") + "?period=week")
+    text = page.content.decode()
+    assert ">Monatlich<" in text and ">Woche<" in text  # in the rows
+    assert "?period=week" in text and "?period=monthly" in text  # the filter's choices
+    assert ">monthly<" not in text and ">week<" not in text
+    assert weekly.status_code == 200
+    assert [w.period for w in weekly.context["cl"].result_list] == ["week"]

@@ -1,11 +1,13 @@
 """Wallets and budget alerts: read-only views of what the money path wrote."""
 
+from typing import Any
+
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from ...models import BudgetAlert, Course, Wallet
+from ...models import BudgetAlert, Course, License, Wallet
 from ..money import with_money
 from ..people import end_user_people
 from ..usage import holder_names
@@ -56,12 +58,26 @@ class HolderNameChangeList(ChangeList):
             obj._holder_name = names.get(obj.holder, obj.holder)
 
 
+# A wallet's period is a license's (daily ... lifetime) or a course allowance's (day, week,
+# month): each shown by its own model's translated label.
+PERIOD_LABELS: dict[str, Any] = {**dict(License.Period.choices), **dict(Course.Period.choices)}
+
+
+class PeriodFilter(admin.AllValuesFieldListFilter):
+    """The periods found, each by its label."""
+
+    def choices(self, changelist):
+        for choice in super().choices(changelist):
+            shown = choice["display"]
+            yield {**choice, "display": PERIOD_LABELS.get(str(shown), shown)}
+
+
 @admin.register(Wallet)
 class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
     list_display = (
         "license",
         "holder_name",
-        "period",
+        "period_label",
         "window_start",
         # Not `unit`: micro-credits are the one unit (budget.UNITS); the money columns say it,
         # and the wallet's own page shows the column. A list that fits is worth more.
@@ -71,7 +87,7 @@ class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
         "remaining_display",
         "updated_at",
     )
-    list_filter = ("period", "license")
+    list_filter = (("period", PeriodFilter), "license")
     list_select_related = ("license__institution",)
     search_fields = ("holder", "license__name")
     date_hierarchy = "window_start"
@@ -87,6 +103,10 @@ class WalletAdmin(ReadOnlyAdminMixin, ScopedAdminMixin, admin.ModelAdmin):
         if name is None:
             name = wallet_holder_names([obj.holder]).get(obj.holder, obj.holder)
         return name
+
+    @admin.display(description=_("period"), ordering="period")
+    def period_label(self, obj):
+        return PERIOD_LABELS.get(obj.period, obj.period)
 
     @admin.display(description=_("spent"), ordering="spent")
     def spent_display(self, obj):
