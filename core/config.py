@@ -194,6 +194,9 @@ class Config(BaseSettings):
     GATEWAY_BUDGET_RESERVATION_SECONDS: Seconds = Field(
         900.0, description="seconds a request's budget reservation outlives a worker that died"
     )
+    GATEWAY_BUDGET_LEASE_SECONDS: Seconds = Field(
+        0.5, description="seconds a busy wallet's lease admits requests for (0: no leases)"
+    )
     GATEWAY_CRASH_POINTS: CommaList = Field(
         [], description="tests only: the points of the money path where the process kills itself"
     )
@@ -402,6 +405,7 @@ class Config(BaseSettings):
             "STREAM_USAGE_GRACE": self.GATEWAY_STREAM_USAGE_GRACE,
             "FAILOVER_ATTEMPTS": self.GATEWAY_FAILOVER_ATTEMPTS,
             "BUDGET_RESERVATION_SECONDS": self.GATEWAY_BUDGET_RESERVATION_SECONDS,
+            "BUDGET_LEASE_SECONDS": self.GATEWAY_BUDGET_LEASE_SECONDS,
             "FAILOVER_BUDGET": self.GATEWAY_FAILOVER_BUDGET,
             "CIRCUIT_FAILURES": self.GATEWAY_CIRCUIT_FAILURES,
             "CIRCUIT_COOLDOWN": self.GATEWAY_CIRCUIT_COOLDOWN,
@@ -447,6 +451,7 @@ class GatewaySettings(TypedDict):
     FETCH_MAX_PDF_PAGES: int
     STREAM_USAGE_GRACE: float
     BUDGET_RESERVATION_SECONDS: float
+    BUDGET_LEASE_SECONDS: float
     FAILOVER_ATTEMPTS: int
     FAILOVER_BUDGET: float
     CIRCUIT_FAILURES: int

@@ -54,8 +54,9 @@ from licensing.courses.selectors import course_rules_async
 from licensing.ledger import record
 from licensing.ledger.actions import transaction_record
 from licensing.ledger.budget import BudgetState, budget_check_async
+from licensing.ledger.leases import release_held
 from licensing.ledger.record import LedgerEntry
-from licensing.ledger.reservations import Hold, hold_for, release_left
+from licensing.ledger.reservations import Hold, hold_for
 from licensing.ledger.spool import spool_refuses
 from licensing.rules import fairuse
 from licensing.rules.guardrails import Guardrails
@@ -305,7 +306,7 @@ async def _release_hold(call: Call) -> None:
     """Release a hold no ledger row will: shielded, so a client that left does not keep it."""
     if call.budget is None or call.budget.hold is None:
         return
-    await asyncio.shield(release_left(call.request_id))
+    await asyncio.shield(release_held(call.budget.lease, call.request_id))
 
 
 async def _fair_use(call: Call) -> None:
@@ -644,7 +645,10 @@ async def _record(
     """Writes the request's one ledger row through the ledger's door, its wallets charged
     unless `charge` is False (a refusal); the row, and the credits remaining after it."""
     entry = _ledger_entry(call, operation, status, result, error, upstream_id)
-    remaining = await transaction_record(entry=entry, budget=call.budget if charge else None)
+    budget = call.budget
+    lease = budget.lease if budget is not None else None
+    charged = budget if charge else None
+    remaining = await transaction_record(entry=entry, budget=charged, lease=lease)
     return entry, remaining
 
 

@@ -88,15 +88,18 @@ def wait_for_health(base: str, process=None, log=None, timeout: float = 60.0) ->
 def drain_background_writes(timeout: float = 10.0) -> None:
     """Wait for the gateway's streams to end and for its background ledger writes (a stream's
     row is written by a task of its own just after the stream ends; a disconnected stream's
-    grace read too; the release of a hold whose client left while it was being taken) so that
+    grace read too; the release of a hold whose client left while it was being taken; a busy
+    wallet's leases, closed now rather than at the end of their window) so that
     none lands after the test's database is flushed under it (the flush DELETEs: a row landing
     meanwhile breaks its foreign keys at commit). WaitTimeout names what is left."""
     from inference import pipeline, streaming
-    from licensing.ledger import reservations
+    from licensing.ledger import leases, reservations
 
     def left() -> set:
         # copy(): one step under the GIL, while the server's thread adds and discards.
         writes = streaming._open.copy() | streaming._background.copy()
+        leases.close_everywhere()  # a busy wallet's leases: closed now, not at their window's end
+        writes |= leases.live_anywhere()
         return writes | pipeline._background.copy() | reservations.releasing.copy()
 
     wait_until(

@@ -18,6 +18,7 @@ replay it) and counted in `gateway_ledger_rows_lost` (docs/reliability.md).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 
@@ -31,6 +32,7 @@ from . import feed
 from .alerts import FollowUp, alerts_waiting, follow_up, follow_ups_write
 from .budget import BudgetState, known_wallet_id, wallet_open
 from .group_commit import GroupCommit, spent_each
+from .leases import CLOSING, Lease, after_close, handed_over, note_spooled
 from .record import LedgerEntry
 from .spool import (
     encoded_line,
@@ -45,10 +47,20 @@ from .store import Pending, WalletGone, commit_batch_sync, store
 logger = logging.getLogger("gateway.ledger")
 
 
-async def transaction_record(*, entry: LedgerEntry, budget: BudgetState | None) -> int | None:
+async def transaction_record(
+    *, entry: LedgerEntry, budget: BudgetState | None, lease: Lease | None = None
+) -> int | None:
     """Charge and record one request (group-committed); returns its credits remaining.
-    budget None records a refusal: 0 credits, no wallet."""
-    return await _group_commit().write(entry, budget)
+    budget None records a refusal: 0 credits, no wallet. `lease`: the one the request was
+    admitted under (licensing.ledger.leases), which its row must not overtake."""
+    if lease is not None and lease.state is CLOSING:
+        return await asyncio.shield(_after_close(entry, budget, lease))
+    return await _group_commit().write(entry, budget, handed_over(lease, entry.request_id))
+
+
+async def _after_close(entry: LedgerEntry, budget: BudgetState | None, lease: Lease) -> int | None:
+    await after_close(lease)
+    return await _group_commit().write(entry, budget, None)
 
 
 def transaction_record_once(*, entry: LedgerEntry, budget: BudgetState | None) -> bool:
@@ -101,6 +113,9 @@ async def _record_batch(batch: list[Pending]) -> dict[int, int]:
         logger.error(
             "ledger batch of %d failed (%s); spooling it", len(batch), exc, exc_info=not outage
         )
+        for item in batch:  # their charges wait for the replay: their leases must not close
+            if item.budget is not None:
+                note_spooled(item.budget.lease)
         await _spool(batch)
         return {}
     items = _follow_ups(batch, spent)

@@ -23,6 +23,7 @@ from core.errors import OUT_OF_BUDGET, BadRequest, BudgetConfigurationError
 from core.localcache import TTLCache
 
 from ..models import Course, CourseMember, Wallet
+from .leases import Lease, lease_seconds, leases, wait_for_open_leases
 from .reservations import (
     Hold,
     Row,
@@ -156,6 +157,8 @@ class BudgetState:
     # The request's reservation, on the first state (licensing.ledger.reservations): None when
     # it holds nothing (an unknown cost, or no level with a limit).
     hold: Hold | None = None
+    # The lease it was admitted under instead of a hold row of its own (licensing.ledger.leases).
+    lease: Lease | None = None
     # A course member's request: the course's levels (the student's allowance, then the pool
     # when it has one), each a wallet charged with the license's in the same transaction.
     levels: tuple[BudgetState, ...] = ()
@@ -326,8 +329,7 @@ async def budget_check_async(
     wallet_id = _wallet_ids.get(key)
     if wallet_id is not None and pgpool.available():
         if hold is not None:
-            if await _hold_async([state], [wallet_id], hold):
-                state.hold = hold
+            if await _hold_async(state, [state], [wallet_id], hold):
                 return state
         else:
             row = await _wallet_reads().read(wallet_id)
@@ -341,16 +343,27 @@ def _state_holds(state: BudgetState) -> bool:
     return state.hold is not None
 
 
-async def _hold_async(limited: list[BudgetState], ids: list[int], hold: Hold) -> bool:
-    """The hold on the limited levels' wallets in one statement, or a 400 (after releasing
-    the wallets' expired holds, once); False when a wallet is gone (nothing held: the ORM's
-    path opens it again)."""
+async def _hold_async(
+    state: BudgetState, limited: list[BudgetState], ids: list[int], hold: Hold
+) -> bool:
+    """The hold on the limited levels' wallets (a busy wallet's lease, or one statement), or a
+    400 (after releasing the wallets' expired holds, and waiting for open leases, once each);
+    False when a wallet is gone (nothing held: the ORM's path opens it again)."""
+    if len(ids) == 1 and lease_seconds():
+        lease = await leases().admit(ids[0], limited[0].config.limit or 0, hold)
+        if lease is not None:
+            spent, reserved, unit = lease.before
+            _checked(limited[0], ids[0], spent, unit)
+            state.hold, state.lease = hold, lease
+            return True
     wallets = [(i, s.config.limit or 0) for i, s in zip(ids, limited, strict=True)]
     fits, rows = await _take(wallets, hold)
     if len(rows) < len(ids):
         return False
-    if not fits and any(row[1] for row in rows.values()):
-        if await run_db(release_expired, wallet_ids=ids):
+    for freed in (_expired_released, wait_for_open_leases):  # then decided again
+        if fits or not any(row[1] for row in rows.values()):
+            break
+        if await freed(ids):
             fits, rows = await _take(wallets, hold)
             if len(rows) < len(ids):
                 return False
@@ -359,7 +372,12 @@ async def _hold_async(limited: list[BudgetState], ids: list[int], hold: Hold) ->
         _checked(level, wallet_id, spent, unit, reserved)
     if not fits:  # pragma: no cover - the statement decided on the values just checked
         raise BadRequest(OUT_OF_BUDGET)
+    state.hold = hold
     return True
+
+
+async def _expired_released(ids: list[int]) -> bool:
+    return bool(await run_db(release_expired, wallet_ids=ids))
 
 
 async def _take(wallets: list[tuple[int, int]], hold: Hold) -> tuple[bool, dict[int, Row]]:
@@ -390,8 +408,7 @@ async def _course_check_async(
     ids = [i for i in known if i is not None]
     if pgpool.available() and len(ids) == len(limited):
         if hold is not None:
-            if await _hold_async(limited, ids, hold):
-                state.hold = hold
+            if await _hold_async(state, limited, ids, hold):
                 return state
         else:
             rows = await _wallet_reads().read_many(ids)

@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from .budget import BudgetState, remaining_of
+from .leases import Lease
 from .record import LedgerEntry
 from .store import Pending
 
@@ -84,9 +85,14 @@ class GroupCommit:
         self._queue: list[Pending] = []
         self._task: asyncio.Task | None = None
 
-    async def write(self, entry: LedgerEntry, budget: BudgetState | None) -> int | None:
+    async def write(
+        self, entry: LedgerEntry, budget: BudgetState | None, lease: Lease | None = None
+    ) -> int | None:
+        """`lease` (licensing.ledger.leases) is told once the row is committed or spooled."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
+        if lease is not None:
+            future.add_done_callback(lease.written)
         self._queue.append(Pending(entry=entry, budget=budget, future=future))
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._drain())

@@ -66,7 +66,7 @@ def hold_for(request_id: str, amount: int, now: datetime | None = None) -> Hold:
     return Hold(request_id, min(amount, HOLD_CAP), expires)
 
 
-def _tables() -> tuple[str, str]:
+def tables() -> tuple[str, str]:
     quote = connection.ops.quote_name
     return quote(Wallet._meta.db_table), quote(Reservation._meta.db_table)
 
@@ -75,7 +75,7 @@ def _tables() -> tuple[str, str]:
 def _reserve_sql() -> str:
     """Lock the wallets in id order (as every charge does: no deadlock), decide on their latest
     values, add the hold to each only if every one fits; returns each wallet's values before."""
-    wallets, reservations = _tables()
+    wallets, reservations = tables()
     pairs = ", ".join(["(%s::bigint, %s::bigint)"] * MAX_WALLETS)
     return (
         f"WITH v(id, lim) AS (VALUES {pairs}), "
@@ -115,7 +115,7 @@ def _batch_sql() -> str:
     a wallet fits when the wallet's spend, its holds and the holds of the batch's requests
     before it stay under its limit. Counting the earlier ones that did not fit changes nothing:
     holds are never negative, so once one does not fit, none after it on that wallet does."""
-    wallets, reservations = _tables()
+    wallets, reservations = tables()
     record = (
         "ord int, wallet bigint, lim bigint, amount bigint, request_id text, expires timestamptz"
     )
@@ -289,7 +289,7 @@ async def release_left(request_id: str) -> None:
 def reserve_sync(wallets: list[tuple[int, int]], hold: Hold) -> bool:
     """`reserve_async` through the ORM's connection: each wallet's conditional update in id
     order (the first one takes SQLite's write lock), all or nothing."""
-    wallet_table, _ = _tables()
+    wallet_table, _ = tables()
     sql = (
         f"UPDATE {wallet_table} SET reserved = reserved + %s "
         "WHERE id = %s AND spent + reserved < %s"
@@ -340,7 +340,7 @@ def _release(found) -> int:
         ids = list(locked.values_list("id", flat=True)[:SWEEP_BATCH])
         if not ids:
             return 0
-        _, reservations = _tables()
+        _, reservations = tables()
         marks = ", ".join(["%s"] * len(ids))
         with connection.cursor() as cursor:
             cursor.execute(

@@ -134,6 +134,7 @@ def test_settings_gateway_keeps_its_keys_and_value_types():
         "STREAM_USAGE_GRACE": float,
         "FAILOVER_ATTEMPTS": int,
         "BUDGET_RESERVATION_SECONDS": float,
+        "BUDGET_LEASE_SECONDS": float,
         "FAILOVER_BUDGET": float,
         "CIRCUIT_FAILURES": int,
         "CIRCUIT_COOLDOWN": float,
