@@ -180,6 +180,7 @@ class Leases:
         if lease.state is not OPEN:
             return
         lease.state = CLOSING
+        self._last[lease.wallet_id] = self.loop.time()  # still busy: the next one leases
         if self._open.get(lease.wallet_id) is lease:
             del self._open[lease.wallet_id]
         task = self.loop.create_task(self._close(lease))
