@@ -20,6 +20,8 @@ POINTS = (
     "ledger.committed",  # licensing.ledger.actions: the row is committed, the client not answered
     "spool.appended",  # licensing.ledger.actions: the row is in the spool, not answered
     "spool.replayed",  # licensing.ledger.spool: a replayed line is committed, its file kept
+    "lease.closing",  # licensing.ledger.leases: a lease's rows are written, its close not sent
+    "lease.closed",  # licensing.ledger.leases: the close is committed (holds for what is left)
 )
 
 _armed: frozenset[str] | None = None

@@ -37,7 +37,7 @@ import weakref
 
 from django.conf import settings
 
-from core import clock, jsonio, pgpool
+from core import clock, crashpoints, jsonio, pgpool
 
 from .reservations import (
     HOLD_CAP,
@@ -197,7 +197,9 @@ class Leases:
             if lease.spooled:  # its rows' charges wait for the replay: the lease expires
                 logger.warning("budget lease %s left to expire (a row spooled)", lease.request_id)
                 return
+            crashpoints.reached("lease.closing")
             await pgpool.fetch(_close_sql(), _close_params(lease))
+            crashpoints.reached("lease.closed")
         except Exception:  # it counts until it expires, as a dead worker's
             logger.exception("closing budget lease %s failed; it expires", lease.request_id)
         finally:
