@@ -7,6 +7,7 @@ from core.localcache import clear_all
 # Written on the hot path; they are never cached, so their writes must not clear anything.
 _NOT_CACHED = {
     "wallet",
+    "reservation",
     "transaction",
     "budgetalert",
     "adminprofile",

@@ -23,7 +23,13 @@ from core.errors import OUT_OF_BUDGET, BadRequest, BudgetConfigurationError
 from core.localcache import TTLCache
 
 from ..models import Course, CourseMember, Wallet
-from .leases import Lease, lease_seconds, leases, wait_for_open_leases
+from .leases import (
+    Lease,
+    lease_seconds,
+    leases,
+    wait_for_open_leases,
+    wait_for_open_leases_sync,
+)
 from .reservations import (
     Hold,
     Row,
@@ -260,10 +266,13 @@ def _full_of_holds(limit: int | None, spent: int, reserved: int) -> bool:
 
 def _swept(state: BudgetState) -> tuple[int, int, str, int]:
     """The state's wallet (opened if needed); one that only its holds fill is read again once
-    its expired holds are released."""
+    its expired holds are released, then once the leases in their window have closed."""
     row = _wallet(state.key, state.config.unit)
-    if _full_of_holds(state.config.limit, row[1], row[3]) and release_expired(wallet_ids=[row[0]]):
-        row = _wallet(state.key, state.config.unit)
+    for freed in (release_expired, wait_for_open_leases_sync):
+        if not _full_of_holds(state.config.limit, row[1], row[3]):
+            break
+        if freed(wallet_ids=[row[0]]):
+            row = _wallet(state.key, state.config.unit)
     return row
 
 
@@ -281,7 +290,10 @@ def _hold_sync(state: BudgetState, hold: Hold) -> None:
     wallets = [(s.wallet_id or 0, s.config.limit or 0) for s in limited]
     if not reserve_sync(wallets, hold):
         ids = [wallet_id for wallet_id, _ in wallets]
-        if not (release_expired(wallet_ids=ids) and reserve_sync(wallets, hold)):
+        for freed in (release_expired, wait_for_open_leases_sync):  # then decided again
+            if freed(wallet_ids=ids) and reserve_sync(wallets, hold):
+                break
+        else:
             raise BadRequest(OUT_OF_BUDGET)
     state.hold = hold
 

@@ -33,9 +33,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 import weakref
 
 from django.conf import settings
+from django.db import connection
 
 from core import clock, crashpoints, jsonio, pgpool
 
@@ -306,15 +308,18 @@ def _in_window(request_id: str, now_ms: int) -> bool:
     return ends + GRACE * 1000 > now_ms
 
 
+def _waiting_for(rows: list[tuple]) -> set[str]:
+    now_ms = int(clock.utcnow().timestamp() * 1000)
+    return {row[0] for row in rows if _in_window(row[0], now_ms)}
+
+
 async def wait_for_open_leases(wallet_ids: list[int]) -> bool:
     """A hold on these wallets did not fit: wait until the leases in their window (this
     worker's or another's) have closed or their window and its grace have passed; True when
     there were some (the hold is then decided again), False at once when there were none."""
     if not lease_seconds():
         return False
-    rows = await pgpool.fetch(_open_leases_sql(), [wallet_ids])
-    now_ms = int(clock.utcnow().timestamp() * 1000)
-    waiting = {row[0] for row in rows if _in_window(row[0], now_ms)}
+    waiting = _waiting_for(await pgpool.fetch(_open_leases_sql(), [wallet_ids]))
     if not waiting:
         return False
     loop = asyncio.get_running_loop()
@@ -323,6 +328,28 @@ async def wait_for_open_leases(wallet_ids: list[int]) -> bool:
         await asyncio.sleep(WAIT_POLL)
         rows = await pgpool.fetch(_open_leases_sql(), [wallet_ids])
         if not waiting & {row[0] for row in rows}:
+            break
+    return True
+
+
+def wait_for_open_leases_sync(*, wallet_ids: list[int]) -> bool:
+    """`wait_for_open_leases` for the ORM's path (on a worker thread: the first request of a
+    window); never on SQLite, which has no leases."""
+    if not lease_seconds() or connection.vendor != "postgresql":
+        return False
+
+    def rows() -> list[tuple]:
+        with connection.cursor() as cursor:
+            cursor.execute(_open_leases_sql(), [wallet_ids])
+            return cursor.fetchall()
+
+    waiting = _waiting_for(rows())
+    if not waiting:
+        return False
+    deadline = time.monotonic() + lease_seconds() + GRACE
+    while time.monotonic() < deadline:
+        time.sleep(WAIT_POLL)
+        if not waiting & {row[0] for row in rows()}:
             break
     return True
 
