@@ -36,6 +36,7 @@ from licensing.console.consumers import websocket_application  # noqa: E402
 
 from .bodylimit import BodyLimit  # noqa: E402
 from .handler import GatewayASGIHandler  # noqa: E402
+from .lifespan import lifespan  # noqa: E402
 from .metrics import MetricsEndpoint  # noqa: E402
 
 django_application = GatewayASGIHandler()
@@ -46,8 +47,10 @@ get_resolver().resolve("/v1/health")
 # /v1 bodies over the limit are refused before they are read (gateway_site.bodylimit).
 # /metrics is answered before Django (gateway_site.metrics).
 # Websockets: the admin's live feed of ledger rows (licensing.console.consumers).
+# Lifespan: a worker's shutdown closes its budget leases (gateway_site.lifespan).
 application = ProtocolTypeRouter(
     {
+        "lifespan": lifespan,
         "http": MetricsEndpoint(
             BodyLimit(django_application, max_bytes=settings.GATEWAY_MAX_BODY_BYTES)
         ),

@@ -41,7 +41,7 @@ class Worker:
         self.log = log.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "gateway_site.asgi:application", "--host",
-             "127.0.0.1", "--port", str(self.port), "--no-access-log", "--lifespan", "off"],
+             "127.0.0.1", "--port", str(self.port), "--no-access-log"],
             cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         # A bound, not a wait: a worker's first page (templates, the admin) took over 5 s on two

@@ -354,6 +354,17 @@ def wait_for_open_leases_sync(*, wallet_ids: list[int]) -> bool:
     return True
 
 
+async def close_at_exit(timeout: float = 5.0) -> None:
+    """The worker stops (gateway_site.lifespan): its leases close now, not at their expiry."""
+    if not lease_seconds():
+        return
+    found = leases()
+    found.close_all()
+    ending = [lease.ended for lease in found.live]
+    if ending:
+        await asyncio.wait(ending, timeout=timeout)
+
+
 # --- tests ---------------------------------------------------------------------------------------
 
 

@@ -286,10 +286,6 @@ def test_killed_after_a_lease_closed_its_request_in_flight_holds_until_it_expire
     served_exactly(tmp_path, spool, key, license)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nothing closes a worker's open leases when it stops (no shutdown hook)",
-)
 def test_a_worker_stopped_cleanly_leaves_no_lease(roomy, tmp_path):
     """SIGTERM (a deploy, a scale-down) is no death: the worker's requests end and their rows
     are written, and its open lease closes too, rather than being counted on `reserved` for
