@@ -26,6 +26,7 @@ from tests.money.test_course_budget import license_budget
 from tests.money.test_reservations import (
     COST,
     EMBED,
+    course_level,
     fire,
     holds_left,
     ledger_sum,
@@ -262,26 +263,33 @@ def test_a_dead_workers_lease_refuses_at_once_until_it_expires(make_license):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("level", ["license", "course pool"])
 def test_leased_wallets_charge_exactly_on_two_workers(
-    transactional_db, tmp_path, catalog, make_license, make_key
+    level, transactional_db, tmp_path, catalog, make_license, make_key
 ):
-    """Two workers, 700 embeddings requests of 100 in waves of 35 on 60,000: leases while far
+    """Two workers, 700 embeddings requests of 100 in waves of 35 on 60,000 (the license's
+    wallet, or a course pool shared by 3 students on an unlimited license): leases while far
     from the limit, holds near it, refusals after waiting for the leases. Exactly 600 answer,
     and the wallet is charged 60,000, its ledger's sum."""
     from tests.processes import running_workers
 
     price_embeddings()
-    license = make_license(name="waves", limit=600 * COST, period="daily")
-    key = make_key(license)
+    if level == "license":
+        license = make_license(name="waves", limit=600 * COST, period="daily")
+        keys, holder = [make_key(license)], "license"
+    else:
+        license, keys, holder = course_level(
+            make_license, make_key, "waves", pool=600 * COST, students=3
+        )
     with running_workers(2, tmp_path) as workers:
         urls = [w.url for w in workers]
         answers = []
         for _ in range(20):
-            answers += fire(urls, [key], "/v1/embeddings", EMBED, 35)
+            answers += fire(urls, keys, "/v1/embeddings", EMBED, 35)
         wait_until(lambda: holds_left(license) == (0, 0), timeout=10, what="leases closing")
     statuses = [r.status_code for r in answers]
     assert statuses.count(200) == 600 and statuses.count(400) == 100, set(statuses)
-    assert spent_of(license) == {"license": 600 * COST} == {"license": ledger_sum(license=license)}
+    assert spent_of(license)[holder] == 600 * COST == ledger_sum(license=license)
 
 
 def test_a_refusal_on_the_orms_path_waits_for_open_leases_too(make_license, monkeypatch):
