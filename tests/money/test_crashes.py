@@ -49,26 +49,23 @@ OPEN_LONG = "60"  # a lease's window (seconds) that outlives the test: it ends b
 CLOSES_SOON = "1"  # one that ends in the test: its close kills the worker (the test waits for that)
 
 
-def _postgresql_only() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL: workers killed against a real server")
-
-
 @pytest.fixture
 def capped(transactional_db, catalog, make_license, make_key, tmp_path):
     """A license of 1,000 whose embeddings requests cost 100 each, its key, a spool folder."""
-    _postgresql_only()
-    price_embeddings()
-    license = make_license(name="capped", limit=LIMIT, period="daily")
-    return license, make_key(license), tmp_path / "spool"
+    return _priced(make_license, make_key, tmp_path, "capped", LIMIT)
 
 
 @pytest.fixture
 def roomy(transactional_db, catalog, make_license, make_key, tmp_path):
     """`capped` with room to lease: a license of 10,000,000 (`capped` never leases)."""
-    _postgresql_only()
+    return _priced(make_license, make_key, tmp_path, "roomy", ROOMY)
+
+
+def _priced(make_license, make_key, tmp_path, name: str, limit: int):
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: workers killed against a real server")
     price_embeddings()
-    license = make_license(name="roomy", limit=ROOMY, period="daily")
+    license = make_license(name=name, limit=limit, period="daily")
     return license, make_key(license), tmp_path / "spool"
 
 

@@ -26,6 +26,7 @@ from tests.money.test_course_budget import license_budget
 from tests.money.test_reservations import (
     COST,
     EMBED,
+    counting_statements,
     course_level,
     fire,
     holds_left,
@@ -57,24 +58,8 @@ async def _check(license, request_id: str) -> BudgetState:
 
 
 def _on_a_loop(steps, sent: list[str] | None = None):
-    """Run `steps()` on a new loop with its own pool; (its result, the statements sent)."""
-    sent = [] if sent is None else sent
-
-    async def run():
-        real = pgpool.fetch
-
-        async def counted(sql, params):
-            sent.append(sql)
-            return await real(sql, params)
-
-        pgpool.fetch = counted
-        try:
-            return await steps()
-        finally:
-            pgpool.fetch = real
-            await pgpool.close_all()
-
-    return asyncio.run(run()), sent
+    """Run `steps()` on a new loop with its own pool; (its result, the statements it sent)."""
+    return counting_statements(steps, sent, noted=lambda sql, params: sql)
 
 
 async def _close_now(lease) -> None:
@@ -123,6 +108,7 @@ def test_rows_written_before_the_close_are_charged_and_the_others_held(make_lice
         first = await _check(license, "alone")
         states = [await _check(license, f"w{n}") for n in range(3)]
         lease = states[0].lease
+        assert lease is not None
         await _record(license, "w0", states[0])
         assert lease.writing == 0 and lease.pending.keys() == {"w1", "w2"}
         await _close_now(lease)
@@ -154,6 +140,7 @@ def test_a_row_handed_over_while_its_lease_closes_waits_for_the_close(make_licen
         first = await _check(license, "alone")
         a, b = await _check(license, "a"), await _check(license, "b")
         lease = a.lease
+        assert lease is not None
         writing = asyncio.ensure_future(_record(license, "a", a))
         await asyncio.sleep(0)  # a's row handed over: the lease waits for its commit
         assert lease.writing == 1
@@ -178,10 +165,12 @@ def test_a_client_that_leaves_under_an_open_lease_is_dropped_in_memory(make_lice
     async def steps():
         first = await _check(license, "alone")
         a, b = await _check(license, "a"), await _check(license, "b")
+        lease = a.lease
+        assert lease is not None
         sent_before = len(sent)
         await release_held(b.lease, "b")
-        assert len(sent) == sent_before and a.lease.used == COST
-        await _close_now(a.lease)
+        assert len(sent) == sent_before and lease.used == COST
+        await _close_now(lease)
         await release_held(a.lease, "a")  # the lease has closed: a's hold row is released
         await release_held(first.lease, "alone")
 

@@ -511,16 +511,16 @@ def test_a_bulk_embeddings_input_is_held_roughly():
     assert Embeddings().reserve_usage(bulk, {}).prompt_tokens == 2 * 5000  # 20,000 chars / 4
 
 
-def _counting_statements(holds) -> tuple[list, list[int]]:
-    """Run `holds()` (a coroutine's maker) on a new loop; (its result, the parameter count of
-    each statement the async pool sent meanwhile)."""
-    sent: list[int] = []
+def counting_statements(holds, sent: list | None = None, noted=lambda sql, params: len(params)):
+    """Run `holds()` (a coroutine's maker) on a new loop; (its result, what `noted` says of
+    each statement the async pool sent meanwhile: its parameter count), in `sent` if given."""
+    sent = [] if sent is None else sent
 
     async def run():
         real = pgpool.fetch
 
         async def counted(sql, params):
-            sent.append(len(params))
+            sent.append(noted(sql, params))
             return await real(sql, params)
 
         pgpool.fetch = counted
@@ -547,7 +547,7 @@ def test_holds_arriving_together_share_one_statement_and_fit_in_order(make_licen
         budget_check(license_id=lic.id, config=license_budget(lic), holder="license").wallet_id
         for lic in (first, second)
     ]
-    results, sent = _counting_statements(  # hold_batches(): the loop's own, made inside it
+    results, sent = counting_statements(  # hold_batches(): the loop's own, made inside it
         lambda: asyncio.gather(
             *(hold_batches().submit(wallets[0], LIMIT, hold_for(f"a{n}", COST)) for n in range(15)),
             *(hold_batches().submit(wallets[1], LIMIT, hold_for(f"b{n}", COST)) for n in range(3)),
@@ -569,7 +569,7 @@ def test_a_hold_with_none_in_flight_goes_alone_and_those_meanwhile_together(make
 
     lic = make_license(name="taken", limit=LIMIT, period="daily")
     wallet = budget_check(license_id=lic.id, config=license_budget(lic), holder="license").wallet_id
-    results, sent = _counting_statements(
+    results, sent = counting_statements(
         lambda: asyncio.gather(
             *(hold_batches().take(wallet, LIMIT, hold_for(f"t{n}", COST)) for n in range(15))
         )
