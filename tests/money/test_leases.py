@@ -306,3 +306,42 @@ def test_a_refusal_on_the_orms_path_waits_for_open_leases_too(make_license, monk
     state, _ = _on_a_loop(lambda: _check(license, "waiting"))
     assert waits == [leases.WAIT_POLL]
     assert state.hold is not None and holds_left(license) == (COST, 1)
+
+
+def test_a_course_pool_alone_leases_like_a_license(make_license, make_key):
+    """A course member's request on an unlimited license with a course pool (no allowance):
+    the pool is its one limited level, and it leases like a license's wallet."""
+    from tests.money.test_course_budget import make_course, member_key
+
+    license = make_license(name="pooled course", period="daily")  # unlimited
+    course = make_course(license, pool=BIG, code="POOL")
+    _, student = member_key(make_key, course)
+    holder = f"user:{student.id}"
+
+    def check(request_id: str):
+        return budget_check_async(
+            license_id=license.id,
+            config=license_budget(license),
+            holder=holder,
+            course_id=course.id,
+            end_user_id=student.id,
+            hold=hold_for(request_id, COST),
+        )
+
+    budget_check(
+        license_id=license.id,
+        config=license_budget(license),
+        holder=holder,
+        course_id=course.id,
+        end_user_id=student.id,
+    )
+
+    async def steps():
+        states = [await check(f"p{n}") for n in range(4)]
+        await _close_now(states[1].lease)
+        return states
+
+    states, _ = _on_a_loop(steps)
+    assert states[0].lease is None and states[1].lease is not None
+    assert {s.lease for s in states[1:]} == {states[1].lease}
+    assert holds_left(license) == (4 * COST, 4)  # each request's own hold, on the pool
