@@ -130,12 +130,15 @@ def test_a_misconfigured_connection_is_logged_for_the_operator(gateway_log):
     assert "request req-1 for model 'gpt-4o-mini' refused (license demo)" in gateway_log.text
 
 
+BUDGET = SimpleNamespace(lease=None)  # the budget step's state, as the door receives it
+
+
 @pytest.fixture
 def written(monkeypatch):
     """The ledger's door, metrics and fair use, as calls."""
     calls: list[tuple] = []
 
-    async def transaction_record(*, entry, budget):
+    async def transaction_record(*, entry, budget, lease=None):
         calls.append(("row", entry, budget))
         return 40
 
@@ -151,13 +154,13 @@ def written(monkeypatch):
 
 def test_an_answer_is_charged_then_observed_then_counted_for_fair_use(written):
     call = make_call(principal())
-    call.budget, call.fair_use, call.route = "budget", "window", choose("gpt-4o-mini")
+    call.budget, call.fair_use, call.route = BUDGET, "window", choose("gpt-4o-mini")
     call.attempts, call.failovers = 2, ["direct/eu: timeout"]
     usage = Usage(prompt_tokens=3, completion_tokens=4, total_tokens=7)
     result = ProviderResult(body={}, billed_model="gpt-4o-mini", usage=usage, credits=12)
     assert asyncio.run(_conclude(call, Chat(), status=200, result=result)) == 40
     (_, entry, budget), observed, tokens = written
-    assert (budget, observed, tokens) == ("budget", ("metrics", 40), ("tokens", "window", 7))
+    assert (budget, observed, tokens) == (BUDGET, ("metrics", 40), ("tokens", "window", 7))
     assert (entry.provider, entry.connection, entry.attempts, entry.failovers) == (
         "direct",
         call.route.connection.name,
@@ -176,7 +179,7 @@ def test_an_answer_is_charged_then_observed_then_counted_for_fair_use(written):
 
 def test_a_refusal_charges_no_wallet_and_counts_no_tokens(written):
     call = make_call(principal())
-    call.budget, call.fair_use = "budget", "window"
+    call.budget, call.fair_use = BUDGET, "window"
     error = (pipeline._BUDGET, BadRequest("Out of budget"))
     asyncio.run(_conclude(call, Chat(), status=400, error=error))
     assert [c[0] for c in written] == ["row", "metrics"]
