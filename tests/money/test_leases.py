@@ -129,6 +129,14 @@ async def _record(license, request_id: str, state: BudgetState) -> None:
     await transaction_record(entry=entry, budget=state, lease=state.lease)
 
 
+async def _alone_then_two_under_a_lease(license):
+    """The first request holds by itself; the next two, within the window, share a lease."""
+    first = await _check(license, "alone")
+    a, b = await _check(license, "a"), await _check(license, "b")
+    assert a.lease is not None and b.lease is a.lease
+    return first, a, b, a.lease
+
+
 def test_a_row_handed_over_while_its_lease_closes_waits_for_the_close(make_license):
     """The close waits for the rows being written; a row handed over meanwhile waits for the
     close, which gives its request a hold row, and then releases it: no hold row is ever left
@@ -137,10 +145,7 @@ def test_a_row_handed_over_while_its_lease_closes_waits_for_the_close(make_licen
     _wallet_of(license)
 
     async def steps():
-        first = await _check(license, "alone")
-        a, b = await _check(license, "a"), await _check(license, "b")
-        lease = a.lease
-        assert lease is not None
+        first, a, b, lease = await _alone_then_two_under_a_lease(license)
         writing = asyncio.ensure_future(_record(license, "a", a))
         await asyncio.sleep(0)  # a's row handed over: the lease waits for its commit
         assert lease.writing == 1
@@ -163,10 +168,7 @@ def test_a_client_that_leaves_under_an_open_lease_is_dropped_in_memory(make_lice
     _wallet_of(license)
 
     async def steps():
-        first = await _check(license, "alone")
-        a, b = await _check(license, "a"), await _check(license, "b")
-        lease = a.lease
-        assert lease is not None
+        first, a, b, lease = await _alone_then_two_under_a_lease(license)
         sent_before = len(sent)
         await release_held(b.lease, "b")
         assert len(sent) == sent_before and lease.used == COST
