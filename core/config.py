@@ -84,7 +84,10 @@ EmptyIsDefault = BeforeValidator(_empty_is_default)
 CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split)]
 PortSet = Annotated[frozenset[int], NoDecode, BeforeValidator(_split)]
 Bytes = Annotated[int, Field(ge=0)]
-Seconds = Annotated[float, Field(ge=0)]
+# A duration is finite and at most a year: `1e400` reads as infinity, and a timedelta, a lease's
+# end in milliseconds or a deadline built from a larger one overflows on the request path.
+YEAR = 366 * 24 * 3600
+Seconds = Annotated[float, Field(ge=0, le=YEAR, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=1)]
 
 
@@ -483,6 +486,10 @@ _PROBLEMS = {
 }
 
 
+def _number(bound: float) -> str:
+    return str(int(bound)) if bound == int(bound) else f"{bound:g}"
+
+
 def _line(error: Mapping[str, Any]) -> str:
     name = str(error["loc"][0]) if error["loc"] else "environment"
     kind = error["type"]
@@ -492,11 +499,11 @@ def _line(error: Mapping[str, Any]) -> str:
     elif kind == "value_error":
         problem = str(ctx.get("error", error["msg"]))
     elif kind == "greater_than_equal":
-        problem = f"must be at least {ctx['ge']:g}"
+        problem = f"must be at least {_number(ctx['ge'])}"
     elif kind == "greater_than":
-        problem = f"must be more than {ctx['gt']:g}"
+        problem = f"must be more than {_number(ctx['gt'])}"
     elif kind == "less_than_equal":
-        problem = f"must be at most {ctx['le']:g}"
+        problem = f"must be at most {_number(ctx['le'])}"
     elif kind == "literal_error":
         problem = f"not one of {ctx['expected']}"
     else:

@@ -148,3 +148,40 @@ def test_settings_gateway_keeps_its_keys_and_value_types():
     assert sorted(gateway["ANSWER_MAX_BYTES"]) == sorted(
         ["embeddings", "images", "chat", "stream", "event", "default"]
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("1e400", "not a finite number"),
+        ("inf", "not a finite number"),
+        ("-inf", "not a finite number"),
+        ("nan", "not a finite number"),
+        ("31622401", "must be at most 31622400"),
+        ("-1", "must be at least 0"),
+    ],
+)
+def test_every_duration_is_finite_and_at_most_a_year(monkeypatch, value, problem):
+    # 1e400 used to read as infinity and fail every held request with a 500 (a timedelta, and
+    # a lease's end in milliseconds, overflowed).
+    durations = [
+        name
+        for name, field in Config.model_fields.items()
+        if field.annotation is float
+        and any(getattr(m, "le", None) for m in field.metadata)
+        and name != "GATEWAY_UPSTREAM_LICENSE_SHARE"
+    ]
+    assert "GATEWAY_BUDGET_LEASE_SECONDS" in durations and len(durations) >= 10
+    for name in durations:
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as caught:
+        load()
+    assert caught.value.lines == [f"{name}: {problem}: {value!r}" for name in durations]
+
+
+def test_a_year_is_accepted(monkeypatch):
+    monkeypatch.setenv("GATEWAY_BUDGET_RESERVATION_SECONDS", "31622400")
+    monkeypatch.setenv("GATEWAY_BUDGET_LEASE_SECONDS", "31622400")
+    config = load()
+    assert config.GATEWAY_BUDGET_RESERVATION_SECONDS == 31622400.0
+    assert config.gateway()["BUDGET_LEASE_SECONDS"] == 31622400.0
