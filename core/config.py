@@ -280,6 +280,9 @@ class Config(BaseSettings):
     GATEWAY_METRICS: Annotated[bool, EmptyIsDefault] = Field(
         True, description="off: nothing recorded, /metrics answers 404"
     )
+    GATEWAY_METRICS_FLUSH_SECONDS: Seconds = Field(
+        1.0, description="seconds a worker's metrics wait in memory before its files are written"
+    )
     GATEWAY_METRICS_ALLOW: str = Field(
         "127.0.0.0/8,::1/128", description="CIDR networks that may scrape /metrics"
     )

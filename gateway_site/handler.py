@@ -68,11 +68,11 @@ class GatewayASGIHandler(ASGIHandler):
         if not metrics.ENABLED:
             return await self._handle_api(scope, receive, send)
         # Until the last byte of the answer (a stream's too).
-        metrics.IN_FLIGHT.inc()
+        metrics.in_flight(1)
         try:
             await self._handle_api(scope, receive, send)
         finally:
-            metrics.IN_FLIGHT.dec()
+            metrics.in_flight(-1)
 
     async def _handle_api(self, scope, receive, send):
         try:

@@ -85,7 +85,9 @@ _scrape_time.register(ScrapeTimeCollector())
 
 
 def render() -> bytes:
-    """The exposition: every worker's files summed (multiprocess), else this process's."""
+    """The exposition: every worker's files summed (multiprocess), else this process's; this
+    process's batch written first (core.metrics, "Batched writes")."""
+    metrics.flush()
     if metrics.MULTIPROCESS:
         from prometheus_client import multiprocess
 

@@ -287,27 +287,62 @@ def two_workers(transactional_db, catalog, tmp_path):
         "GATEWAY_INVALIDATION_FILE": str(tmp_path / "cache-generation"),
         "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path / "spool"),
     }
-    with running_workers(2, tmp_path, env) as workers:
+    # The first worker keeps its metrics in memory until it stops (or renders a scrape); the
+    # second writes them every 0.2 s.
+    flush = ("3600", "0.2")
+    with running_workers(
+        2, tmp_path, lambda n: {**env, "GATEWAY_METRICS_FLUSH_SECONDS": flush[n]}
+    ) as workers:
         yield workers
 
 
+def scraped_until(worker, name: str, value: float, timeout: float = 10.0) -> dict:
+    """The worker's scrape once `name` sums to `value` (other workers write within their
+    flush interval), or the last one after the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        samples = scrape(worker.url)
+        if total(samples, name) == value or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
-def test_workers_are_summed(two_workers, license, make_key, tmp_path):
+def test_workers_are_summed_and_a_stopping_worker_writes_what_it_holds(
+    two_workers, license, make_key, tmp_path
+):
     key = make_key(license)
-    for worker, count in zip(two_workers, (1, 2), strict=True):
+    holding, writing = two_workers
+
+    def embed(worker, count: int) -> None:
         client = openai.OpenAI(base_url=worker.url + "/v1", api_key=key, max_retries=0)
         for _ in range(count):
             client.embeddings.create(model=SMALL, input="hello", encoding_format="float")
-    wait_for_rows(3)
-    ok = {"service": "embeddings", "model": SMALL, "provider": "direct", "status": "200"}
-    credits = Transaction.objects.aggregate(c=Sum("credits"))["c"]
-    for worker in two_workers:  # either worker answers with the sum of both
-        samples = scrape(worker.url)
-        assert total(samples, "gateway_requests_total", **ok) == 3
-        assert total(samples, "gateway_charged_microcredits_total") == credits
-        assert total(samples, "gateway_overhead_seconds_count") == 3
+
+    def summed(samples: dict, requests: int) -> None:
+        ok = {"service": "embeddings", "model": SMALL, "provider": "direct", "status": "200"}
+        assert total(samples, "gateway_requests_total", **ok) == requests
+        assert total(samples, "gateway_overhead_seconds_count") == requests
         assert total(samples, "gateway_requests_in_flight") == 0
         assert total(samples, "gateway_ledger_spool_entries") == 0
+        credits = Transaction.objects.aggregate(c=Sum("credits"))["c"]
+        assert total(samples, "gateway_charged_microcredits_total") == credits
+
+    embed(holding, 1)
+    embed(writing, 2)
+    wait_for_rows(3)
+    # A scrape writes its own worker's values first, and reads what the others wrote: not yet
+    # what the first worker holds in memory.
+    assert total(scrape(writing.url), "gateway_requests_total") == 2
+    # Either worker answers with the sum of both, once written.
+    summed(scraped_until(holding, "gateway_requests_total", 3), 3)
+    summed(scraped_until(writing, "gateway_requests_total", 3), 3)
+    # A worker that stops writes what it holds (its lifespan's shutdown, and at exit).
+    embed(holding, 1)
+    wait_for_rows(4)
+    assert total(scrape(writing.url), "gateway_requests_total") == 3
+    holding.stop()
+    summed(scrape(writing.url), 4)
     files = sorted(p.name for p in (tmp_path / "prometheus").iterdir())
     pids = {str(w.proc.pid) for w in two_workers}
     assert {name.rsplit("_", 1)[1].removesuffix(".db") for name in files} >= pids
