@@ -91,8 +91,8 @@ def workers(transactional_db, worker_processes):
 def _caches_cleared(workers) -> None:
     """A probe key cached by every worker, then deactivated: once every worker refuses it, each
     has cleared all its caches since (a clear empties them all). The probe is deleted after."""
-    from licensing.access.services import license_create
     from licensing.access.credentials import api_key_create
+    from licensing.access.services import license_create
 
     license = license_create(name="cache probe")
     row, key = api_key_create(license=license)
