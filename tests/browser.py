@@ -125,7 +125,7 @@ class RunScript:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(0.5)
+            time.sleep(0.1)
         raise RuntimeError("run.sh did not start:\n" + "".join(self.output))
 
     def manage(self, *args: str, env: dict | None = None) -> str:

@@ -82,7 +82,7 @@ def wait_for_health(base: str, process=None, log=None, timeout: float = 60.0) ->
         except httpx.TransportError:
             return False
 
-    wait_until(healthy, timeout=timeout, every=0.2, what=lambda: log.read_text() if log else base)
+    wait_until(healthy, timeout=timeout, every=0.05, what=lambda: log.read_text() if log else base)
 
 
 def drain_background_writes(timeout: float = 10.0) -> None:

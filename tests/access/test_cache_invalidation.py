@@ -51,29 +51,60 @@ def with_mechanism(tmp_path: Path, server: RedisServer | None):
     )
 
 
-@pytest.fixture
-def redis_server(tmp_path):
-    holder = {"server": redis_server_or_skip(tmp_path)}
+# The workers outlive a test: two per mechanism for the module (a start is ~2 s of CPU each),
+# and before each test a barrier (`_caches_cleared`) so that nothing a worker cached for the
+# test before answers for this one (the previous test's retired model, say).
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    holder = {"server": redis_server_or_skip(tmp_path_factory.mktemp("redis"))}
     yield holder
     localcache.reset_transport()
     holder["server"].stop()
 
 
-@pytest.fixture(params=["file", "redis"])
-def invalidation(request, tmp_path):
+@pytest.fixture(scope="module", params=["file", "redis"])
+def invalidation(request, tmp_path_factory):
     """Settings for this process and the workers' environment, per mechanism."""
+    tmp_path = tmp_path_factory.mktemp(f"invalidation-{request.param}")
     redis = request.getfixturevalue("redis_server") if request.param == "redis" else None
     with with_mechanism(tmp_path, redis and redis["server"]):
         yield Mechanism(tmp_path, redis)
     localcache.reset_transport()
 
 
-@pytest.fixture
-def workers(transactional_db, invalidation, tmp_path):
+@pytest.fixture(scope="module")
+def worker_processes(django_db_setup, invalidation):
     # A long TTL: only the invalidation can make them see a change.
     env = lambda n: {"GATEWAY_CACHE_TTL": "300", **invalidation.env(n)}  # noqa: E731
-    with running_workers(2, tmp_path, env) as workers:
+    with running_workers(2, invalidation.tmp_path, env) as workers:
         yield workers
+
+
+@pytest.fixture
+def workers(transactional_db, worker_processes):
+    """The module's two workers, their caches cleared since the test's fixtures wrote their rows
+    (a test asks for `catalog` before `workers`)."""
+    _caches_cleared(worker_processes)
+    return worker_processes
+
+
+def _caches_cleared(workers) -> None:
+    """A probe key cached by every worker, then deactivated: once every worker refuses it, each
+    has cleared all its caches since (a clear empties them all). The probe is deleted after."""
+    from licensing.access.credentials import api_key_create
+    from licensing.access.services import license_create
+
+    license = license_create(name="cache probe")
+    row, key = api_key_create(license=license)
+    headers = {"Authorization": f"Bearer {key}"}
+    for worker in workers:
+        for _ in range(2):
+            assert worker.http.get("/v1/license", headers=headers).status_code == 200
+    row.active = False
+    row.save()
+    statuses_within(workers, headers, 401, limit=10.0)
+    row.delete()
+    license.delete()
 
 
 def statuses_within(workers, headers, expected: int, limit: float) -> list[float]:
@@ -158,7 +189,7 @@ def _break_connection(license):
     ],
 )
 def test_every_cached_row_reaches_every_worker_within_a_second(
-    workers, catalog, make_license, make_key, change, status
+    catalog, workers, make_license, make_key, change, status
 ):
     """Keys, licenses, license types (policy), catalog rows and connections: one save, and
     every worker answers the new state within a second."""

@@ -16,7 +16,8 @@ from licensing.models import ApiKey, Course, CourseMember, CourseWindow, EndUser
 from tests.access import test_cache_invalidation as shared
 
 # Two workers per invalidation mechanism (the generation file, Redis), as for keys and licenses.
-redis_server, invalidation, workers = shared.redis_server, shared.invalidation, shared.workers
+redis_server, invalidation = shared.redis_server, shared.invalidation
+worker_processes, workers = shared.worker_processes, shared.workers
 
 BODY = {"model": "text-embedding-3-small", "input": "x", "encoding_format": "float"}
 
@@ -64,7 +65,7 @@ def _pause(course):
 @pytest.mark.slow
 @pytest.mark.parametrize("change", [_switch_exam, _close_now, _pause])
 def test_a_course_switch_is_refused_by_every_worker_within_a_second(
-    workers, catalog, make_license, change
+    catalog, workers, make_license, change
 ):
     license = make_license()
     course = Course.objects.create(
