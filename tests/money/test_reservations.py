@@ -251,8 +251,12 @@ def _raw_embeddings(key: str) -> bytes:
 
 
 def _in_flight() -> float | None:
+    """The gateway's requests in flight, as a scrape would read them (its batch written)."""
     from prometheus_client import REGISTRY
 
+    from core import metrics
+
+    metrics.flush()
     return REGISTRY.get_sample_value("gateway_requests_in_flight")
 
 
