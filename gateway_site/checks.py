@@ -1,7 +1,10 @@
 """System checks: the encryption keys, and (with `--deploy`) what production must set."""
 
+from collections import Counter
+
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import Error, Tags, Warning, register, registry
+from django.core.checks.urls import check_url_namespaces_unique
 
 from core.crypto import KEYS_VARIABLE, EncryptionKeyError, parse_keys
 
@@ -83,3 +86,43 @@ def https_settings(app_configs, **kwargs):
             )
         )
     return warnings
+
+
+# Django's namespace check reads every resolver's patterns, a lazy one's too (gateway_site.urls,
+# `lazy_include`): it would import SAML's and SCIM's modules before every manage.py command. This
+# one is Django's, without looking into a lazy resolver; Django's own runs over the whole tree in
+# tests/ops/test_startup_imports.py.
+registry.registry.registered_checks.discard(check_url_namespaces_unique)
+
+
+@register(Tags.urls)
+def url_namespaces_unique(app_configs, **kwargs):
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []
+    from django.urls import get_resolver
+
+    counted = Counter(_namespaces(get_resolver()))
+    return [
+        Warning(
+            f"URL namespace '{namespace}' isn't unique. You may not be able to reverse all URLs "
+            "in this namespace",
+            id="urls.W005",
+        )
+        for namespace, count in counted.items()
+        if count > 1
+    ]
+
+
+def _namespaces(resolver, parents: tuple[str, ...] = ()) -> list[str]:
+    from gateway_site.urls import LazyResolver
+
+    if isinstance(resolver, LazyResolver):
+        return []
+    found = []
+    for pattern in getattr(resolver, "url_patterns", []):
+        namespace = getattr(pattern, "namespace", None)
+        current = parents if namespace is None else (*parents, namespace)
+        if namespace is not None:
+            found.append(":".join(current))
+        found.extend(_namespaces(pattern, current))
+    return found

@@ -20,12 +20,24 @@ handler404 = "gateway_site.errors.page_not_found"
 handler500 = "gateway_site.errors.server_error"
 
 
+class LazyResolver(URLResolver):
+    """A resolver whose module is imported when a request's path first reaches it (or a
+    `reverse` first looks into it), not when the URLs are loaded (`lazy_include`)."""
+
+    def check(self):
+        # Django's URL checks, run before every manage.py command, would import the module
+        # (2 s of the command's start); the module's patterns are checked by a test instead
+        # (tests/ops/test_startup_imports.py), and the namespace check skips it
+        # (gateway_site.checks.url_namespaces_unique).
+        return []
+
+
 def lazy_include(route: str, urlconf: str) -> URLResolver:
     """`path(route, include(urlconf))`, but the module is imported when a request's path first
-    reaches it (or a `reverse` first looks into it), not when the URLs are loaded: SAML's and
-    SCIM's modules import pysaml2 and scim2-models, 1.7 s of every worker's start that /v1
-    never uses (docs/architecture.md, "Start-up")."""
-    return URLResolver(RoutePattern(route, is_endpoint=False), urlconf)
+    reaches it: SAML's and SCIM's modules import pysaml2 and scim2-models, 1.7 s of every
+    worker's start (and of every manage.py command's) that /v1 never uses
+    (docs/architecture.md, "Start-up")."""
+    return LazyResolver(RoutePattern(route, is_endpoint=False), urlconf)
 
 
 urlpatterns = [
