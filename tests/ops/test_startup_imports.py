@@ -27,12 +27,22 @@ print(json.dumps([started, reached]))
 """
 
 
-def test_a_worker_starts_without_pysaml2_and_scim2_models(tmp_path):
+def _probe(script: str, tmp_path: Path):
+    """What `script` prints last, as JSON, run in a fresh interpreter on a throwaway SQLite."""
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'probe.sqlite3'}"}
     out = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
-    started, reached = json.loads(out.splitlines()[-1])
+    return json.loads(out.splitlines()[-1])
+
+
+def test_a_worker_starts_without_pysaml2_and_scim2_models(tmp_path):
+    started, reached = _probe(PROBE, tmp_path)
     assert started == {"saml2": False, "scim2_models": False}
     assert reached == {"saml2": True, "scim2_models": True}
 
@@ -49,16 +59,7 @@ print(json.dumps([[m.id for m in messages], [n in sys.modules for n in ("saml2",
 
 
 def test_a_command_s_system_checks_do_not_import_them(tmp_path):
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'probe.sqlite3'}"}
-    out = subprocess.run(
-        [sys.executable, "-c", CHECKS],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    ids, imported = json.loads(out.splitlines()[-1])
+    ids, imported = _probe(CHECKS, tmp_path)
     assert ids == [] and imported == [False, False]
 
 
