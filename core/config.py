@@ -83,12 +83,16 @@ def _ports(value: frozenset[int]) -> frozenset[int]:
 EmptyIsDefault = BeforeValidator(_empty_is_default)
 CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split)]
 PortSet = Annotated[frozenset[int], NoDecode, BeforeValidator(_split)]
-Bytes = Annotated[int, Field(ge=0)]
+# Whole numbers are bounded too: `2**64` from a typo would pass `ge` alone and overflow where
+# the value goes (a PostgreSQL bigint, a C int in a pool or a socket library, a timedelta).
+INT_MAX = 2**31 - 1
+Bytes = Annotated[int, Field(ge=0, le=2**50)]  # a pebibyte
 # A duration is finite and at most a year: `1e400` reads as infinity, and a timedelta, a lease's
 # end in milliseconds or a deadline built from a larger one overflows on the request path.
 YEAR = 366 * 24 * 3600
 Seconds = Annotated[float, Field(ge=0, le=YEAR, allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=1)]
+Count = Annotated[int, Field(ge=1, le=INT_MAX)]
+DAYS_MAX = 36_500  # a century; timedelta(days=...) overflows past 999,999,999
 
 
 class Config(BaseSettings):
@@ -125,7 +129,7 @@ class Config(BaseSettings):
     SECURE_SSL_REDIRECT: Annotated[bool, EmptyIsDefault] = Field(
         False, description="the admin redirects plain http to https"
     )
-    SECURE_HSTS_SECONDS: Annotated[int, Field(ge=0)] = Field(
+    SECURE_HSTS_SECONDS: Annotated[int, Field(ge=0, le=INT_MAX)] = Field(
         0, description="HSTS max-age on the admin's answers"
     )
     SECURE_HSTS_INCLUDE_SUBDOMAINS: Annotated[bool, EmptyIsDefault] = Field(
@@ -161,7 +165,7 @@ class Config(BaseSettings):
     )
     GATEWAY_ADMIN_LOCKOUT_MINUTES: Seconds = Field(15.0, description="how long that lock lasts")
     GATEWAY_MAX_BODY_BYTES: Bytes = Field(8 * MiB, description="largest API request body")
-    GATEWAY_AUDIT_LOG_DAYS: Annotated[int | None, Field(ge=1), EmptyIsDefault] = Field(
+    GATEWAY_AUDIT_LOG_DAYS: Annotated[int | None, Field(ge=1, le=DAYS_MAX), EmptyIsDefault] = Field(
         730, description="days the gateway-wide audit rows (no institution) are kept"
     )
     GATEWAY_ACCESS_LOG_LEVEL: Annotated[
@@ -255,7 +259,7 @@ class Config(BaseSettings):
     GATEWAY_FETCH_MAX_TOTAL_BYTES: Bytes = Field(
         20 * MiB, description="/v1/fetch: bodies of one request at once"
     )
-    GATEWAY_FETCH_MAX_PDF_PAGES: Annotated[int, Field(ge=0)] = Field(
+    GATEWAY_FETCH_MAX_PDF_PAGES: Annotated[int, Field(ge=0, le=INT_MAX)] = Field(
         1000, description="/v1/fetch: pages of a PDF"
     )
     GATEWAY_OUTBOUND_ALLOW: str = Field(
@@ -287,7 +291,7 @@ class Config(BaseSettings):
         "127.0.0.0/8,::1/128", description="CIDR networks that may scrape /metrics"
     )
     GATEWAY_METRICS_TOKEN: str = Field("", description="bearer token that opens /metrics")
-    GATEWAY_WORKERS: Annotated[int | None, Field(ge=1), EmptyIsDefault] = Field(
+    GATEWAY_WORKERS: Annotated[int | None, Field(ge=1, le=1024), EmptyIsDefault] = Field(
         None, description="gunicorn worker processes (unset: one per core)"
     )
     FORWARDED_ALLOW_IPS: str = Field(

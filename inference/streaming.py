@@ -417,7 +417,28 @@ class _Upstream:
         self.relay_started = False
         self.usage_seen = asyncio.Event()
         self.loop = asyncio.get_running_loop()
+        max_event = settings.GATEWAY["ANSWER_MAX_BYTES"]["event"]
+        decoder = SSEDecoder if stream.decoder is None else stream.decoder
+        self.decoder = decoder(max_event)
+        # The bytes `prime` read are decoded now, so the relay finds their events queued and
+        # sends the first one in the same turn of the loop as the headers: handed over by the
+        # reading task, it waited two more turns, each behind every other stream's work.
+        self.read_on = self._first()
         self.task = self.loop.create_task(self._read())
+
+    def _first(self) -> bool:
+        """Takes the primed bytes; False when they ended the stream or failed it."""
+        first = self.stream.first
+        if not first:
+            return True
+        try:
+            return self._take(self.decoder.feed(first))
+        except (EventTooLarge, StreamBroken) as exc:
+            logger.warning("stream broke: %s", type(exc).__name__)
+        except Exception:  # an adapter's decoder on bytes it did not expect: the same answer
+            logger.exception("decoding a stream's first bytes failed")
+        self._fail(SERVICE_UNAVAILABLE)
+        return False
 
     def _send(self, data: bytes | None) -> None:
         if not self.client_gone and not self.ended:
@@ -437,10 +458,9 @@ class _Upstream:
     async def _read(self) -> None:
         outcome = self.outcome
         stream = self.stream
-        max_event = settings.GATEWAY["ANSWER_MAX_BYTES"]["event"]
-        decoder = SSEDecoder(max_event) if stream.decoder is None else stream.decoder(max_event)
+        decoder = self.decoder
         try:
-            if stream.first and not self._take(decoder.feed(stream.first)):
+            if not self.read_on:
                 return
             chunks = stream.rest if stream.rest is not None else stream.response.aiter_raw()
             async for chunk in chunks:

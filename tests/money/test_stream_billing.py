@@ -4,6 +4,7 @@ SSE events are read in every framing the standard allows."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 
@@ -610,3 +611,93 @@ def test_events_that_arrive_together_are_relayed_in_one_write():
     chunks, told = asyncio.run(relayed())
     assert chunks == [b"data: 1\n\ndata: 2\n\n", b"data: 3\n\ndata: [DONE]\n\n"]
     assert len(told) == 1 and told[0].status == 200
+
+
+def test_the_primed_first_event_goes_out_in_the_turn_of_the_headers():
+    """`prime` holds the upstream's first bytes before the response starts: the relay sends
+    their event at once, not after a turn of the loop for the reading task (under load each
+    turn waits behind every other stream's work). The rest is read as before."""
+    import asyncio
+
+    from inference import streaming
+
+    first = b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+    last = (
+        b'data: {"id":"c1","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n'
+        b"data: [DONE]\n\n"
+    )
+
+    class Response:
+        closed = False
+
+        async def aclose(self):
+            self.closed = True
+
+    async def scenario():
+        more = asyncio.Event()
+
+        async def rest():
+            await more.wait()
+            yield last
+
+        response, told, turns = Response(), [], []
+        body = {"model": MINI, "messages": HELLO, "stream": True}
+        stream = streaming.ProviderStream(
+            response, streaming.ChatSSE(body, MINI), first=first, rest=rest()
+        )
+        events = streaming.relay(stream, told.append)
+        asyncio.get_running_loop().call_soon(turns.append, "a turn")
+        sent = [await anext(events)]
+        no_turn_yet = turns == []
+        more.set()
+        sent += [chunk async for chunk in events]
+        return sent, no_turn_yet, told, response.closed
+
+    sent, no_turn_yet, told, closed = asyncio.run(scenario())
+    assert no_turn_yet
+    assert b"".join(sent) == first + last and sent[0] == first
+    assert len(told) == 1 and told[0].status == 200 and told[0].usage.completion_tokens == 1
+    assert closed
+
+
+def test_first_bytes_an_adapter_cannot_decode_end_the_stream_with_an_error_event(caplog):
+    """A decoder that raises on the primed bytes: the client gets the stream's error event and
+    the outcome is a 503, as for a break later in the stream."""
+    import asyncio
+
+    from inference import streaming
+
+    class Response:
+        async def aclose(self):
+            pass
+
+    class Refusing:
+        def __init__(self, max_event):
+            pass
+
+        def feed(self, data):
+            raise KeyError("choices")
+
+        def flush(self):  # pragma: no cover - not reached
+            return []
+
+    async def scenario():
+        async def rest():
+            yield b"data: never read\n\n"
+
+        told = []
+        body = {"model": MINI, "messages": HELLO, "stream": True}
+        stream = streaming.ProviderStream(
+            Response(), streaming.ChatSSE(body, MINI), Refusing, first=b"{", rest=rest()
+        )
+        return [chunk async for chunk in streaming.relay(stream, told.append)], told
+
+    logger = logging.getLogger("gateway")
+    logger.addHandler(caplog.handler)
+    try:
+        sent, told = asyncio.run(scenario())
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert len(sent) == 1 and b"error" in sent[0]
+    assert len(told) == 1 and told[0].status == 503
+    assert "decoding a stream's first bytes failed" in caplog.text

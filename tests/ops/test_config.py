@@ -179,6 +179,27 @@ def test_every_duration_is_finite_and_at_most_a_year(monkeypatch, value, problem
     assert caught.value.lines == [f"{name}: {problem}: {value!r}" for name in durations]
 
 
+def test_every_whole_number_is_bounded(monkeypatch):
+    # 2**64 passed `ge` alone and would have reached a bigint column, a C int or a timedelta.
+    whole = [
+        name
+        for name, field in Config.model_fields.items()
+        if field.annotation in (int, int | None) and name != "EMAIL_PORT"
+    ]
+    assert {"GATEWAY_CREDITS_PER_CURRENCY_UNIT", "GATEWAY_MAX_BODY_BYTES"} <= set(whole)
+    assert len(whole) >= 20
+    huge = str(2**64)
+    for name in whole:
+        monkeypatch.setenv(name, huge)
+    with pytest.raises(ConfigError) as caught:
+        load()
+    assert len(caught.value.lines) == len(whole)
+    for name, line in zip(whole, caught.value.lines, strict=True):
+        assert line.startswith(f"{name}: must be at most ") and line.endswith(f": {huge!r}")
+    bounds = {line.split("at most ")[1].split(":")[0] for line in caught.value.lines}
+    assert bounds == {"2147483647", "1125899906842624", "1024", "36500"}
+
+
 def test_a_year_is_accepted(monkeypatch):
     monkeypatch.setenv("GATEWAY_BUDGET_RESERVATION_SECONDS", "31622400")
     monkeypatch.setenv("GATEWAY_BUDGET_LEASE_SECONDS", "31622400")
