@@ -310,6 +310,8 @@ def test_the_provider_pool_s_httpx_and_aiohttp_interfaces():
     import httpx
     from httpx_aiohttp import AiohttpTransport
 
+    from inference.providers.pool import read_answer
+
     name = "inference/providers/pool.py (aiohttp's pool behind httpx's interface)"
     # Answers are httpx.Response objects built from aiohttp's raw header pairs.
     request = httpx.Request("POST", "http://upstream.test/v1/embeddings")
@@ -320,6 +322,17 @@ def test_the_provider_pool_s_httpx_and_aiohttp_interfaces():
         answer.json() == {"a": 1} and answer.headers["content-type"] == "application/json",
         name,
         "httpx.Response(status, headers=raw pairs, content=bytes) no longer builds an answer",
+    )
+    # `read_answer` puts the body where httpx's own `read()` does (a private attribute).
+    read = read_answer(200, [(b"Content-Type", b"application/json")], b'{"a": 1}')
+    guard(
+        (read.json(), read.text, read.read(), b"".join(read.iter_bytes()))
+        == ({"a": 1}, '{"a": 1}', b'{"a": 1}', b'{"a": 1}')
+        and asyncio.run(read.aread()) == b'{"a": 1}'
+        and read.headers["content-type"] == "application/json",
+        name,
+        "httpx.Response keeps a read body in `_content` no longer (read_answer's answers are "
+        "unread)",
     )
     for attribute in ("raw_headers", "release", "content", "status", "headers"):
         guard(
