@@ -10,9 +10,11 @@ license; `per_user`: one per end user or API key), a period (`daily`, `weekly`, 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from datetime import time as dt_time
+from functools import partial
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db import IntegrityError, connection, transaction
@@ -25,6 +27,7 @@ from core.localcache import TTLCache
 from ..models import Course, CourseMember, Wallet
 from .leases import (
     Lease,
+    LeasesOpen,
     lease_seconds,
     leases,
     wait_for_open_leases,
@@ -238,24 +241,26 @@ def budget_check(
     course_id: int | None = None,
     end_user_id: int | None = None,
     hold: Hold | None = None,
+    wait: bool = True,
 ) -> BudgetState:
     """Refuse (400) when the wallet has nothing left (its spend and its holds reach the limit);
     reads nothing for unlimited licenses. A course member's request (`course_id`) needs budget
     left at every level too. With a `hold`, the request then reserves it on every limited
-    wallet, or is refused (licensing.ledger.reservations)."""
+    wallet, or is refused (licensing.ledger.reservations). A refusal while leases are open
+    waits for them here, or (not `wait`) raises LeasesOpen for the caller to wait."""
     key = wallet_key(license_id=license_id, config=config, holder=holder)
     state = BudgetState(config=config, key=key)
     if config.limit is not None:
-        _checked(state, *_swept(state))
+        _checked(state, *_swept(state, wait))
     if course_id is not None:
         course = course_budget(course_id, end_user_id)
         if course is not None:
             state.levels = course_levels(course, license_id=license_id, holder=holder)
             for level in state.levels:
                 if level.config.limit is not None:
-                    _checked(level, *_swept(level))
+                    _checked(level, *_swept(level, wait))
     if hold is not None:
-        _hold_sync(state, hold)
+        _hold_sync(state, hold, wait)
     return state
 
 
@@ -264,11 +269,11 @@ def _full_of_holds(limit: int | None, spent: int, reserved: int) -> bool:
     return limit is not None and reserved > 0 and spent + reserved >= limit > spent
 
 
-def _swept(state: BudgetState) -> tuple[int, int, str, int]:
+def _swept(state: BudgetState, wait: bool) -> tuple[int, int, str, int]:
     """The state's wallet (opened if needed); one that only its holds fill is read again once
     its expired holds are released, then once the leases in their window have closed."""
     row = _wallet(state.key, state.config.unit)
-    for freed in (release_expired, wait_for_open_leases_sync):
+    for freed in _freeing(wait):
         if not _full_of_holds(state.config.limit, row[1], row[3]):
             break
         if freed(wallet_ids=[row[0]]):
@@ -276,12 +281,20 @@ def _swept(state: BudgetState) -> tuple[int, int, str, int]:
     return row
 
 
+def _freeing(wait: bool) -> tuple[Callable[..., object], ...]:
+    """What may free a wallet full of holds, in order: its expired holds released, then the
+    leases in their window closed (waited for, or LeasesOpen)."""
+    if wait:
+        return (release_expired, wait_for_open_leases_sync)
+    return (release_expired, partial(wait_for_open_leases_sync, wait=False))
+
+
 def _limited(state: BudgetState) -> list[BudgetState]:
     """The levels with a limit (the license's first), the ones a request reads and holds on."""
     return [s for s in (state, *state.levels) if s.config.limit is not None]
 
 
-def _hold_sync(state: BudgetState, hold: Hold) -> None:
+def _hold_sync(state: BudgetState, hold: Hold, wait: bool = True) -> None:
     """The hold on every limited wallet (their ids known: they were just read), or a 400; a
     wallet full of holds first releases the ones that expired (their workers died)."""
     limited = _limited(state)
@@ -290,7 +303,7 @@ def _hold_sync(state: BudgetState, hold: Hold) -> None:
     wallets = [(s.wallet_id or 0, s.config.limit or 0) for s in limited]
     if not reserve_sync(wallets, hold):
         ids = [wallet_id for wallet_id, _ in wallets]
-        for freed in (release_expired, wait_for_open_leases_sync):  # then decided again
+        for freed in _freeing(wait):  # then decided again
             if freed(wallet_ids=ids) and reserve_sync(wallets, hold):
                 break
         else:
@@ -347,7 +360,26 @@ async def budget_check_async(
             row = await _wallet_reads().read(wallet_id)
             if row is not None and not _full_of_holds(config.limit, row[0], row[2]):
                 return _checked(state, wallet_id, *row)
-    checked = run_db(budget_check, license_id=license_id, config=config, holder=holder, hold=hold)
+    return await _on_a_thread(license_id=license_id, config=config, holder=holder, hold=hold)
+
+
+async def _on_a_thread(**check) -> BudgetState:
+    """`budget_check` through the ORM on a worker thread (the first read of a window, SQLite).
+    A refusal while leases are open waits for them here, on the loop, and is decided again
+    once: the thread is not held while it waits (the threads serve every license)."""
+    try:
+        return await _thread_check(check)
+    except LeasesOpen as open_leases:
+        await wait_for_open_leases(open_leases.wallet_ids)  # closed meanwhile: at once
+    try:
+        return await _thread_check(check)
+    except LeasesOpen:
+        raise BadRequest(OUT_OF_BUDGET) from None
+
+
+async def _thread_check(check: dict) -> BudgetState:
+    checked = run_db(budget_check, **check, wait=False)
+    hold = check.get("hold")
     return await (checked if hold is None else unless_left(checked, hold.request_id, _state_holds))
 
 
@@ -432,8 +464,7 @@ async def _course_check_async(
                 for level, wallet_id, row in zip(limited, ids, rows, strict=True):
                     _checked(level, wallet_id, *row)
                 return state
-    checked = run_db(
-        budget_check,
+    return await _on_a_thread(
         license_id=license_id,
         config=state.config,
         holder=holder,
@@ -441,7 +472,6 @@ async def _course_check_async(
         end_user_id=end_user_id,
         hold=hold,
     )
-    return await (checked if hold is None else unless_left(checked, hold.request_id, _state_holds))
 
 
 # --- a course's levels ------------------------------------------------------------------------

@@ -332,9 +332,19 @@ async def wait_for_open_leases(wallet_ids: list[int]) -> bool:
     return True
 
 
-def wait_for_open_leases_sync(*, wallet_ids: list[int]) -> bool:
+class LeasesOpen(Exception):
+    """A hold refused on the ORM's thread while leases in their window are open: the event
+    loop waits for them (`wait_for_open_leases`), not the thread, which is the worker's for
+    every license (budget.budget_check_async)."""
+
+    def __init__(self, wallet_ids: list[int]):
+        super().__init__(wallet_ids)
+        self.wallet_ids = wallet_ids
+
+
+def wait_for_open_leases_sync(*, wallet_ids: list[int], wait: bool = True) -> bool:
     """`wait_for_open_leases` for the ORM's path (on a worker thread: the first request of a
-    window); never on SQLite, which has no leases."""
+    window); never on SQLite, which has no leases. Not `wait`: LeasesOpen instead of waiting."""
     if not lease_seconds() or connection.vendor != "postgresql":
         return False
 
@@ -346,6 +356,8 @@ def wait_for_open_leases_sync(*, wallet_ids: list[int]) -> bool:
     waiting = _waiting_for(rows())
     if not waiting:
         return False
+    if not wait:
+        raise LeasesOpen(wallet_ids)
     deadline = time.monotonic() + lease_seconds() + GRACE
     while time.monotonic() < deadline:
         time.sleep(WAIT_POLL)

@@ -286,28 +286,47 @@ def test_leased_wallets_charge_exactly_on_two_workers(
 def test_a_refusal_on_the_orms_path_waits_for_open_leases_too(make_license, monkeypatch):
     """The first request of a window (its wallet not known to the worker yet) is held through
     the ORM on a thread: refused there while another worker's lease is open, it waits the same
-    way (here: the other worker closes its lease while the refusal waits) and then fits."""
-    import time
-    from types import SimpleNamespace
+    way (here: the other worker closes its lease while the refusal waits) and then fits. It
+    waits on the event loop, not on the thread: the ORM's threads serve every license, and one
+    license's refusals must not hold them."""
+    import threading
 
     from core.localcache import clear_all
 
     license = make_license(name="waits on a thread", limit=50 * COST, period="daily")
     _wallet_of(license)
     other = _another_workers_lease(license, 50 * COST, ends_in=0.5)
-    waits: list[float] = []
+    waits: list[tuple[float, bool]] = []
+    thread_sleeps: list[float] = []
 
-    def closes_meanwhile(seconds: float) -> None:
-        waits.append(seconds)
-        _other_worker_closes(other)
+    sleep = asyncio.sleep  # the other loops' (the pools' own) sleep as they did
 
-    monkeypatch.setattr(
-        leases, "time", SimpleNamespace(monotonic=time.monotonic, sleep=closes_meanwhile)
-    )
+    async def closes_meanwhile(seconds: float) -> None:
+        if seconds != leases.WAIT_POLL:
+            return await sleep(seconds)
+        waits.append((seconds, threading.current_thread() is threading.main_thread()))
+        await asyncio.to_thread(_other_worker_closes, other)
+
+    monkeypatch.setattr(leases.asyncio, "sleep", closes_meanwhile)
+    monkeypatch.setattr(leases.time, "sleep", thread_sleeps.append)
     clear_all()  # the wallet's id forgotten: the ORM's path
     state, _ = _on_a_loop(lambda: _check(license, "waiting"))
-    assert waits == [leases.WAIT_POLL]
+    assert waits == [(leases.WAIT_POLL, True)] and thread_sleeps == []
     assert state.hold is not None and holds_left(license) == (COST, 1)
+
+
+def test_a_refusal_on_the_orms_path_past_the_leases_window_is_refused(make_license, monkeypatch):
+    """The same refusal once the other worker's lease outlives its window and grace (its worker
+    died): the loop waits no more, the hold is decided again once, and refused."""
+    from core.localcache import clear_all
+
+    license = make_license(name="refused on a thread", limit=50 * COST, period="daily")
+    _wallet_of(license)
+    _another_workers_lease(license, 50 * COST, ends_in=-leases.GRACE - 1)
+    clear_all()
+    with pytest.raises(BadRequest):
+        _on_a_loop(lambda: _check(license, "refused"))
+    assert holds_left(license) == (50 * COST, 1)
 
 
 def test_a_course_pool_alone_leases_like_a_license(make_license, make_key):
