@@ -86,7 +86,7 @@ PortSet = Annotated[frozenset[int], NoDecode, BeforeValidator(_split)]
 # Whole numbers are bounded too: `2**64` from a typo would pass `ge` alone and overflow where
 # the value goes (a PostgreSQL bigint, a C int in a pool or a socket library, a timedelta).
 INT_MAX = 2**31 - 1
-Bytes = Annotated[int, Field(ge=0, le=2**50)]  # a pebibyte
+Bytes = Annotated[int, Field(ge=0, le=2**63 - 1)]  # what a 64-bit signed integer holds
 # A duration is finite and at most a year: `1e400` reads as infinity, and a timedelta, a lease's
 # end in milliseconds or a deadline built from a larger one overflows on the request path.
 YEAR = 366 * 24 * 3600
