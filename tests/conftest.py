@@ -69,6 +69,7 @@ def pytest_configure(config):
     )
     _flush_by_delete()
     _flush_keeps_content_types_and_permissions()
+    _one_default_tls_context()
 
 
 # Django's default hasher costs ~0.23 s of CPU a password (PBKDF2, 1,000,000+ rounds), paid by
@@ -122,6 +123,33 @@ def _flush_by_delete() -> None:
         return [f"{delete} {style.SQL_FIELD(self.quote_name(table))};" for table in tables]
 
     DatabaseOperations.sql_flush = sql_flush
+
+
+def _one_default_tls_context() -> None:
+    """Every httpx client this process makes with the default trust (`verify=True`: each
+    `client` fixture, each openai SDK client a test makes) shares one TLS context instead of
+    loading certifi's bundle into a new one: ~50 ms of CPU a client on the 2-core machine,
+    paid by thousands of tests that speak plain http to 127.0.0.1. The same trust (the cache
+    is keyed by what httpx reads: `trust_env`, SSL_CERT_FILE, SSL_CERT_DIR); a context passed
+    in, `verify=False` and a client certificate are made as before, and the gateway's own
+    clients use contexts of their own (core.outbound)."""
+    import os
+
+    from httpx._transports import default
+
+    make = default.create_ssl_context
+    made: dict[tuple, object] = {}
+
+    def create_ssl_context(verify=True, cert=None, trust_env=True):
+        if verify is not True or cert is not None:
+            return make(verify=verify, cert=cert, trust_env=trust_env)
+        env = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        key = (trust_env, *env) if trust_env else (False,)
+        if key not in made:
+            made[key] = make(verify=verify, cert=cert, trust_env=trust_env)
+        return made[key]
+
+    default.create_ssl_context = create_ssl_context
 
 
 # What the post_migrate signal makes (its only receivers: auth's and contenttypes'), left in place
