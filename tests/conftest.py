@@ -191,12 +191,13 @@ def _flush_keeps_content_types_and_permissions() -> None:
 
     def emit_if_changed(verbosity, interactive, db, **kwargs):
         connection = connections[db]
-        if made.get(db) is not None and rows(connection) == made[db]:
+        if db in made and rows(connection) == made[db]:
             return
-        if db in made:  # changed by a test: made again from nothing, as the flush did
-            with connection.cursor() as cursor:
-                for table in KEPT_BY_THE_FLUSH:
-                    cursor.execute(f"DELETE FROM {connection.ops.quote_name(table)}")
+        # The session's first flush, or a test changed them: made again from nothing, as the
+        # flush did; what the signal made is what the next flushes compare with.
+        with connection.cursor() as cursor:
+            for table in KEPT_BY_THE_FLUSH:
+                cursor.execute(f"DELETE FROM {connection.ops.quote_name(table)}")
         emit_post_migrate_signal(verbosity, interactive, db, **kwargs)
         made[db] = rows(connection)
 
