@@ -162,8 +162,9 @@ def _flush_keeps_content_types_and_permissions() -> None:
     permissions too, then sends post_migrate, whose receivers make them again: ~300 rows and
     dozens of queries, 0.11 s of the 0.13 s a flush took (cProfile over tests/api/test_info.py),
     after every test on the live gateway. The flush leaves those two tables alone instead, and
-    sends the signal only if their rows are no longer those the signal made (a test changed
-    them: the two tables are then emptied and made again, as before). Every other table is
+    sends the signal only at the session's first flush and if their rows are no longer those it
+    made then (a test changed them): the two tables are then emptied and made again, as
+    before. Every other table is
     emptied as before; the rows left are those the next test would have found anyway, under the
     same ids, so ContentType's cache stays right too."""
     from django.core.management.commands import flush
