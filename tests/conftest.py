@@ -68,6 +68,8 @@ def pytest_configure(config):
         "both_databases: a database test outside SQLITE_AREAS that CI's SQLite pass runs too",
     )
     _flush_by_delete()
+    _flush_keeps_content_types_and_permissions()
+    _one_default_tls_context()
 
 
 # Django's default hasher costs ~0.23 s of CPU a password (PBKDF2, 1,000,000+ rounds), paid by
@@ -121,6 +123,87 @@ def _flush_by_delete() -> None:
         return [f"{delete} {style.SQL_FIELD(self.quote_name(table))};" for table in tables]
 
     DatabaseOperations.sql_flush = sql_flush
+
+
+def _one_default_tls_context() -> None:
+    """Every httpx client this process makes with the default trust (`verify=True`: each
+    `client` fixture, each openai SDK client a test makes) shares one TLS context instead of
+    loading certifi's bundle into a new one: ~50 ms of CPU a client on the 2-core machine,
+    paid by thousands of tests that speak plain http to 127.0.0.1. The same trust (the cache
+    is keyed by what httpx reads: `trust_env`, SSL_CERT_FILE, SSL_CERT_DIR); a context passed
+    in, `verify=False` and a client certificate are made as before, and the gateway's own
+    clients use contexts of their own (core.outbound)."""
+    import os
+
+    from httpx._transports import default
+
+    make = default.create_ssl_context
+    made: dict[tuple, object] = {}
+
+    def create_ssl_context(verify=True, cert=None, trust_env=True):
+        if verify is not True or cert is not None:
+            return make(verify=verify, cert=cert, trust_env=trust_env)
+        env = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        key = (trust_env, *env) if trust_env else (False,)
+        if key not in made:
+            made[key] = make(verify=verify, cert=cert, trust_env=trust_env)
+        return made[key]
+
+    default.create_ssl_context = create_ssl_context
+
+
+# What the post_migrate signal makes (its only receivers: auth's and contenttypes'), left in place
+# by the flush after a `transactional_db` test, with the signal sent only when they changed.
+KEPT_BY_THE_FLUSH = ("auth_permission", "django_content_type")
+
+
+def _flush_keeps_content_types_and_permissions() -> None:
+    """After each `transactional_db` test Django's flush empties every table, content types and
+    permissions too, then sends post_migrate, whose receivers make them again: ~300 rows and
+    dozens of queries, 0.11 s of the 0.13 s a flush took (cProfile over tests/api/test_info.py),
+    after every test on the live gateway. The flush leaves those two tables alone instead, and
+    sends the signal only at the session's first flush and if their rows are no longer those it
+    made then (a test changed them): the two tables are then emptied and made again, as
+    before. Every other table is
+    emptied as before; the rows left are those the next test would have found anyway, under the
+    same ids, so ContentType's cache stays right too."""
+    from django.core.management.commands import flush
+    from django.core.management.sql import emit_post_migrate_signal
+    from django.db import connections
+
+    made: dict[str, tuple] = {}
+
+    def rows(connection) -> tuple:
+        with connection.cursor() as cursor:
+            found = []
+            for table in KEPT_BY_THE_FLUSH:
+                cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)} ORDER BY id")
+                found.append(tuple(cursor.fetchall()))
+        return tuple(found)
+
+    def sql_flush(style, connection, reset_sequences=True, allow_cascade=False):
+        tables = connection.introspection.django_table_names(
+            only_existing=True, include_views=False
+        )
+        tables = [table for table in tables if table not in KEPT_BY_THE_FLUSH]
+        return connection.ops.sql_flush(
+            style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+        )
+
+    def emit_if_changed(verbosity, interactive, db, **kwargs):
+        connection = connections[db]
+        if db in made and rows(connection) == made[db]:
+            return
+        # The session's first flush, or a test changed them: made again from nothing, as the
+        # flush did; what the signal made is what the next flushes compare with.
+        with connection.cursor() as cursor:
+            for table in KEPT_BY_THE_FLUSH:
+                cursor.execute(f"DELETE FROM {connection.ops.quote_name(table)}")
+        emit_post_migrate_signal(verbosity, interactive, db, **kwargs)
+        made[db] = rows(connection)
+
+    flush.sql_flush = sql_flush
+    flush.emit_post_migrate_signal = emit_if_changed
 
 
 def pytest_collection_modifyitems(config, items):

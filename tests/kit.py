@@ -12,12 +12,16 @@ test file; import the plain helpers: `from tests.kit import error, wait_until`.
 - `sdk`: the openai client against the live gateway, with the test's API key.
 - `oai`, `oai_http`, `oai_sdk`: the fake OpenAI upstream on its own (tests of the simulator),
   reset for each test, with a plain HTTP client and the openai SDK pointed straight at it.
+- `rows_made_once(django_db_blocker, make)` and `fresh(rows)`: rows a module's tests share,
+  made once (Django's `setUpTestData` for pytest), each test's own writes rolled back.
 """
 
 from __future__ import annotations
 
+import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 import httpx
@@ -146,3 +150,48 @@ def oai_http(oai):
 @pytest.fixture
 def oai_sdk(oai):
     return openai.OpenAI(api_key=FAKE_OPENAI_KEY, base_url=oai.base_url, max_retries=0, timeout=5)
+
+
+# --- rows made once for a module's tests -------------------------------------------------------
+
+
+@contextmanager
+def rows_made_once(django_db_blocker, make: Callable[[], T]) -> Iterator[T]:
+    """`make()`'s rows, made once for the tests of a module (a module-scoped fixture's body)
+    instead of once per test: they are written in a transaction left open around the module's
+    tests and rolled back after the last, and each test (`db`, not `transactional_db`: nothing
+    outside this connection sees them) runs in a savepoint of it, so what a test writes is
+    rolled back before the next as before. A test takes its copy with `fresh(rows)`. Every
+    test of the module that runs after the first one that asks for them sees them too: use it
+    where each database test of the module asks for them (or cannot tell), and where none uses
+    `transactional_db` (it would run inside the open transaction)."""
+    from django.db import transaction
+
+    with django_db_blocker.unblock():
+        outer = transaction.atomic()
+        outer.__enter__()
+        try:
+            rows = make()
+        except BaseException:
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+            raise
+    try:
+        yield rows
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+
+
+def fresh(rows: T) -> T:
+    """A test's own copy of rows made once (`rows_made_once`): its model instances copied, so
+    what a test changes in memory is not the next test's; this process's caches cleared, so no
+    cached row of an earlier test's rolled-back writes answers for this one."""
+    from django.db import connection
+
+    from core.localcache import clear_local
+
+    assert connection.in_atomic_block, "rows made once are for `db` tests, in their savepoint"
+    clear_local()
+    return copy.deepcopy(rows)

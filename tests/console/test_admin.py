@@ -48,6 +48,7 @@ from licensing.models import (
     Transaction,
     Wallet,
 )
+from tests.kit import fresh, rows_made_once
 
 pytestmark = [pytest.mark.django_db, pytest.mark.both_databases]
 
@@ -303,8 +304,19 @@ def make_scim(institution, suffix: str) -> dict:
     }
 
 
+@pytest.fixture(scope="module")
+def _objects(django_db_setup, django_db_blocker):
+    with rows_made_once(django_db_blocker, make_objects) as rows:
+        yield rows
+
+
 @pytest.fixture
-def objects(db):
+def objects(db, _objects):
+    """One of each row the admin shows, made once for the module (tests/kit.py)."""
+    return fresh(_objects)
+
+
+def make_objects() -> dict:
     from catalog.services import catalog_load_defaults, connection_configure
 
     catalog_load_defaults()

@@ -36,6 +36,7 @@ from licensing.models import (
     Transaction,
     Wallet,
 )
+from tests.kit import fresh, rows_made_once
 
 from .test_admin import form_data, make_licensing, url
 
@@ -70,8 +71,20 @@ OVERLAY = {
 }
 
 
+@pytest.fixture(scope="module")
+def _found(django_db_setup, django_db_blocker):
+    with rows_made_once(django_db_blocker, make_found) as rows:
+        yield rows
+
+
 @pytest.fixture
-def found():
+def found(db, _found):
+    """An institution, its license type under CEILING and the course Intro under OVERLAY, made
+    once for the module (tests/kit.py)."""
+    return fresh(_found)
+
+
+def make_found() -> dict:
     from catalog.services import catalog_load_defaults
 
     catalog_load_defaults()  # the checklists' models and providers

@@ -12,6 +12,7 @@ import pytest
 from django.test import Client
 
 from licensing.console.review import CSV_COLUMNS
+from tests.kit import fresh, rows_made_once
 
 from .review_data import FILTER_CASES, SEARCH_CASES, all_rows, make_ledger, named, totals_of
 from .test_manage_api import token_client, user_with
@@ -21,9 +22,16 @@ pytestmark = [pytest.mark.django_db, pytest.mark.both_databases]
 LIST = "/manage/v1/transactions"
 
 
+@pytest.fixture(scope="module")
+def _ledger(django_db_setup, django_db_blocker):
+    with rows_made_once(django_db_blocker, make_ledger) as rows:
+        yield rows
+
+
 @pytest.fixture
-def ledger(db):
-    return make_ledger()
+def ledger(db, _ledger):
+    """review_data's ledger, made once for the module (tests/kit.py)."""
+    return fresh(_ledger)
 
 
 @pytest.fixture

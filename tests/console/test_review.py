@@ -18,6 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from licensing.console.review import CSV_COLUMNS, safe_cell
 from licensing.models import AdminProfile, Transaction
+from tests.kit import fresh, rows_made_once
 
 from .review_data import FILTER_CASES, SEARCH_CASES, T0, all_rows, make_ledger, named, totals_of
 from .test_admin import url
@@ -32,9 +33,16 @@ def choices_url(field: str) -> str:
     return f"/admin/licensing/transaction/choices/{field}/"
 
 
+@pytest.fixture(scope="module")
+def _ledger(django_db_setup, django_db_blocker):
+    with rows_made_once(django_db_blocker, make_ledger) as rows:
+        yield rows
+
+
 @pytest.fixture
-def ledger(db):
-    return make_ledger()
+def ledger(db, _ledger):
+    """review_data's ledger, made once for the module (tests/kit.py)."""
+    return fresh(_ledger)
 
 
 def staff(role: str | None, institution=None) -> Client:
