@@ -429,14 +429,19 @@ class _Upstream:
     def _first(self) -> bool:
         """Takes the primed bytes; False when they ended the stream or failed it."""
         first = self.stream.first
-        if not first:
-            return True
+        return self._decode(first) if first else True
+
+    def _decode(self, chunk: bytes | None) -> bool:
+        """Decodes one chunk (None: the decoder's rest at the upstream's end) and queues its
+        events; False when they ended the stream or failed it. Every decoding error ends the
+        stream here, with its error event and a 503, whichever chunk it came from."""
         try:
-            return self._take(self.decoder.feed(first))
+            decoder = self.decoder
+            return self._take(decoder.feed(chunk) if chunk is not None else decoder.flush())
         except (EventTooLarge, StreamBroken) as exc:
             logger.warning("stream broke: %s", type(exc).__name__)
         except Exception:  # an adapter's decoder on bytes it did not expect: the same answer
-            logger.exception("decoding a stream's first bytes failed")
+            logger.exception("decoding a stream failed")
         self._fail(SERVICE_UNAVAILABLE)
         return False
 
@@ -456,20 +461,22 @@ class _Upstream:
         self._send(self.stream.protocol.error_event(message))
 
     async def _read(self) -> None:
-        outcome = self.outcome
         stream = self.stream
-        decoder = self.decoder
+        decode = self._decode
         try:
             if not self.read_on:
                 return
             chunks = stream.rest if stream.rest is not None else stream.response.aiter_raw()
             async for chunk in chunks:
-                if not self._take(decoder.feed(chunk)):
+                if not decode(chunk):
                     return
-            if self._take(decoder.flush()) and not outcome.completed:
+            if decode(None) and not self.outcome.completed:
                 self._fail(SERVICE_UNAVAILABLE)
-        except (httpx.HTTPError, EventTooLarge, StreamBroken) as exc:
+        except (httpx.HTTPError, EventTooLarge, StreamBroken) as exc:  # connection, adapter reader
             logger.warning("stream broke: %s", type(exc).__name__)
+            self._fail(SERVICE_UNAVAILABLE)
+        except Exception:  # an adapter's own reader failing: the same answer, never a lost task
+            logger.exception("reading a stream failed")
             self._fail(SERVICE_UNAVAILABLE)
         finally:
             response = self.stream.response

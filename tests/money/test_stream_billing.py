@@ -700,4 +700,63 @@ def test_first_bytes_an_adapter_cannot_decode_end_the_stream_with_an_error_event
         logger.removeHandler(caplog.handler)
     assert len(sent) == 1 and b"error" in sent[0]
     assert len(told) == 1 and told[0].status == 503
-    assert "decoding a stream's first bytes failed" in caplog.text
+    assert "decoding a stream failed" in caplog.text
+
+
+def _broken_later(caplog, decoder=None, reader_error=None):
+    """A stream whose first event relays and whose next chunk fails: in the decoder (an
+    adapter's, on bytes it did not expect) or in the adapter's own reader."""
+    import asyncio
+
+    from inference import streaming
+
+    class Response:
+        async def aclose(self):
+            pass
+
+    first = b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+
+    async def scenario():
+        async def rest():
+            if reader_error is not None:
+                raise reader_error
+            yield b"data: {\n\n"
+
+        told = []
+        body = {"model": MINI, "messages": HELLO, "stream": True}
+        stream = streaming.ProviderStream(
+            Response(), streaming.ChatSSE(body, MINI), decoder, first=first, rest=rest()
+        )
+        sent = [chunk async for chunk in streaming.relay(stream, told.append)]
+        leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        return sent, told, leftover
+
+    logger = logging.getLogger("gateway")
+    logger.addHandler(caplog.handler)
+    try:
+        sent, told, leftover = asyncio.run(scenario())
+    finally:
+        logger.removeHandler(caplog.handler)
+    body = b"".join(sent)
+    assert body.startswith(first) and b'"error"' in body[len(first) :]
+    assert len(told) == 1 and told[0].status == 503
+    assert leftover == []
+    return caplog.text
+
+
+def test_a_later_chunk_an_adapter_cannot_decode_ends_the_stream_with_an_error_event(caplog):
+    """The decoder raises on the second chunk, not the primed one: the same error event and
+    503, and the reading task ends cleanly (no exception left unretrieved on the loop)."""
+    from inference.providers.events import SSEDecoder
+
+    class RefusingLater(SSEDecoder):
+        def feed(self, data):
+            if data.startswith(b"data: {\n"):
+                raise KeyError("choices")
+            return super().feed(data)
+
+    assert "decoding a stream failed" in _broken_later(caplog, RefusingLater)
+
+
+def test_an_adapter_reader_that_raises_ends_the_stream_with_an_error_event(caplog):
+    assert "reading a stream failed" in _broken_later(caplog, reader_error=ValueError("frame"))
