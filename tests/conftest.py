@@ -206,6 +206,24 @@ def _flush_keeps_content_types_and_permissions() -> None:
     flush.emit_post_migrate_signal = emit_if_changed
 
 
+def pytest_ignore_collect(collection_path, config):
+    """CI's SQLite pass is spared importing the modules that cannot hold one of its tests:
+    collecting the whole tree imports ~270 test modules and what they import (schemathesis,
+    Playwright, the vendors' SDKs), for 860 of 4,800 tests (docs/testing.md, "CI's time").
+    Outside SQLITE_AREAS, a module whose text never names `both_databases` cannot carry the
+    marker: it is only ever written in the test module itself (tests/ops/test_kit.py checks
+    that no helper module hands it out), so what is skipped here would all have been
+    deselected. Else None: pytest decides."""
+    path = collection_path
+    if not config.getoption("--sqlite-differences") or not path.name.startswith("test_"):
+        return None
+    if path.suffix != ".py" or not path.is_relative_to(TESTS):
+        return None
+    if path.relative_to(TESTS).parts[0] in SQLITE_AREAS:
+        return None
+    return True if "both_databases" not in path.read_text(encoding="utf-8") else None
+
+
 def pytest_collection_modifyitems(config, items):
     if not config.getoption("--sqlite-differences"):
         return
@@ -310,20 +328,69 @@ def upstreams(openai_upstream, openrouter_upstream):
 @pytest.fixture
 def catalog(transactional_db, upstreams):
     """The default catalog, with `direct` and `aggregator` connected to the fakes."""
-    from catalog.services import catalog_load_defaults, connection_configure
+    from catalog.models import Provider
     from core.localcache import clear_all
 
-    catalog_load_defaults()
-    connection_configure(
-        provider_slug="direct", base_url=upstreams["direct"].base_url, api_key=UPSTREAM_KEY
-    )
-    connection_configure(
-        provider_slug="aggregator",
-        base_url=upstreams["aggregator"].base_url,
-        api_key=UPSTREAM_KEY,
-    )
+    key = (connection.vendor, connection.settings_dict["NAME"])
+    key += tuple(upstreams[slug].base_url for slug in ("direct", "aggregator"))
+    saved = _CATALOG_ROWS.get(key)
+    if saved is None or Provider.objects.exists():
+        _CATALOG_ROWS[key] = _make_catalog(upstreams)
+    else:
+        _copy_catalog(saved)
     clear_all()
     return upstreams
+
+
+# The default catalog's rows as the services made them for the first `catalog` fixture of the
+# process (per database and fakes' URLs): every later one gets copies in four INSERTs, not the
+# services' ~25 statements and checks (docs/testing.md, "The setups and flushes"). The services
+# are tested where they are the subject (tests/providers/test_catalog_commands.py,
+# tests/ops/test_commands.py).
+_CATALOG_ROWS: dict[tuple, tuple[list, ...]] = {}
+
+
+def _catalog_tables():
+    from catalog.models import Connection, Model, Provider, ProviderModel
+
+    return Provider, Model, Connection, ProviderModel
+
+
+def _make_catalog(upstreams) -> tuple[list, ...]:
+    from catalog.services import catalog_load_defaults, connection_configure
+
+    catalog_load_defaults()
+    for slug in ("direct", "aggregator"):
+        connection_configure(
+            provider_slug=slug, base_url=upstreams[slug].base_url, api_key=UPSTREAM_KEY
+        )
+    return tuple(list(table.objects.order_by("pk")) for table in _catalog_tables())
+
+
+def _copy_catalog(saved: tuple[list, ...]) -> None:
+    """The saved rows again, each with a new id, as the services would give it (a connection's
+    new id and `updated_at` are a new circuit and a new pool, as before)."""
+    from django.db import transaction
+
+    tables = _catalog_tables()
+    ids: dict[type, dict[int, int]] = {}
+    with transaction.atomic():
+        for table, rows in zip(tables, saved, strict=True):
+            made = table.objects.bulk_create([_fresh(row, ids) for row in rows])
+            ids[table] = {old.pk: new.pk for old, new in zip(rows, made, strict=True)}
+
+
+def _fresh(row, ids: dict[type, dict[int, int]]):
+    """A copy of `row` without its id, its foreign keys pointing at the copies made before."""
+    values = {}
+    for field in row._meta.concrete_fields:
+        if field.primary_key:
+            continue
+        value = getattr(row, field.attname)
+        if field.is_relation:
+            value = ids[field.related_model][value]
+        values[field.attname] = value
+    return type(row)(**values)
 
 
 @pytest.fixture

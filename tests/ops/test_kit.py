@@ -47,3 +47,36 @@ def test_the_frozen_clock_stands_still_until_advanced_and_is_given_back():
         assert clock.now() == 180.0
         assert clock.utcnow() == datetime(1970, 1, 1, 0, 3, tzinfo=UTC)
     assert clock.now is real is time.time
+
+
+def test_the_sqlite_pass_skips_only_modules_that_cannot_hold_its_tests(pytestconfig):
+    """`--sqlite-differences` does not import a module outside SQLITE_AREAS whose text never
+    names `both_databases`: sound only while the marker is written in the test modules
+    themselves, never handed out by a helper module (as tests/browser.py hands out `slow`)."""
+    from tests import conftest
+
+    handing_out = [
+        path.relative_to(conftest.TESTS).as_posix()
+        for path in conftest.TESTS.rglob("*.py")
+        if not path.name.startswith("test_")
+        and path.name != "conftest.py"
+        and "both_databases" in path.read_text(encoding="utf-8")
+    ]
+    assert handing_out == []
+
+    class Config:
+        def __init__(self, sqlite):
+            self.sqlite = sqlite
+
+        def getoption(self, name):
+            assert name == "--sqlite-differences"
+            return self.sqlite
+
+    ignore = conftest.pytest_ignore_collect
+    marked = conftest.TESTS / "console" / "test_admin.py"  # marked both_databases
+    plain = conftest.TESTS / "ops" / "test_lint.py"
+    money = conftest.TESTS / "money" / "test_leases.py"
+    assert "both_databases" in marked.read_text(encoding="utf-8")
+    assert "both_databases" not in money.read_text(encoding="utf-8")
+    assert [ignore(p, Config(True)) for p in (marked, plain, money)] == [None, True, None]
+    assert [ignore(p, Config(False)) for p in (marked, plain, money)] == [None, None, None]
