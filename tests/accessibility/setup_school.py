@@ -117,6 +117,7 @@ class School:
     course_key: str  # the student's course key
     sessions: dict[str, str]  # "student", "outsider": a session key
     invitation: str  # the path where an invited colleague sets a password
+    printed: str = ""  # what the setup's `then` printed
 
     def path_of(self, path: str) -> str:
         """A page's path with this school's ids filled in (`{course}`, `{student}`, ...)."""
@@ -136,12 +137,18 @@ class School:
         return f"tom-{self.tag}"
 
 
-def make_school(server, name: str, tag: str) -> School:
+# Between the setup's output and what `then` prints.
+_THEN = "<<<THEN>>>"
+
+
+def make_school(server, name: str, tag: str, then: str = "") -> School:
     """The school `name` on the README server; `tag` keeps its people's names and issuers apart
-    from another module's."""
+    from another module's. `then`: more code for the same `manage.py shell` (one Django start,
+    not two), what it prints kept as the School's `printed`."""
     password = PASSWORD.format(tag=tag)
     script = _SETUP.replace("{school}", name).replace("{tag}", tag)
-    printed = server.manage("shell", "-c", script.replace("{password}", password))
+    script = script.replace("{password}", password) + f"\nprint({_THEN!r})\n" + then
+    printed, _, after = server.manage("shell", "-c", script).partition(_THEN + "\n")
     found = dict(re.findall(r"^([A-Z_]+) (\S+)$", printed, re.M))
     return School(
         name=name,
@@ -154,4 +161,5 @@ def make_school(server, name: str, tag: str) -> School:
         course_key=found["COURSE_KEY"],
         sessions={"student": found["STUDENT_SESSION"], "outsider": found["NOBODY_SESSION"]},
         invitation=found["INVITATION"],
+        printed=after,
     )
