@@ -7,6 +7,7 @@ import asyncio
 import socket
 import threading
 import time
+from http.cookiejar import DefaultCookiePolicy
 from pathlib import Path
 
 import httpx
@@ -457,6 +458,22 @@ def gateway(live_gateway):
 def client(gateway):
     with httpx.Client(base_url=gateway.url, timeout=30) as http:
         yield http
+
+
+@pytest.fixture(scope="module")
+def keep_alive_http():
+    """One keep-alive `requests` session for a schemathesis run's few thousand requests (most
+    are its coverage phase's; tests/api/test_schemathesis.py, tests/console/
+    test_manage_schemathesis.py): without one, each case.call opened (and the live server
+    accepted) a connection of its own, and `requests` looked for proxies and .netrc in the
+    environment again. The same requests go out: no cookie is kept between them, and no proxy
+    is wanted for 127.0.0.1."""
+    import requests
+
+    with requests.Session() as session:
+        session.trust_env = False
+        session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
+        yield session
 
 
 @pytest.fixture

@@ -73,7 +73,9 @@ def _known_models(path: str, body) -> list:
 
 @pytest.fixture
 def api_schema(gateway, all_upstreams, license):
-    document = httpx.get(gateway.url + "/v1/openapi.json").json()
+    # The first request for the document builds it (~5 s of CPU): more than httpx's default
+    # 5 s timeout on a loaded machine, when no earlier test of the process asked for it.
+    document = httpx.get(gateway.url + "/v1/openapi.json", timeout=30).json()
     schema = schemathesis.openapi.from_dict(document)
     schema.config.update(base_url=gateway.url)
     schema.config.generation.modes = list(GenerationMode)  # valid and invalid requests
@@ -121,6 +123,6 @@ schema = schemathesis.pytest.from_fixture("api_schema")
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-def test_openapi_contract(case, auth):
-    response = case.call(headers=auth, timeout=30)
+def test_openapi_contract(case, auth, keep_alive_http):
+    response = case.call(headers=auth, timeout=30, session=keep_alive_http)
     case.validate_response(response, checks=CHECKS)

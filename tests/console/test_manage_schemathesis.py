@@ -59,7 +59,9 @@ def _seeded_ids(world) -> dict[str, list]:
 @pytest.fixture
 def manage_schema(gateway, seeded):
     headers = seeded["headers"]
-    document = httpx.get(f"{gateway.url}/manage/v1/openapi.json", headers=headers).json()
+    document = httpx.get(
+        f"{gateway.url}/manage/v1/openapi.json", headers=headers, timeout=30
+    ).json()  # built on the first request: slow when no earlier test asked for it
     schema = schemathesis.openapi.from_dict(document)
     schema.config.update(base_url=gateway.url)
     schema.config.generation.modes = list(GenerationMode)  # valid and invalid requests
@@ -95,6 +97,6 @@ schema = schemathesis.pytest.from_fixture("manage_schema")
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-def test_manage_openapi_contract(case, seeded):
-    response = case.call(headers=seeded["headers"], timeout=30)
+def test_manage_openapi_contract(case, seeded, keep_alive_http):
+    response = case.call(headers=seeded["headers"], timeout=30, session=keep_alive_http)
     case.validate_response(response, checks=CHECKS)
